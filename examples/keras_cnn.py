@@ -1,0 +1,61 @@
+"""Keras CNN (Conv2D + SeparableConv2D) on the digits data, trained with model.fit under raytf.
+
+Run: python -m raytf.launch conf/local.yaml
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+import raytf
+from examples.data import digits, synthetic
+
+
+def build_model(learning_rate: float) -> tf.keras.Model:
+    model = tf.keras.Sequential([
+        tf.keras.layers.Input(shape=(8, 8, 1)),
+        tf.keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        tf.keras.layers.SeparableConv2D(64, 3, padding="same", activation="relu"),
+        tf.keras.layers.MaxPooling2D(),
+        tf.keras.layers.SeparableConv2D(64, 3, padding="same", activation="relu"),
+        tf.keras.layers.GlobalAveragePooling2D(),
+        tf.keras.layers.Dense(10),
+    ])
+    model.compile(
+        optimizer=tf.keras.optimizers.Adam(learning_rate),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return model
+
+
+def make_dataset(x, y, global_batch: int, *, shuffle: bool, seed: int) -> tf.data.Dataset:
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    if shuffle:
+        ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
+    ds = ds.repeat().batch(global_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    # In-memory data: shard by element, each worker reading its share of every global batch.
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return ds.with_options(options)
+
+
+def train(ctx: raytf.TrainContext) -> None:
+    p = ctx.params
+    tf.keras.utils.set_random_seed(ctx.seed)
+    data = synthetic if p.get("data") == "synthetic" else digits
+    (x, y), (xv, yv) = data(seed=ctx.seed)
+    steps = ctx.steps_per_epoch or len(x) // ctx.global_batch_size
+    with ctx.strategy.scope():
+        model = build_model(float(p.get("learning_rate", 0.01)))
+    ctx.restore(model=model, optimizer=model.optimizer)
+    model.fit(
+        make_dataset(x, y, ctx.global_batch_size, shuffle=True, seed=ctx.seed),
+        epochs=ctx.epochs,
+        initial_epoch=ctx.initial_epoch,
+        steps_per_epoch=steps,
+        validation_data=make_dataset(xv, yv, ctx.global_batch_size, shuffle=False, seed=ctx.seed),
+        validation_steps=max(1, len(xv) // ctx.global_batch_size),
+        callbacks=ctx.keras_callbacks(),
+        verbose=0,
+    )

@@ -1,0 +1,54 @@
+"""raytf: Ray-orchestrated multi-node TensorFlow training."""
+
+from __future__ import annotations
+
+from raytf.config import Config, load_config
+from raytf.context import TrainContext
+from raytf.errors import (
+    ConfigError,
+    PlacementError,
+    RaytfError,
+    StorageError,
+    TrainingFailedError,
+    WorkerError,
+)
+from raytf.result import Result, load_result
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "PlacementError",
+    "RaytfError",
+    "Result",
+    "StorageError",
+    "TrainContext",
+    "TrainingFailedError",
+    "WorkerError",
+    "fit",
+    "load_config",
+    "load_result",
+]
+
+__version__ = "0.1.0"
+
+
+def fit(cfg: Config | str | dict, overrides: list[str] | dict | None = None, *, quiet: bool = False) -> Result:
+    """Train as configured and return the Result (status, metrics DataFrame, checkpoints).
+
+    Args:
+        cfg: a Config, a YAML path or a dict (see `load_config`).
+        overrides: `key=value` strings or a {dotted key: value} mapping applied on top.
+        quiet: no progress bars (log lines only).
+
+    Returns:
+        The Result; a failed run has status "failed" and `error` set (`result.raise_for_status()`).
+
+    Raises:
+        ConfigError: the configuration is invalid (nothing was started).
+        PlacementError: the cluster cannot host the tasks (nothing is left reserved).
+    """
+    from raytf import driver  # imports Ray: keep `import raytf` light
+
+    if not isinstance(cfg, Config) or overrides:
+        cfg = load_config(cfg, overrides)
+    return driver.fit(cfg, quiet=quiet)

@@ -1,0 +1,162 @@
+"""The Ray actor that hosts one TF task. TensorFlow is imported inside `run`, never at module level,
+so the driver (which imports this module to create actors) stays free of it."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import traceback
+from typing import Any
+
+import ray
+
+from raytf import events as ev
+from raytf.config import Config
+from raytf.errors import WorkerError
+from raytf.plan import TaskSpec
+from raytf.storage import RunDir
+
+log = logging.getLogger(__name__)
+
+# Set in every task's runtime_env, so they hold before TensorFlow is first imported in the process:
+# tf.keras must be tf-keras (Keras 3 has no multi-worker fit nor ParameterServerStrategy path), and TF's
+# gRPC server must accept the port this actor is holding with SO_REUSEPORT (tensorflow PR#38705).
+# TF_CPP_MIN_LOG_LEVEL only mutes TF's C++ INFO lines (users may set their own).
+TASK_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_GRPC_REUSE_PORT": "true", "TF_CPP_MIN_LOG_LEVEL": "1"}
+
+
+def reserve_port() -> socket.socket:
+    """Bind a free port and keep holding it until TF's server has bound the same port.
+
+    Bind-close-publish lets another process take the port before TF binds it (tensorflow#21492).
+    Holding a bound (not listening) SO_REUSEPORT socket keeps every other binder out, while TF's
+    server, started with TF_GRPC_REUSE_PORT, can still bind it.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("", 0))
+    return sock
+
+
+def import_entrypoint(entrypoint: str):
+    module_name, _, fn_name = entrypoint.partition(":")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, fn_name)
+    except AttributeError:
+        raise AttributeError(f"train.entrypoint: module {module_name!r} has no function {fn_name!r}") from None
+
+
+def _task_logging(tag: str) -> None:
+    # Only raytf's own logger: raising the root level would unmute TensorFlow's chatter too.
+    logger = logging.getLogger("raytf")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(f"[{tag}] %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
+class _Emitter:
+    """Fire-and-forget event pushes; `flush` waits until every push has landed on the bus."""
+
+    def __init__(self, bus, role: str, rank: int, attempt: int) -> None:
+        self.bus, self.role, self.rank, self.attempt = bus, role, rank, attempt
+        self._inflight: list = []
+
+    def __call__(self, kind: str, payload: dict[str, Any]) -> None:
+        self._inflight.append(self.bus.push.remote([ev.Event(kind, self.role, self.rank, self.attempt, payload)]))
+        if len(self._inflight) >= 64:
+            _, self._inflight = ray.wait(self._inflight, num_returns=len(self._inflight), timeout=0)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        if self._inflight:
+            ray.wait(self._inflight, num_returns=len(self._inflight), timeout=timeout)
+            self._inflight = []
+
+
+class TaskActor:
+    """One TF task. Lifecycle: __init__ (reserve the port) -> address() -> run(TF_CONFIG, ...)."""
+
+    def __init__(self, spec: TaskSpec, advertise_address: str | None) -> None:
+        self.spec = spec
+        self._sock: socket.socket | None = reserve_port()
+        self._port = self._sock.getsockname()[1]
+        self._host = advertise_address or ray.util.get_node_ip_address()
+        self._node_id = ray.get_runtime_context().get_node_id()
+        self._scratch = tempfile.mkdtemp(prefix=f"raytf-{spec.role}{spec.index}-")
+
+    def address(self) -> dict[str, Any]:
+        return {
+            "role": self.spec.role,
+            "index": self.spec.index,
+            "rank": self.spec.rank,
+            "host": self._host,
+            "port": self._port,
+            "node_id": self._node_id,
+            "pid": os.getpid(),
+            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
+
+    def _release_port(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def run(
+        self,
+        *,
+        tf_config: dict,
+        cfg: Config,
+        run_dir: RunDir,
+        bus,
+        attempt: int,
+        resume_from,
+        python_path: list[str],
+        is_chief: bool,
+    ) -> dict[str, Any]:
+        """Run the user's function under the strategy; returns an outcome dict (never raises for
+        errors in user code: they come back as a WorkerError with the formatted traceback)."""
+        spec = self.spec
+        emit = _Emitter(bus, spec.role, spec.rank, attempt)
+        _task_logging(f"{spec.role}{spec.index}")
+        try:
+            os.environ["TF_CONFIG"] = json.dumps(tf_config)
+            for p in reversed(python_path):
+                if p not in sys.path:
+                    sys.path.insert(0, p)
+            fn = import_entrypoint(cfg.train.entrypoint)
+            from raytf import _tf_runtime
+            from raytf.context import TrainContext
+
+            _tf_runtime.configure_threads(cfg.cluster.threads or spec.threads)
+            strategy = _tf_runtime.build_multi_worker_mirrored(cfg)
+            # TF's server holds the port now; ours can go.
+            self._release_port()
+            emit(ev.STARTED, {"replicas": int(strategy.num_replicas_in_sync), **_tf_runtime.versions()})
+            ctx = TrainContext(
+                cfg=cfg, strategy=strategy, role=spec.role, index=spec.index, rank=spec.rank,
+                is_chief=is_chief, num_workers=len(tf_config["cluster"].get("worker", [])),
+                attempt=attempt, run_dir=run_dir, emit=emit, resume_from=resume_from,
+                scratch_dir=self._scratch,
+            )
+            fn(ctx)
+            emit.flush()
+            return {"ok": True, "epoch": ctx.epoch, "step": ctx.step}
+        except BaseException as e:  # report everything, SystemExit included, with its traceback
+            emit.flush(timeout=5.0)
+            error = WorkerError(
+                f"{type(e).__name__}: {e}", role=spec.role, rank=spec.rank, node_id=self._node_id,
+                remote_traceback=traceback.format_exc(), kind="user",
+            )
+            return {"ok": False, "error": error}
+        finally:
+            self._release_port()
+            shutil.rmtree(self._scratch, ignore_errors=True)

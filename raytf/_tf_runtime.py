@@ -1,0 +1,69 @@
+"""Actor-side TensorFlow plumbing: threads, strategy construction, collective checkpoint writes.
+
+Imported only inside task processes, after TF_CONFIG and TF_USE_LEGACY_KERAS are set.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from raytf import checkpoints
+from raytf.config import Collective, Config
+
+log = logging.getLogger(__name__)
+
+
+def configure_threads(threads: int) -> None:
+    """Cap TF's thread pools to the task's CPU share: two tasks on two cores otherwise thrash."""
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def versions() -> dict[str, str]:
+    # tf.keras resolves to "tf_keras..." when TF_USE_LEGACY_KERAS took effect; "keras..." would mean
+    # Keras 3 slipped in (and multi-worker fit would fail).
+    from importlib.metadata import PackageNotFoundError, version
+
+    package = getattr(tf.keras, "__name__", "keras").split(".")[0]
+    try:
+        keras_version = version(package.replace("_", "-"))
+    except PackageNotFoundError:
+        keras_version = "?"
+    return {"tensorflow": tf.__version__, "keras": f"{package} {keras_version}"}
+
+
+def build_multi_worker_mirrored(cfg: Config) -> tf.distribute.Strategy:
+    impl = {
+        Collective.auto: tf.distribute.experimental.CommunicationImplementation.AUTO,
+        Collective.ring: tf.distribute.experimental.CommunicationImplementation.RING,
+        Collective.nccl: tf.distribute.experimental.CommunicationImplementation.NCCL,
+    }[cfg.cluster.collective]
+    options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+class CheckpointWriter:
+    """Writes a tf.train.Checkpoint on every task (the save is collective under MWMS); only the
+    chief's copy is uploaded and committed, the others go to a scratch directory and are dropped."""
+
+    def __init__(self, trackables: dict, *, is_chief: bool, scratch_root: str) -> None:
+        self.checkpoint = tf.train.Checkpoint(**trackables)
+        self.is_chief = is_chief
+        self.scratch_root = scratch_root
+
+    def restore(self, prefix: str) -> None:
+        # expect_partial: optimizer slots are created on the first step and restored then.
+        self.checkpoint.read(prefix).expect_partial()
+
+    def write(self, epoch: int, step: int) -> str:
+        """Write locally; returns the local directory holding this task's copy."""
+        local = tempfile.mkdtemp(prefix=f"{checkpoints.checkpoint_name(epoch, step)}-", dir=self.scratch_root)
+        self.checkpoint.write(os.path.join(local, checkpoints.TF_PREFIX))
+        if not self.is_chief:
+            shutil.rmtree(local, ignore_errors=True)
+        return local

@@ -1,0 +1,79 @@
+"""Pure checkpoint bookkeeping: names, the commit rule, "latest committed" selection and pruning."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# Written last, after every file of a checkpoint is in place: a checkpoint directory without it
+# is a partial write (the writer died mid-upload) and is never selected for resume.
+COMMIT_MARKER = "_COMMITTED.json"
+# tf.train.Checkpoint file prefix inside a checkpoint directory.
+TF_PREFIX = "ckpt"
+
+_NAME = re.compile(r"^ckpt-e(\d{6})-s(\d{10})$")
+
+
+@dataclass(frozen=True, order=True)
+class CheckpointEntry:
+    """A checkpoint directory under <run>/checkpoints/. Orders by (epoch, step)."""
+
+    epoch: int
+    step: int
+    name: str
+    committed: bool = True
+
+
+def checkpoint_name(epoch: int, step: int) -> str:
+    """Directory name for the state after `epoch` completed epochs and `step` global steps."""
+    if epoch < 0 or step < 0:
+        raise ValueError(f"epoch ({epoch}) and step ({step}) must not be negative")
+    return f"ckpt-e{epoch:06d}-s{step:010d}"
+
+
+def parse_name(name: str) -> tuple[int, int] | None:
+    m = _NAME.match(name)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def entries_from_listing(dirs: Iterable[str], committed: Iterable[str]) -> list[CheckpointEntry]:
+    """Entries for the checkpoint-named directories in `dirs`; `committed` names those with a marker."""
+    done = set(committed)
+    out = []
+    for name in dirs:
+        parsed = parse_name(name)
+        if parsed is not None:
+            out.append(CheckpointEntry(parsed[0], parsed[1], name, name in done))
+    return sorted(out)
+
+
+def latest_committed(entries: Iterable[CheckpointEntry]) -> CheckpointEntry | None:
+    committed = [e for e in entries if e.committed]
+    return max(committed) if committed else None
+
+
+def to_prune(entries: Iterable[CheckpointEntry], keep_last: int) -> list[CheckpointEntry]:
+    """Checkpoints to delete: committed ones beyond the newest `keep_last` (0 keeps all), and
+    partial ones older than the latest committed (a newer partial one may still be uploading).
+    The latest committed checkpoint is never pruned."""
+    entries = sorted(entries)
+    committed = [e for e in entries if e.committed]
+    if not committed:
+        return []
+    latest = committed[-1]
+    doomed = [e for e in entries if not e.committed and e < latest]
+    if keep_last > 0:
+        doomed += committed[: max(0, len(committed) - keep_last)]
+    return sorted(doomed)
+
+
+def is_due(count: int, every: int) -> bool:
+    """Whether a checkpoint is due after `count` epochs (or steps) with a period of `every` (0 = never)."""
+    return every > 0 and count > 0 and count % every == 0
+
+
+def crossed(before: int, after: int, every: int) -> bool:
+    """Whether a counter moving from `before` to `after` passed a multiple of `every` (0 = never);
+    Keras reports steps in groups of steps_per_execution, so exact multiples can be skipped."""
+    return every > 0 and after // every > before // every

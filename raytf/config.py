@@ -1,0 +1,267 @@
+"""The typed run configuration: one dataclass schema, YAML and `key=value` overrides merged onto it."""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from raytf.errors import ConfigError
+
+
+# Enum *names* are what users type in YAML; OmegaConf matches on the name.
+class Strategy(str, enum.Enum):
+    multi_worker_mirrored = "multi_worker_mirrored"
+    parameter_server = "parameter_server"
+
+
+class PlacementStrategy(str, enum.Enum):
+    PACK = "PACK"
+    SPREAD = "SPREAD"
+    STRICT_PACK = "STRICT_PACK"
+    STRICT_SPREAD = "STRICT_SPREAD"
+
+
+class Collective(str, enum.Enum):
+    auto = "auto"
+    ring = "ring"
+    nccl = "nccl"
+
+
+@dataclass
+class RayConfig:
+    # None starts an embedded local Ray; "auto" or "ray://host:port" joins a running cluster.
+    address: str | None = None
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+    # Embedded Ray only: CPUs to offer (None = all of this machine's).
+    num_cpus: int | None = None
+    # The dashboard costs ~2 s of start-up; ray.util.state needs it.
+    include_dashboard: bool = False
+    log_to_driver: bool = True
+
+
+@dataclass
+class Resources:
+    cpus: float = 1.0
+    gpus: float = 0.0
+    memory_gb: float | None = None
+    custom: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ClusterConfig:
+    strategy: Strategy = Strategy.multi_worker_mirrored
+    num_workers: int = 2
+    worker: Resources = field(default_factory=Resources)
+    placement_strategy: PlacementStrategy = PlacementStrategy.PACK
+    placement_timeout_s: float = 60.0
+    # Deadline for every task to start and report its address, and for the strategy's start-up barrier.
+    startup_timeout_s: float = 120.0
+    collective: Collective = Collective.auto
+    # Address advertised in the cluster spec; None = the node's address as Ray reports it
+    # (127.0.0.1 when raytf starts an embedded single-machine Ray).
+    advertise_address: str | None = None
+    # TF intra/inter-op threads per task; None = the task's CPU reservation (at least 1).
+    threads: int | None = None
+
+
+@dataclass
+class TrainConfig:
+    # The user's training function, as "package.module:function".
+    entrypoint: str = ""
+    epochs: int = 1
+    steps_per_epoch: int | None = None
+    # Per replica; the global batch is batch_size * num_replicas_in_sync.
+    batch_size: int = 64
+    seed: int = 0
+    # Extra sys.path entries for the tasks; by default the driver's working directory
+    # when Ray is embedded (so `examples.x:train` imports as it does on the driver).
+    python_path: list[str] = field(default_factory=list)
+    # Passed to the training function untouched (ctx.params).
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CheckpointConfig:
+    every_epochs: int = 1
+    every_steps: int = 0
+    keep_last: int = 3
+    # Relaunching with the same run.name resumes from the latest committed checkpoint.
+    resume: bool = True
+
+
+@dataclass
+class MetricsConfig:
+    # Step metrics (and progress) every N steps from every rank; 0 = per epoch only.
+    every_steps: int = 10
+    # How often the driver rewrites metrics.parquet while the run goes.
+    flush_interval_s: float = 5.0
+
+
+@dataclass
+class StorageConfig:
+    # A local path or a pyarrow.fs URI (file://, s3://, gs://, hdfs://).
+    path: str = "./runs"
+
+
+@dataclass
+class RunConfig:
+    # None = derived from the start time ("run-20261122-215832").
+    name: str | None = None
+
+
+@dataclass
+class Config:
+    ray: RayConfig = field(default_factory=RayConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+
+def load_config(
+    source: str | Path | Mapping[str, Any] | Config | None = None,
+    overrides: Sequence[str] | Mapping[str, Any] | None = None,
+) -> Config:
+    """Build a validated Config from a YAML path, a dict or a Config, plus overrides.
+
+    Args:
+        source: a YAML file path, a (nested) dict, an existing Config, or None for defaults.
+        overrides: `["key=value", ...]` (OmegaConf dotlist) or a `{"dotted.key": value}` mapping.
+
+    Returns:
+        A Config of plain dataclasses.
+
+    Raises:
+        ConfigError: one line naming the key, the bad value and how to fix it.
+    """
+    try:
+        layers = [OmegaConf.structured(Config)]
+        if isinstance(source, (str, Path)):
+            path = Path(source)
+            if not path.is_file():
+                raise ConfigError(f"config file {str(source)!r} not found: pass the path of a YAML file")
+            layers.append(OmegaConf.load(path))
+        elif isinstance(source, Config):
+            layers.append(OmegaConf.structured(source))
+        elif isinstance(source, Mapping):
+            layers.append(OmegaConf.create(dict(source)))
+        elif source is not None:
+            raise ConfigError(f"config source {source!r} is not a path, dict or Config")
+        if overrides:
+            layers.append(_overrides_layer(overrides))
+        cfg = OmegaConf.to_object(OmegaConf.merge(*layers))
+    except OmegaConfBaseException as e:
+        raise ConfigError(_one_line(e)) from None
+    assert isinstance(cfg, Config)
+    validate(cfg)
+    return cfg
+
+
+def _overrides_layer(overrides: Sequence[str] | Mapping[str, Any]):
+    if isinstance(overrides, Mapping):
+        layer = OmegaConf.create()
+        for key, value in overrides.items():
+            OmegaConf.update(layer, key, value, force_add=True)
+        return layer
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value: write e.g. train.epochs=3")
+    return OmegaConf.from_dotlist(list(overrides))
+
+
+def _one_line(e: OmegaConfBaseException) -> str:
+    # OmegaConf's first line already names the key and suggests spellings; its extra lines
+    # (full_key, object_type) repeat it. Keep one line, with the full key made explicit.
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    full_key = getattr(e, "full_key", None)
+    if full_key and full_key not in first:
+        first = f"{full_key}: {first}"
+    return re.sub(r"\s+", " ", first)
+
+
+def _positive(value: float, key: str, fix: str = "use a number > 0") -> None:
+    if value is None or value <= 0:
+        raise ConfigError(f"{key} ({value}) must be positive: {fix}")
+
+
+def _non_negative(value: float, key: str, fix: str) -> None:
+    if value is None or value < 0:
+        raise ConfigError(f"{key} ({value}) must not be negative: {fix}")
+
+
+_ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def validate(cfg: Config) -> Config:
+    """Cross-field rules OmegaConf's types cannot express. Pure; raises ConfigError."""
+    c, t = cfg.cluster, cfg.train
+    if c.num_workers < 1:
+        raise ConfigError(f"cluster.num_workers ({c.num_workers}) must be at least 1")
+    _validate_resources(c.worker, "cluster.worker")
+    _positive(c.placement_timeout_s, "cluster.placement_timeout_s", "e.g. 60")
+    _positive(c.startup_timeout_s, "cluster.startup_timeout_s", "e.g. 120")
+    if c.threads is not None and c.threads < 1:
+        raise ConfigError(f"cluster.threads ({c.threads}) must be at least 1, or null for the CPU share")
+    if c.collective is Collective.nccl and c.worker.gpus <= 0:
+        raise ConfigError("cluster.collective (nccl) needs GPUs: set cluster.worker.gpus or use auto/ring")
+    if c.strategy is Strategy.parameter_server:
+        raise ConfigError(
+            "cluster.strategy (parameter_server) is not available in this version: use multi_worker_mirrored"
+        )
+    if not t.entrypoint:
+        raise ConfigError("train.entrypoint is empty: set it to package.module:function, e.g. "
+                          "examples.keras_cnn:train")
+    if not _ENTRYPOINT.match(t.entrypoint):
+        raise ConfigError(f"train.entrypoint ({t.entrypoint!r}) must look like package.module:function")
+    if t.epochs < 1:
+        raise ConfigError(f"train.epochs ({t.epochs}) must be at least 1")
+    if t.steps_per_epoch is not None and t.steps_per_epoch < 1:
+        raise ConfigError(f"train.steps_per_epoch ({t.steps_per_epoch}) must be at least 1, or null")
+    if t.batch_size < 1:
+        raise ConfigError(f"train.batch_size ({t.batch_size}) must be at least 1 (it is per replica)")
+    k = cfg.checkpoint
+    _non_negative(k.every_epochs, "checkpoint.every_epochs", "0 turns epoch checkpoints off")
+    _non_negative(k.every_steps, "checkpoint.every_steps", "0 turns step checkpoints off")
+    _non_negative(k.keep_last, "checkpoint.keep_last", "0 keeps every checkpoint")
+    _non_negative(cfg.metrics.every_steps, "metrics.every_steps", "0 reports per epoch only")
+    _non_negative(cfg.metrics.flush_interval_s, "metrics.flush_interval_s", "e.g. 5")
+    if not cfg.storage.path:
+        raise ConfigError("storage.path is empty: set a directory or URI, e.g. ./runs or s3://bucket/runs")
+    if cfg.run.name is not None and not _RUN_NAME.match(cfg.run.name):
+        raise ConfigError(
+            f"run.name ({cfg.run.name!r}) must be letters, digits, '.', '_' or '-' (no '/' or spaces)"
+        )
+    addr = cfg.ray.address
+    if addr is not None and addr != "auto" and not addr.startswith("ray://") and ":" not in addr:
+        raise ConfigError(f"ray.address ({addr!r}) must be null (embedded), auto, host:port or ray://host:port")
+    return cfg
+
+
+def _validate_resources(r: Resources, key: str) -> None:
+    _non_negative(r.cpus, f"{key}.cpus", "e.g. 1")
+    _non_negative(r.gpus, f"{key}.gpus", "e.g. 0 or 1")
+    if r.cpus == 0 and r.gpus == 0 and not r.custom:
+        raise ConfigError(f"{key} reserves nothing (cpus=0, gpus=0): reserve at least one CPU or GPU")
+    if r.memory_gb is not None:
+        _positive(r.memory_gb, f"{key}.memory_gb", "or null for no memory reservation")
+    for name, amount in r.custom.items():
+        _positive(amount, f"{key}.custom.{name}")
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    """Plain-python view of a Config (enums as their YAML spelling)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+
+
+def to_yaml(cfg: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

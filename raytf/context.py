@@ -1,0 +1,213 @@
+"""TrainContext: what a user's training function receives on every task."""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from raytf import checkpoints
+from raytf import events as ev
+from raytf.config import Config
+from raytf.storage import RunDir
+
+log = logging.getLogger(__name__)
+
+
+def _scalar(value: Any) -> float | None:
+    """A metric value as a float (tensors and numpy scalars included), or None if not a scalar."""
+    if isinstance(value, numbers.Number):
+        return float(value)
+    try:
+        return float(value.numpy() if hasattr(value, "numpy") else value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _scalars(metrics: Mapping[str, Any] | None) -> dict[str, float]:
+    out = {}
+    for k, v in (metrics or {}).items():
+        f = _scalar(v)
+        if f is not None:
+            out[str(k)] = f
+    return out
+
+
+class TrainContext:
+    """Handed to the training function: the strategy, the run's settings, and the hooks that report
+    metrics and write checkpoints.
+
+    A training function looks like::
+
+        def train(ctx: raytf.TrainContext):
+            with ctx.strategy.scope():
+                model = build_and_compile()
+            ctx.restore(model=model, optimizer=model.optimizer)
+            model.fit(dataset, epochs=ctx.epochs, initial_epoch=ctx.initial_epoch,
+                      steps_per_epoch=ctx.steps_per_epoch, callbacks=ctx.keras_callbacks())
+
+    or, for a custom loop, calls `ctx.step_end(...)` after each step and `ctx.epoch_end(...)` after
+    each epoch, iterating `for epoch in ctx.epoch_range()`.
+    """
+
+    def __init__(
+        self,
+        *,
+        cfg: Config,
+        strategy: Any,
+        role: str,
+        index: int,
+        rank: int,
+        is_chief: bool,
+        num_workers: int,
+        attempt: int,
+        run_dir: RunDir,
+        emit: Callable[[str, dict], None],
+        resume_from: checkpoints.CheckpointEntry | None,
+        scratch_dir: str,
+    ) -> None:
+        self.cfg = cfg
+        self.strategy = strategy
+        self.role = role
+        self.index = index
+        self.rank = rank
+        self.is_chief = is_chief
+        self.num_workers = num_workers
+        self.attempt = attempt
+        self._run_dir = run_dir
+        self._emit = emit
+        self._resume_from = resume_from
+        self._scratch = scratch_dir
+        self._writer = None
+        self.epoch = resume_from.epoch if resume_from else 0  # completed epochs
+        self.step = resume_from.step if resume_from else 0  # completed global steps
+        self._step_clock = (time.monotonic(), self.step)
+
+    # -- the run's settings ------------------------------------------------------------------
+    @property
+    def params(self) -> dict[str, Any]:
+        """`train.params` from the config, untouched."""
+        return self.cfg.train.params
+
+    @property
+    def epochs(self) -> int:
+        return self.cfg.train.epochs
+
+    @property
+    def steps_per_epoch(self) -> int | None:
+        return self.cfg.train.steps_per_epoch
+
+    @property
+    def batch_size(self) -> int:
+        """Per-replica batch size."""
+        return self.cfg.train.batch_size
+
+    @property
+    def num_replicas(self) -> int:
+        return int(self.strategy.num_replicas_in_sync)
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.num_replicas
+
+    @property
+    def seed(self) -> int:
+        return self.cfg.train.seed
+
+    @property
+    def run_dir(self) -> str:
+        """URI of the run directory on shared storage."""
+        return self._run_dir.uri
+
+    @property
+    def initial_epoch(self) -> int:
+        """Epochs already trained by a previous attempt or launch (pass to `model.fit`)."""
+        return self._resume_from.epoch if self._resume_from else 0
+
+    @property
+    def initial_step(self) -> int:
+        return self._resume_from.step if self._resume_from else 0
+
+    def epoch_range(self) -> range:
+        """The epochs still to train: range(initial_epoch, epochs)."""
+        return range(self.initial_epoch, self.epochs)
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def restore(self, **trackables: Any) -> int:
+        """Register what to checkpoint (model=, optimizer=, any tf.train.Checkpoint trackable) and
+        restore it from the latest committed checkpoint when resuming. Returns initial_epoch."""
+        from raytf import _tf_runtime
+
+        self._writer = _tf_runtime.CheckpointWriter(trackables, is_chief=self.is_chief,
+                                                    scratch_root=self._scratch)
+        if self._resume_from is not None:
+            local = f"{self._scratch}/restore-{self._resume_from.name}"
+            prefix = self._run_dir.download_checkpoint(self._resume_from, local)
+            self._writer.restore(prefix)
+            log.info("restored %s (epoch %d, step %d)", self._resume_from.name,
+                     self._resume_from.epoch, self._resume_from.step)
+        return self.initial_epoch
+
+    def save(self) -> str | None:
+        """Write a checkpoint of the registered objects now. Every task must call it (the save is
+        collective); the chief's copy is uploaded and committed. Returns its URI on the chief."""
+        if self._writer is None:
+            raise RuntimeError("ctx.save() before ctx.restore(model=..., ...): register what to checkpoint")
+        local = self._writer.write(self.epoch, self.step)
+        if not self.is_chief:
+            return None
+        try:
+            uri = self._run_dir.upload_checkpoint(
+                local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank}
+            )
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+        self._emit(ev.CHECKPOINT, {"epoch": self.epoch, "step": self.step, "uri": uri})
+        self._run_dir.prune_checkpoints(self.cfg.checkpoint.keep_last)
+        return uri
+
+    def _checkpointing(self) -> bool:
+        return self._writer is not None and (
+            self.cfg.checkpoint.every_epochs > 0 or self.cfg.checkpoint.every_steps > 0
+        )
+
+    # -- progress ----------------------------------------------------------------------------
+    def report(self, metrics: Mapping[str, Any], *, kind: str = ev.STEP) -> None:
+        """Send a metrics row (this task's rank, current epoch and step) to the driver."""
+        self._emit(kind, {"epoch": self.epoch + (0 if kind == ev.EPOCH else 1), "step": self.step,
+                          "metrics": _scalars(metrics)})
+
+    def step_end(self, metrics: Mapping[str, Any] | None = None, *, steps: int = 1) -> None:
+        """Call after every training step (or every `steps` steps): counts them, reports every
+        metrics.every_steps steps (values may be tensors: they are only read when reported) and
+        writes step checkpoints when due."""
+        before, self.step = self.step, self.step + steps
+        every = self.cfg.metrics.every_steps
+        if checkpoints.crossed(before, self.step, every):
+            now = time.monotonic()
+            t0, s0 = self._step_clock
+            row = _scalars(metrics)
+            if now > t0:
+                row["steps_per_s"] = (self.step - s0) / (now - t0)
+            self._step_clock = (now, self.step)
+            self.report(row)
+        if self._checkpointing() and checkpoints.crossed(before, self.step, self.cfg.checkpoint.every_steps):
+            self.save()
+
+    def epoch_end(self, metrics: Mapping[str, Any] | None = None) -> None:
+        """Call after every epoch: reports the epoch's metrics and writes the epoch checkpoint when due
+        (and always after the last epoch)."""
+        self.epoch += 1
+        self.report(metrics or {}, kind=ev.EPOCH)
+        last = self.epoch >= self.epochs
+        if self._checkpointing() and (checkpoints.is_due(self.epoch, self.cfg.checkpoint.every_epochs) or last):
+            self.save()
+
+    def keras_callbacks(self) -> list:
+        """Callbacks for `model.fit` that report metrics and checkpoint like step_end/epoch_end."""
+        from raytf import _keras
+
+        return [_keras.RaytfCallback(self)]

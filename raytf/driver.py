@@ -1,0 +1,387 @@
+"""The Ray driver: reserve, start the tasks, wire TF_CONFIG, consume events, tear everything down.
+
+Imports Ray, never TensorFlow.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import importlib.util
+import logging
+import os
+import platform
+import secrets
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from raytf import events as ev
+from raytf import placement, storage, topology
+from raytf._actor import TASK_ENV, TaskActor
+from raytf.config import Config, to_dict, to_yaml, validate
+from raytf.errors import ConfigError, RaytfError, TrainingFailedError, WorkerError
+from raytf.metrics import MetricsTable
+from raytf.plan import Plan, TaskSpec, make_plan
+from raytf.progress import Progress
+from raytf.result import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Result
+
+log = logging.getLogger("raytf")
+
+
+class _EventBus:
+    """Ray actor wrapper around EventBuffer (threaded so `drain` can wait while tasks push)."""
+
+    def __init__(self) -> None:
+        self._buffer = ev.EventBuffer()
+
+    def push(self, events: list[ev.Event]) -> None:
+        self._buffer.push(events)
+
+    def drain(self, timeout: float) -> list[ev.Event]:
+        return self._buffer.drain(timeout)
+
+
+_RemoteTask = ray.remote(TaskActor)
+_RemoteBus = ray.remote(num_cpus=0, max_concurrency=8)(_EventBus)
+
+
+def default_run_name(now: _dt.datetime | None = None) -> str:
+    now = now or _dt.datetime.now()
+    return f"run-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def actor_name(run: str, role: str, rank: int) -> str:
+    return f"raytf:{run}:{role}:{rank}"
+
+
+@dataclass
+class _Attempt:
+    number: int
+    started: float = field(default_factory=time.time)
+    ended: float | None = None
+    status: str = RUNNING
+    cause: str | None = None
+    rank: int | None = None
+    role: str | None = None
+    node_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attempt": self.number, "status": self.status, "cause": self.cause, "rank": self.rank,
+                "role": self.role, "node_id": self.node_id, "started_at": self.started,
+                "ended_at": self.ended,
+                "duration_s": None if self.ended is None else round(self.ended - self.started, 3)}
+
+
+def ensure_ray(cfg: Config) -> bool:
+    """Connect to (or start) Ray as configured; True when this call started an embedded Ray."""
+    if ray.is_initialized():
+        return False
+    r = cfg.ray
+    try:
+        if r.address is None:
+            ray.init(num_cpus=r.num_cpus, include_dashboard=r.include_dashboard,
+                     log_to_driver=r.log_to_driver, configure_logging=False)
+            return True
+        ray.init(address=r.address, log_to_driver=r.log_to_driver, configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise RaytfError(f"ray.address ({r.address!r}): cannot connect to Ray: {e}. Fix: start it with "
+                         "`ray start --head`, or set ray.address=null for an embedded local Ray") from None
+    return False
+
+
+def _python_path(cfg: Config) -> list[str]:
+    paths = [os.path.abspath(p) for p in cfg.train.python_path]
+    if cfg.ray.address is None:
+        # Embedded Ray runs on this machine: let tasks import what the driver's cwd can.
+        paths.append(os.getcwd())
+    return paths
+
+
+def check_entrypoint(cfg: Config, python_path: list[str]) -> None:
+    """Fail before reserving anything when the entrypoint's module cannot be found (without importing
+    it: that would pull TensorFlow into the driver)."""
+    module = cfg.train.entrypoint.partition(":")[0]
+    saved = list(sys.path)
+    sys.path[:0] = [p for p in python_path if p not in sys.path]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    finally:
+        sys.path[:] = saved
+    if found:
+        return
+    msg = (f"train.entrypoint ({cfg.train.entrypoint!r}): module {module!r} not found on the driver "
+           f"(searched sys.path and {python_path}). Fix: run from the directory that holds it, or add it "
+           f"with train.python_path=[...]")
+    if cfg.ray.address is None:
+        raise ConfigError(msg)
+    log.warning("%s; assuming the cluster's nodes have it (ray.runtime_env.working_dir)", msg)
+
+
+class Driver:
+    """Runs one launch of a run: a single attempt for now (retries come with the failure policy)."""
+
+    poll_s = 0.5
+
+    def __init__(self, cfg: Config, *, quiet: bool = False) -> None:
+        cfg = copy.deepcopy(cfg)
+        validate(cfg)
+        cfg.run.name = cfg.run.name or default_run_name()
+        self.cfg = cfg
+        self.quiet = quiet
+        self.run_dir = storage.RunDir(cfg.storage.path, cfg.run.name)
+        self.plan: Plan = make_plan(cfg)
+        self.tasks: list[dict[str, Any]] = []
+        self.attempts: list[_Attempt] = []
+        self.previous_attempts: list[dict[str, Any]] = []
+        self.resumed_from = None
+        self.versions: dict[str, str] = {"ray": ray.__version__, "python": platform.python_version()}
+        self.t0 = time.time()
+        self.first_step_at: float | None = None
+        self.replicas = 0  # num_replicas_in_sync as the tasks' strategy reported it
+        self.error: TrainingFailedError | None = None
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self) -> Result:
+        cfg, rd = self.cfg, self.run_dir
+        python_path = _python_path(cfg)
+        check_entrypoint(cfg, python_path)
+        rd.makedirs()
+        previous_table = None
+        if rd.exists(storage.RESULT_FILE):
+            self.previous_attempts = list(rd.read_json(storage.RESULT_FILE).get("attempts", []))
+        if cfg.checkpoint.resume:
+            self.resumed_from = rd.latest_checkpoint()
+            if rd.exists(storage.METRICS_FILE):
+                previous_table = rd.read_table(storage.METRICS_FILE)
+        elif rd.exists(storage.CHECKPOINTS_DIR) and rd.list_checkpoints():
+            log.warning("checkpoint.resume=false: starting %s from scratch despite its checkpoints",
+                        cfg.run.name)
+        rd.write_text(storage.CONFIG_FILE, to_yaml(cfg))
+        self.metrics = MetricsTable(cfg.run.name, previous_table)
+        self.progress = Progress(epochs=cfg.train.epochs, steps_per_epoch=cfg.train.steps_per_epoch,
+                                 batch_size=cfg.train.batch_size, quiet=self.quiet)
+        ensure_ray(cfg)
+        status = FAILED
+        attempt = _Attempt(len(self.previous_attempts) + 1)
+        self.attempts.append(attempt)
+        self._write_result(RUNNING)
+        if self.resumed_from is not None:
+            log.info("resuming %s from %s", cfg.run.name, self.resumed_from.name)
+        try:
+            self._run_attempt(attempt, python_path)
+            status = SUCCEEDED
+        except KeyboardInterrupt:
+            status = INTERRUPTED
+            attempt.cause = "interrupted"
+            self.error = TrainingFailedError("interrupted by the user (KeyboardInterrupt)")
+            raise
+        except TrainingFailedError as e:
+            self.error = e
+        except RaytfError as e:  # placement and storage errors: recorded, then raised to the caller
+            self.error = TrainingFailedError(str(e))
+            attempt.cause = type(e).__name__
+            raise
+        finally:
+            attempt.status = status
+            attempt.ended = time.time()
+            self.progress.close()
+            self._write_metrics()
+            self._write_result(status)
+        return self.result(status)
+
+    def _run_attempt(self, attempt: _Attempt, python_path: list[str]) -> None:
+        cfg = self.cfg
+        pg = bus = None
+        actors: list = []
+        try:
+            pg = placement.reserve(self.plan, timeout_s=cfg.cluster.placement_timeout_s,
+                                   name=f"raytf:{cfg.run.name}")
+            bus = _RemoteBus.options(name=actor_name(cfg.run.name, "events", 0)).remote()
+            actors = [self._start_task(t, pg, i) for i, t in enumerate(self.plan.tasks)]
+            infos = self._addresses(actors, attempt)
+            spec = topology.cluster_spec(
+                [topology.TaskAddress(i["role"], i["index"], i["host"], i["port"]) for i in infos])
+            self.tasks = infos
+            self._log_tasks()
+            refs = {}
+            for actor, t in zip(actors, self.plan.tasks):
+                ref = actor.run.remote(
+                    tf_config=topology.tf_config(spec, t.role, t.index), cfg=cfg, run_dir=self.run_dir,
+                    bus=bus, attempt=attempt.number, resume_from=self.resumed_from,
+                    python_path=python_path, is_chief=topology.is_chief(spec, t.role, t.index))
+                refs[ref] = t
+            self._event_loop(refs, bus, attempt)
+        finally:
+            self._teardown(actors, bus, pg)
+
+    def _start_task(self, t: TaskSpec, pg, bundle_index: int):
+        cfg = self.cfg
+        runtime_env = copy.deepcopy(cfg.ray.runtime_env)
+        env_vars = dict(runtime_env.get("env_vars") or {})
+        for k, v in TASK_ENV.items():
+            env_vars.setdefault(k, v)
+        runtime_env["env_vars"] = env_vars
+        advertise = cfg.cluster.advertise_address or ("127.0.0.1" if cfg.ray.address is None else None)
+        options: dict[str, Any] = dict(
+            name=actor_name(cfg.run.name, t.role, t.rank), num_cpus=t.cpus, num_gpus=t.gpus,
+            resources=t.custom or None, runtime_env=runtime_env, max_restarts=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle_index),
+        )
+        if t.memory_bytes:
+            options["memory"] = t.memory_bytes
+        return _RemoteTask.options(**options).remote(t, advertise)
+
+    def _addresses(self, actors: list, attempt: _Attempt) -> list[dict[str, Any]]:
+        timeout = self.cfg.cluster.startup_timeout_s
+        try:
+            return ray.get([a.address.remote() for a in actors], timeout=timeout)
+        except GetTimeoutError:
+            raise self._fail(attempt, "startup", WorkerError(
+                f"tasks did not start within cluster.startup_timeout_s={timeout:g}s", kind="system")) from None
+        except RayError as e:
+            raise self._fail(attempt, "startup", WorkerError(
+                f"a task failed to start: {e}", kind="system")) from None
+
+    def _event_loop(self, refs: dict, bus, attempt: _Attempt) -> None:
+        pending = dict(refs)
+        drain = bus.drain.remote(self.poll_s)
+        last_flush = time.monotonic()
+        while pending:
+            ready, _ = ray.wait([*pending, drain], num_returns=1, timeout=self.poll_s * 4)
+            for ref in ready:
+                if ref == drain:
+                    self._dispatch(ray.get(drain))
+                    drain = bus.drain.remote(self.poll_s)
+                    continue
+                t = pending.pop(ref)
+                error = self._outcome(ref, t)
+                if error is not None:
+                    self._dispatch(ray.get(bus.drain.remote(0)))
+                    raise self._fail(attempt, error.kind, error)
+            if self.metrics.dirty and time.monotonic() - last_flush >= self.cfg.metrics.flush_interval_s:
+                self._write_metrics()
+                last_flush = time.monotonic()
+        self._dispatch(ray.get(drain))
+        self._dispatch(ray.get(bus.drain.remote(0)))
+
+    def _outcome(self, ref, t: TaskSpec) -> WorkerError | None:
+        node = next((i.get("node_id", "") for i in self.tasks if i["rank"] == t.rank), "")
+        try:
+            out = ray.get(ref)
+        except RayActorError as e:
+            return WorkerError(f"the task's actor died: {e}", role=t.role, rank=t.rank, node_id=node,
+                               kind="system")
+        except RayError as e:
+            return WorkerError(f"{type(e).__name__}: {e}", role=t.role, rank=t.rank, node_id=node,
+                               remote_traceback=str(e), kind="system")
+        return None if out.get("ok") else out["error"]
+
+    def _fail(self, attempt: _Attempt, cause: str, error: WorkerError) -> TrainingFailedError:
+        attempt.cause, attempt.rank, attempt.role, attempt.node_id = cause, error.rank, error.role, error.node_id
+        log.error("%s failed: %s", error.role or "run", error)
+        if error.remote_traceback:
+            log.error("remote traceback (%s %d):\n%s", error.role, error.rank, error.remote_traceback)
+        return TrainingFailedError(f"run {self.cfg.run.name} failed: {error}", {(error.role, error.rank): error})
+
+    def _dispatch(self, events: list[ev.Event]) -> None:
+        for e in events:
+            if e.kind in (ev.STEP, ev.EPOCH) and self.first_step_at is None:
+                self.first_step_at = e.time
+            if e.kind == ev.STARTED:
+                self.replicas = max(self.replicas, int(e.payload.get("replicas", 0)))
+                for k in ("tensorflow", "keras"):
+                    if k in e.payload:
+                        self.versions[k] = e.payload[k]
+            self.metrics.add(e)
+            self.progress(e)
+
+    def _teardown(self, actors: list, bus, pg) -> None:
+        """Kill every task and the bus, release the placement group, and wait until the names are
+        free again (a relaunch with the same run.name reuses them)."""
+        handles = [a for a in actors if a is not None] + ([bus] if bus is not None else [])
+        for a in handles:
+            try:
+                ray.kill(a, no_restart=True)
+            except RayError as e:
+                log.debug("kill: %s", e)
+        placement.release(pg)
+        names = [actor_name(self.cfg.run.name, t.role, t.rank) for t in self.plan.tasks[: len(actors)]]
+        if bus is not None:
+            names.append(actor_name(self.cfg.run.name, "events", 0))
+        deadline = time.monotonic() + 30
+        for name in names:
+            while time.monotonic() < deadline:
+                try:
+                    ray.get_actor(name)
+                except ValueError:
+                    break
+                time.sleep(0.05)  # polling the GCS for the name to be released, bounded by deadline
+
+    # -- outputs -----------------------------------------------------------------------------
+    def _log_tasks(self) -> None:
+        for i in self.tasks:
+            log.info("%-6s rank %d  node %s  %s:%d  pid %d  gpus %s", i["role"], i["rank"], i["node_id"][:12],
+                     i["host"], i["port"], i["pid"], ",".join(i["gpu_ids"]) or "-")
+
+    def _write_metrics(self) -> None:
+        if self.metrics.rows:
+            self.run_dir.write_table(storage.METRICS_FILE, self.metrics.to_arrow())
+
+    def _checkpoint_uris(self) -> list[str]:
+        return [self.run_dir.uri_of(storage.CHECKPOINTS_DIR, e.name)
+                for e in self.run_dir.list_checkpoints() if e.committed]
+
+    def summary(self, status: str) -> dict[str, Any]:
+        ckpts = self._checkpoint_uris()
+        err = None
+        if self.error is not None:
+            first = next(iter(self.error.failures.values()), None)
+            err = {"message": str(self.error)}
+            if first is not None:
+                err.update(role=first.role, rank=first.rank, node_id=first.node_id, kind=first.kind,
+                           traceback=first.remote_traceback)
+        now = time.time()
+        return {
+            "run": self.cfg.run.name,
+            "run_dir": self.run_dir.uri,
+            "status": status,
+            "strategy": self.cfg.cluster.strategy.value,
+            "num_replicas_in_sync": self.replicas,
+            "tasks": [{k: i[k] for k in ("role", "index", "rank", "node_id", "host", "port", "gpu_ids")}
+                      | {"address": f"{i['host']}:{i['port']}"} for i in self.tasks],
+            "attempts": self.previous_attempts + [a.to_json() for a in self.attempts],
+            "resumed_from": (self.run_dir.uri_of(storage.CHECKPOINTS_DIR, self.resumed_from.name)
+                             if self.resumed_from else None),
+            "final_metrics": self.metrics.final(),
+            "last_checkpoint": ckpts[-1] if ckpts else None,
+            "checkpoints": ckpts,
+            "versions": self.versions,
+            "error": err,
+            "started_at": self.t0,
+            "ended_at": None if status == RUNNING else now,
+            "duration_s": round(now - self.t0, 3),
+            "first_step_s": None if self.first_step_at is None else round(self.first_step_at - self.t0, 3),
+            "config": to_dict(self.cfg),
+        }
+
+    def _write_result(self, status: str) -> None:
+        self.run_dir.write_json(storage.RESULT_FILE, self.summary(status))
+
+    def result(self, status: str) -> Result:
+        summary = self.run_dir.read_json(storage.RESULT_FILE)
+        return Result(status=status, run_dir=self.run_dir.uri, config=self.cfg, summary=summary,
+                      metrics_table=self.metrics.to_arrow(), error=self.error,
+                      checkpoints=summary["checkpoints"])
+
+
+def fit(cfg: Config, *, quiet: bool = False) -> Result:
+    """Run `cfg` to completion; failures come back as Result.status == "failed" with Result.error."""
+    return Driver(cfg, quiet=quiet).run()

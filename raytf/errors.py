@@ -1,0 +1,75 @@
+"""One error hierarchy for raytf: every failure a user can see is a RaytfError."""
+
+from __future__ import annotations
+
+
+class RaytfError(Exception):
+    """Base class of every error raytf raises on purpose."""
+
+
+class ConfigError(RaytfError, ValueError):
+    """A configuration value is invalid; the message names the key, the value and the fix."""
+
+    exit_code = 2
+
+
+class PlacementError(RaytfError):
+    """The cluster cannot host the requested tasks (placement group not ready in time)."""
+
+
+class StorageError(RaytfError):
+    """The run directory cannot be read or written."""
+
+
+class WorkerError(RaytfError):
+    """A TF task failed; carries the rank, role, node and the formatted remote traceback.
+
+    Only plain strings are stored so the error pickles across processes unchanged.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        role: str = "",
+        rank: int = -1,
+        node_id: str = "",
+        remote_traceback: str = "",
+        kind: str = "user",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.role = role
+        self.rank = rank
+        self.node_id = node_id
+        self.remote_traceback = remote_traceback
+        # "user": the training function raised; "system": the actor or its node died.
+        self.kind = kind
+
+    def __reduce__(self):
+        return (
+            _rebuild_worker_error,
+            (self.message, self.role, self.rank, self.node_id, self.remote_traceback, self.kind),
+        )
+
+    def __str__(self) -> str:
+        where = f"{self.role} {self.rank}" if self.role else f"rank {self.rank}"
+        node = f" on node {self.node_id[:12]}" if self.node_id else ""
+        return f"{where}{node}: {self.message}"
+
+
+def _rebuild_worker_error(message, role, rank, node_id, remote_traceback, kind) -> WorkerError:
+    return WorkerError(
+        message, role=role, rank=rank, node_id=node_id, remote_traceback=remote_traceback, kind=kind
+    )
+
+
+class TrainingFailedError(RaytfError):
+    """The run failed; `failures` holds one WorkerError per failed task, keyed by (role, rank)."""
+
+    def __init__(self, message: str, failures: dict[tuple[str, int], WorkerError] | None = None) -> None:
+        super().__init__(message)
+        self.failures = dict(failures or {})
+
+    def __reduce__(self):
+        return (TrainingFailedError, (self.args[0], self.failures))

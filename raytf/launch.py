@@ -1,0 +1,67 @@
+"""`python -m raytf.launch CONFIG.yaml [key=value ...]`: run one training job from the command line.
+
+Exit codes: 0 success, 1 the run failed, 2 bad configuration or usage, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from raytf.config import load_config
+from raytf.errors import ConfigError, PlacementError, RaytfError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m raytf.launch", description=__doc__.splitlines()[0])
+    p.add_argument("config", help="YAML config file (e.g. conf/local.yaml)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.epochs=5 run.name=exp1")
+    p.add_argument("--quiet", action="store_true", help="no progress bars, log lines only")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as e:
+        print(f"raytf: config error: {e}", file=sys.stderr)
+        return 2
+    from raytf import driver
+
+    started = False
+    try:
+        started = driver.ensure_ray(cfg)
+        result = driver.fit(cfg, quiet=args.quiet)
+    except ConfigError as e:
+        print(f"raytf: config error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("raytf: interrupted; everything was released", file=sys.stderr)
+        return 130
+    except PlacementError as e:
+        print(f"raytf: {e}", file=sys.stderr)
+        return 1
+    except RaytfError as e:
+        print(f"raytf: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    print(f"raytf: {result.status}: {result.run_dir}")
+    if result.final_metrics:
+        print("raytf: final metrics: " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                                  for k, v in result.final_metrics.items()))
+    if result.error is not None:
+        print(f"raytf: {result.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The run directory on shared storage: the only module that reads or writes it (through pyarrow.fs)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from raytf import checkpoints
+from raytf.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.yaml"
+RESULT_FILE = "result.json"
+METRICS_FILE = "metrics.parquet"
+CHECKPOINTS_DIR = "checkpoints"
+
+
+def resolve(path: str) -> tuple[pafs.FileSystem, str, str]:
+    """(filesystem, path inside it, canonical URI) for a local path or a pyarrow URI."""
+    if "://" not in path:
+        local = os.path.abspath(os.path.expanduser(path))
+        return pafs.LocalFileSystem(), local, local
+    try:
+        fs, inner = pafs.FileSystem.from_uri(path)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+        raise StorageError(f"storage.path ({path!r}) cannot be opened: {e}") from None
+    return fs, inner.rstrip("/"), path.rstrip("/")
+
+
+class RunDir:
+    """`<storage.path>/<run.name>/`: config, result, metrics and checkpoints of one run."""
+
+    def __init__(self, storage_path: str, run_name: str) -> None:
+        self.storage_path = storage_path
+        self.run_name = run_name
+        self.fs, base, base_uri = resolve(storage_path)
+        self.root = posixpath.join(base, run_name)
+        self.uri = posixpath.join(base_uri, run_name)
+        self._local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    def __reduce__(self):
+        # Filesystem handles are rebuilt from the URI on the other side (credentials come from the
+        # environment there, never pickled into task arguments).
+        return (RunDir, (self.storage_path, self.run_name))
+
+    def path(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts)
+
+    def uri_of(self, *parts: str) -> str:
+        return posixpath.join(self.uri, *parts)
+
+    # -- plain files -------------------------------------------------------------------------
+    def makedirs(self, rel: str = "") -> None:
+        try:
+            self.fs.create_dir(self.path(rel) if rel else self.root, recursive=True)
+        except OSError as e:
+            raise StorageError(f"cannot create {self.uri_of(rel)} (storage.path={self.storage_path!r}): {e}")
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write a whole file so readers see the old content or the new one, never a part."""
+        target = self.path(rel)
+        self.fs.create_dir(posixpath.dirname(target), recursive=True)
+        if not self._local:
+            # An object store PUT becomes visible whole at close.
+            with self.fs.open_output_stream(target) as f:
+                f.write(data)
+            return
+        tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(data)
+        self.fs.move(tmp, target)
+
+    def write_text(self, rel: str, text: str) -> None:
+        self.write_bytes(rel, text.encode())
+
+    def write_json(self, rel: str, obj: Any) -> None:
+        self.write_text(rel, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+    def read_text(self, rel: str) -> str:
+        with self.fs.open_input_stream(self.path(rel)) as f:
+            return f.read().decode()
+
+    def read_json(self, rel: str) -> Any:
+        return json.loads(self.read_text(rel))
+
+    def write_table(self, rel: str, table: pa.Table) -> None:
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        self.write_bytes(rel, sink.getvalue().to_pybytes())
+
+    def read_table(self, rel: str) -> pa.Table:
+        return pq.read_table(self.path(rel), filesystem=self.fs)
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def list_checkpoints(self) -> list[checkpoints.CheckpointEntry]:
+        base = self.path(CHECKPOINTS_DIR)
+        infos = self.fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=True))
+        dirs, committed = set(), set()
+        for info in infos:
+            rel = posixpath.relpath(info.path, base)
+            parts = rel.split("/")
+            dirs.add(parts[0])
+            if len(parts) == 2 and parts[1] == checkpoints.COMMIT_MARKER:
+                committed.add(parts[0])
+        return checkpoints.entries_from_listing(dirs, committed)
+
+    def latest_checkpoint(self) -> checkpoints.CheckpointEntry | None:
+        return checkpoints.latest_committed(self.list_checkpoints())
+
+    def upload_checkpoint(self, local_dir: str, epoch: int, step: int, meta: dict[str, Any]) -> str:
+        """Copy a finished local checkpoint up, then commit it by writing the marker last."""
+        name = checkpoints.checkpoint_name(epoch, step)
+        dest = self.path(CHECKPOINTS_DIR, name)
+        if self.fs.get_file_info(dest).type != pafs.FileType.NotFound:
+            # A partial copy from an earlier, interrupted attempt: start it over.
+            self.fs.delete_dir(dest)
+        self.fs.create_dir(dest, recursive=True)
+        pafs.copy_files(local_dir, dest, source_filesystem=pafs.LocalFileSystem(),
+                        destination_filesystem=self.fs)
+        self.write_json(posixpath.join(CHECKPOINTS_DIR, name, checkpoints.COMMIT_MARKER),
+                        {"epoch": epoch, "step": step, **meta})
+        return self.uri_of(CHECKPOINTS_DIR, name)
+
+    def download_checkpoint(self, entry: checkpoints.CheckpointEntry, local_dir: str) -> str:
+        """Copy a committed checkpoint into local_dir; returns the tf.train.Checkpoint prefix."""
+        os.makedirs(local_dir, exist_ok=True)
+        pafs.copy_files(self.path(CHECKPOINTS_DIR, entry.name), local_dir, source_filesystem=self.fs,
+                        destination_filesystem=pafs.LocalFileSystem())
+        return os.path.join(local_dir, checkpoints.TF_PREFIX)
+
+    def prune_checkpoints(self, keep_last: int) -> list[str]:
+        doomed = checkpoints.to_prune(self.list_checkpoints(), keep_last)
+        for e in doomed:
+            try:
+                self.fs.delete_dir(self.path(CHECKPOINTS_DIR, e.name))
+            except OSError as err:  # pruning is housekeeping: never fail a run for it
+                log.warning("could not prune checkpoint %s: %s", e.name, err)
+        return [e.name for e in doomed]
