@@ -97,7 +97,6 @@ def shortfall(bundles: list[dict[str, float]], strategy: str, nodes: list[dict[s
         if distinct < len(bundles):
             return (f"STRICT_SPREAD needs {len(bundles)} distinct nodes that can each hold a bundle, "
                     f"the cluster has {distinct}")
-    if strategy == "STRICT_PACK":
-        if not any(_fits(need, n) for n in nodes):
-            return f"STRICT_PACK needs one node with {_fmt(need)}, none has that much"
+    if strategy == "STRICT_PACK" and not any(_fits(need, n) for n in nodes):
+        return f"STRICT_PACK needs one node with {_fmt(need)}, none has that much"
     return ""

@@ -63,7 +63,7 @@ class RunDir:
         try:
             self.fs.create_dir(self.path(rel) if rel else self.root, recursive=True)
         except OSError as e:
-            raise StorageError(f"cannot create {self.uri_of(rel)} (storage.path={self.storage_path!r}): {e}")
+            raise StorageError(f"cannot create {self.uri_of(rel)} (storage.path={self.storage_path!r}): {e}") from None
 
     def exists(self, rel: str) -> bool:
         return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound

@@ -57,9 +57,8 @@ def cluster_spec(addresses: Sequence[TaskAddress]) -> dict[str, list[str]]:
 
 def tf_config(spec: dict[str, list[str]], role: str, index: int) -> dict:
     """The TF_CONFIG dict for one task of `spec`."""
-    if role != "evaluator":
-        if role not in spec or not 0 <= index < len(spec[role]):
-            raise ValueError(f"task {role} {index} is not in the cluster spec {sorted(spec)}")
+    if role != "evaluator" and (role not in spec or not 0 <= index < len(spec[role])):
+        raise ValueError(f"task {role} {index} is not in the cluster spec {sorted(spec)}")
     return {"cluster": spec, "task": {"type": role, "index": index}}
 
 

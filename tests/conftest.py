@@ -1,0 +1,48 @@
+"""Shared fixtures: one local Ray per test module, and a leak check after every test that uses it."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """A local Ray with 2 CPUs and the dashboard (ray.util.state needs it); shut down afterwards."""
+    import ray
+
+    os.chdir(ROOT)  # the tasks import tests.* and examples.* from the driver's working directory
+    ray.init(num_cpus=2, include_dashboard=True, configure_logging=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def leftovers() -> dict:
+    from ray.util.state import list_actors, list_placement_groups
+
+    return {
+        "actors": [a.name or a.class_name for a in list_actors(filters=[("state", "!=", "DEAD")])],
+        "placement_groups": [p.name for p in list_placement_groups(filters=[("state", "!=", "REMOVED")])],
+    }
+
+
+@pytest.fixture
+def no_leaks(ray_local):
+    assert leftovers() == {"actors": [], "placement_groups": []}, "a previous test leaked"
+    yield
+    assert leftovers() == {"actors": [], "placement_groups": []}
+
+
+@pytest.fixture
+def fast_cfg(tmp_path):
+    """A small, quick 2-worker MWMS config writing under tmp_path."""
+    import raytf
+
+    def make(*overrides: str):
+        return raytf.load_config(ROOT / "conf/local.yaml", [
+            f"storage.path={tmp_path / 'runs'}", "train.epochs=2", "train.steps_per_epoch=8",
+            "train.batch_size=16", "metrics.every_steps=4", "metrics.flush_interval_s=0", *overrides])
+
+    return make

@@ -1,0 +1,87 @@
+"""Checkpoint naming, commit and pruning rules (pure), and the RunDir that applies them."""
+
+import os
+
+import pytest
+
+from raytf import checkpoints as ck
+from raytf.storage import CHECKPOINTS_DIR, RunDir
+
+
+def test_names_round_trip_and_sort():
+    names = [ck.checkpoint_name(e, s) for e, s in [(10, 200), (2, 40), (2, 35)]]
+    assert [ck.parse_name(n) for n in names] == [(10, 200), (2, 40), (2, 35)]
+    assert ck.parse_name("ckpt-e1-s2") is None and ck.parse_name("other") is None
+    entries = ck.entries_from_listing([*names, "junk"], committed=names)
+    assert [(e.epoch, e.step) for e in entries] == [(2, 35), (2, 40), (10, 200)]
+    with pytest.raises(ValueError):
+        ck.checkpoint_name(-1, 0)
+
+
+def test_latest_committed_skips_partial_writes():
+    entries = ck.entries_from_listing([ck.checkpoint_name(1, 10), ck.checkpoint_name(2, 20)],
+                                      committed=[ck.checkpoint_name(1, 10)])
+    assert ck.latest_committed(entries).name == ck.checkpoint_name(1, 10)
+    assert ck.latest_committed([]) is None
+    assert ck.latest_committed(ck.entries_from_listing([ck.checkpoint_name(1, 1)], [])) is None
+
+
+def test_prune_keeps_last_k_and_never_the_latest_committed():
+    c = [ck.CheckpointEntry(e, e * 10, ck.checkpoint_name(e, e * 10), True) for e in range(1, 6)]
+    partial_old = ck.CheckpointEntry(3, 35, ck.checkpoint_name(3, 35), False)
+    partial_new = ck.CheckpointEntry(6, 60, ck.checkpoint_name(6, 60), False)
+    doomed = ck.to_prune([*c, partial_old, partial_new], keep_last=2)
+    assert [d.name for d in doomed] == [c[0].name, c[1].name, c[2].name, partial_old.name]
+    assert ck.to_prune(c, keep_last=0) == []
+    assert ck.to_prune(c, keep_last=1) == c[:4]
+    assert ck.to_prune([partial_old], keep_last=1) == []  # nothing committed: touch nothing
+
+
+@pytest.mark.parametrize(("before", "after", "every", "want"),
+                         [(9, 10, 10, True), (8, 9, 10, False), (8, 12, 10, True), (10, 12, 10, False),
+                          (0, 5, 0, False)])
+def test_crossed(before, after, every, want):
+    assert ck.crossed(before, after, every) is want
+
+
+def test_is_due():
+    assert ck.is_due(4, 2) and not ck.is_due(3, 2) and not ck.is_due(3, 0) and not ck.is_due(0, 1)
+
+
+def test_rundir_upload_commit_list_download_prune(tmp_path):
+    rd = RunDir(str(tmp_path / "runs"), "r1")
+    rd.makedirs()
+    src = tmp_path / "local"
+    src.mkdir()
+    (src / "ckpt.index").write_bytes(b"index")
+    (src / "ckpt.data-00000-of-00001").write_bytes(b"x" * 1000)
+    for epoch in (1, 2, 3):
+        rd.upload_checkpoint(str(src), epoch, epoch * 10, {"attempt": 1})
+    # A partial upload newer than everything (writer died before the marker): never selected.
+    partial = tmp_path / "runs" / "r1" / CHECKPOINTS_DIR / ck.checkpoint_name(4, 40)
+    partial.mkdir()
+    (partial / "ckpt.index").write_bytes(b"half")
+    latest = rd.latest_checkpoint()
+    assert (latest.epoch, latest.step) == (3, 30)
+    assert rd.read_json(f"{CHECKPOINTS_DIR}/{latest.name}/{ck.COMMIT_MARKER}")["attempt"] == 1
+    prefix = rd.download_checkpoint(latest, str(tmp_path / "dl"))
+    with open(prefix + ".index", "rb") as f:
+        assert f.read() == b"index"
+    assert rd.prune_checkpoints(keep_last=1) == [ck.checkpoint_name(1, 10), ck.checkpoint_name(2, 20)]
+    assert sorted(os.listdir(tmp_path / "runs" / "r1" / CHECKPOINTS_DIR)) == [
+        ck.checkpoint_name(3, 30), ck.checkpoint_name(4, 40)]
+
+
+def test_rundir_atomic_write_leaves_no_temp_files(tmp_path):
+    rd = RunDir(str(tmp_path), "r")
+    rd.write_json("result.json", {"a": 1})
+    rd.write_json("result.json", {"a": 2})
+    assert rd.read_json("result.json") == {"a": 2}
+    assert os.listdir(tmp_path / "r") == ["result.json"]
+
+
+def test_rundir_pickles_by_uri(tmp_path):
+    import pickle
+
+    rd = pickle.loads(pickle.dumps(RunDir(str(tmp_path), "r")))
+    assert rd.uri == os.path.join(str(tmp_path), "r")

@@ -1,0 +1,114 @@
+"""Config loading, overrides and validation (pure: no Ray, no TF)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from raytf.config import Collective, Config, PlacementStrategy, Strategy, load_config, to_yaml
+from raytf.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = {"train": {"entrypoint": "examples.keras_cnn:train"}}
+
+
+def test_local_yaml_loads_with_overrides():
+    cfg = load_config(ROOT / "conf/local.yaml",
+                      ["cluster.num_workers=3", "train.epochs=5", "run.name=exp1", "train.params.lr=0.5"])
+    assert isinstance(cfg, Config)
+    assert cfg.cluster.num_workers == 3
+    assert cfg.train.epochs == 5
+    assert cfg.run.name == "exp1"
+    assert cfg.train.params["lr"] == 0.5
+    assert cfg.cluster.strategy is Strategy.multi_worker_mirrored
+    assert cfg.ray.address is None
+    assert cfg.storage.path == "./runs"
+
+
+def test_dict_source_and_mapping_overrides():
+    cfg = load_config(BASE, {"cluster.placement_strategy": "STRICT_SPREAD", "cluster.collective": "ring",
+                             "cluster.worker.custom.accel": 2})
+    assert cfg.cluster.placement_strategy is PlacementStrategy.STRICT_SPREAD
+    assert cfg.cluster.collective is Collective.ring
+    assert cfg.cluster.worker.custom == {"accel": 2.0}
+
+
+def test_user_params_pass_through_untouched():
+    cfg = load_config({**BASE, "train": {**BASE["train"], "params": {"layers": [64, 32], "opt": {"name": "adam"}}}})
+    assert cfg.train.params == {"layers": [64, 32], "opt": {"name": "adam"}}
+
+
+def test_config_round_trips_through_yaml(tmp_path):
+    cfg = load_config(BASE, ["run.name=x", "cluster.num_workers=4"])
+    path = tmp_path / "c.yaml"
+    path.write_text(to_yaml(cfg))
+    assert load_config(path) == cfg
+
+
+def test_existing_config_as_source():
+    cfg = load_config(BASE, ["train.epochs=7"])
+    again = load_config(cfg, ["cluster.num_workers=5"])
+    assert again.train.epochs == 7 and again.cluster.num_workers == 5
+
+
+BAD = [
+    (["cluster.num_worker=3"], "cluster.num_worker", "num_workers"),  # typo: OmegaConf's "did you mean"
+    (["cluster.num_workers=abc"], "cluster.num_workers", "abc"),
+    (["cluster.strategy=mirrorred"], "cluster.strategy", "multi_worker_mirrored"),
+    (["cluster.placement_strategy=spread"], "cluster.placement_strategy", "STRICT_SPREAD"),
+    (["cluster.num_workers=0"], "cluster.num_workers", "(0)"),
+    (["train.epochs=0"], "train.epochs", "(0)"),
+    (["train.batch_size=-4"], "train.batch_size", "-4"),
+    (["train.steps_per_epoch=0"], "train.steps_per_epoch", "(0)"),
+    (["train.entrypoint=examples.keras_cnn"], "train.entrypoint", "package.module:function"),
+    (["train.entrypoint="], "train.entrypoint", ""),
+    (["cluster.worker.cpus=-1"], "cluster.worker.cpus", "-1"),
+    (["cluster.worker.cpus=0"], "cluster.worker", "reserves nothing"),
+    (["cluster.collective=nccl"], "cluster.collective", "GPUs"),
+    (["cluster.placement_timeout_s=0"], "cluster.placement_timeout_s", "(0.0)"),
+    (["checkpoint.keep_last=-1"], "checkpoint.keep_last", "-1"),
+    (["run.name=a/b"], "run.name", "a/b"),
+    (["ray.address=nowhere"], "ray.address", "nowhere"),
+    (["storage.path="], "storage.path", ""),
+    (["nonsense=1"], "nonsense", ""),
+    (["train.epochs"], "train.epochs", "key=value"),
+    (["cluster.strategy=parameter_server"], "cluster.strategy", "parameter_server"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "key", "detail"), BAD, ids=[b[0][0] for b in BAD])
+def test_bad_config_gives_one_line_error_naming_the_key(overrides, key, detail):
+    with pytest.raises(ConfigError) as info:
+        load_config(BASE, overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    assert key in message
+    assert detail in message
+
+
+def test_missing_yaml_file():
+    with pytest.raises(ConfigError, match="not found"):
+        load_config("conf/does-not-exist.yaml")
+
+
+def test_defaults_need_an_entrypoint():
+    with pytest.raises(ConfigError, match=r"train\.entrypoint"):
+        load_config()
+
+
+@pytest.mark.parametrize("args", [["conf/local.yaml", "cluster.num_worker=2"],
+                                  ["conf/local.yaml", "train.epochs=zero"],
+                                  ["conf/nope.yaml"]])
+def test_cli_bad_config_exits_2_with_one_line(args):
+    proc = subprocess.run([sys.executable, "-m", "raytf.launch", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("raytf: config error:"), proc.stderr
+
+
+def test_cli_usage_error_exits_2():
+    proc = subprocess.run([sys.executable, "-m", "raytf.launch"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2

@@ -1,0 +1,138 @@
+"""Real multi-process MultiWorkerMirroredStrategy runs: 2 TF workers as Ray actors over 127.0.0.1."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import raytf
+from raytf.errors import PlacementError
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+
+def _epoch_rows(df, rank):
+    return df[(df["kind"] == "epoch") & (df["rank"] == rank)].sort_values("epoch")
+
+
+def test_keras_fit_two_workers_then_resume(fast_cfg, no_leaks):
+    cfg = fast_cfg("run.name=fit2", "train.epochs=3")
+    result = raytf.fit(cfg, quiet=True)
+    assert result.status == "succeeded", result.error
+    s = result.summary
+    assert s["num_replicas_in_sync"] == 2
+    assert s["strategy"] == "multi_worker_mirrored"
+    assert [(t["role"], t["rank"]) for t in s["tasks"]] == [("worker", 0), ("worker", 1)]
+    assert all(t["address"].startswith("127.0.0.1:") and t["node_id"] for t in s["tasks"])
+    assert s["versions"]["keras"].startswith("tf_keras")
+    df = result.metrics
+    assert set(df["rank"]) == {0, 1}
+    assert {"rank", "epoch", "step", "attempt", "loss", "accuracy", "val_loss"} <= set(df.columns)
+    for rank in (0, 1):
+        assert list(_epoch_rows(df, rank)["epoch"]) == [1, 2, 3]
+    loss = list(_epoch_rows(df, 0)["loss"])
+    assert loss[-1] < loss[0]
+    assert (df[df["kind"] == "step"]["step"] % 4 == 0).all()
+    # Step rows are per-replica means, comparable with the epoch rows (not summed over replicas).
+    assert df[df["kind"] == "step"]["loss"].max() < 2 * df[df["kind"] == "epoch"]["loss"].max()
+
+    run_dir = Path(result.run_dir)
+    on_disk = json.loads((run_dir / "result.json").read_text())
+    assert on_disk["status"] == "succeeded" and on_disk["resumed_from"] is None
+    assert on_disk["final_metrics"]["epoch"] == 3
+    assert pq.read_table(f"{run_dir}/metrics.parquet").num_rows == len(df)
+    assert result.last_checkpoint.endswith("ckpt-e000003-s0000000024")
+    assert "train:" in (run_dir / "config.yaml").read_text()
+
+    # Relaunch with the same run.name and more epochs: resumes at epoch 4, does not restart.
+    again = raytf.fit(raytf.load_config(cfg, ["train.epochs=4"]), quiet=True)
+    assert again.status == "succeeded", again.error
+    assert again.summary["resumed_from"].endswith("ckpt-e000003-s0000000024")
+    assert [a["attempt"] for a in again.attempts] == [1, 2]
+    df2 = again.metrics
+    second = df2[df2["attempt"] == 2]
+    assert set(second[second["kind"] == "epoch"]["epoch"]) == {4}
+    assert second["step"].min() > 24
+    assert len(df2[df2["attempt"] == 1]) == len(df)  # the first launch's rows are kept
+    assert again.last_checkpoint.endswith("ckpt-e000004-s0000000032")
+
+
+def test_custom_training_loop(fast_cfg, no_leaks):
+    result = raytf.fit(fast_cfg("run.name=loop", "train.entrypoint=examples.custom_loop:train",
+                                "train.epochs=3"), quiet=True)
+    assert result.status == "succeeded", result.error
+    assert result.summary["num_replicas_in_sync"] == 2
+    df = result.metrics
+    assert set(df["rank"]) == {0, 1}
+    loss = list(_epoch_rows(df, 0)["loss"])
+    assert loss[-1] < loss[0]
+    # Both ranks see the same all-reduced loss.
+    assert list(_epoch_rows(df, 1)["loss"]) == pytest.approx(loss)
+    assert result.last_checkpoint is not None
+
+
+def test_failing_user_function_reports_rank_and_traceback(fast_cfg, no_leaks):
+    result = raytf.fit(fast_cfg("run.name=boom", "train.entrypoint=tests.train_fns:fail_on_rank1"), quiet=True)
+    assert result.status == "failed"
+    (key, err), = result.error.failures.items()
+    assert key == ("worker", 1) and err.rank == 1 and err.role == "worker" and err.node_id
+    assert "rank 1 refuses to train" in str(err)
+    assert "fail_on_rank1" in err.remote_traceback and "ValueError" in err.remote_traceback
+    assert result.summary["error"]["rank"] == 1
+    assert result.attempts[-1]["status"] == "failed" and result.attempts[-1]["rank"] == 1
+    with pytest.raises(raytf.TrainingFailedError):
+        result.raise_for_status()
+
+
+def test_missing_entrypoint_function_fails_cleanly(fast_cfg, no_leaks):
+    result = raytf.fit(fast_cfg("run.name=nofn", "train.entrypoint=tests.train_fns:nope"), quiet=True)
+    assert result.status == "failed"
+    assert "has no function 'nope'" in str(result.error)
+
+
+def test_unsatisfiable_placement_fails_fast_and_releases(fast_cfg, no_leaks):
+    cfg = fast_cfg("run.name=toobig", "cluster.num_workers=3", "cluster.placement_timeout_s=2")
+    with pytest.raises(PlacementError) as info:
+        raytf.fit(cfg, quiet=True)
+    msg = str(info.value)
+    assert "CPU" in msg and "cluster.placement_timeout_s=2" in msg
+    gpu = fast_cfg("run.name=gpu", "cluster.worker.gpus=1", "cluster.placement_timeout_s=1")
+    with pytest.raises(PlacementError, match="GPU"):
+        raytf.fit(gpu, quiet=True)
+
+
+def test_events_from_every_rank(fast_cfg, no_leaks):
+    result = raytf.fit(fast_cfg("run.name=ev", "train.entrypoint=tests.train_fns:report_only",
+                                "checkpoint.every_epochs=0"), quiet=True)
+    assert result.status == "succeeded", result.error
+    df = result.metrics
+    epochs = df[df["kind"] == "epoch"]
+    assert sorted(zip(epochs["rank"], epochs["value"])) == [(0, 0.0), (0, 0.0), (1, 1.0), (1, 1.0)]
+    assert set(epochs["replicas"]) == {2.0}
+    assert result.checkpoints == []
+
+
+def test_cli_runs_conf_local_end_to_end(tmp_path):
+    """The README's main command (shortened): embedded Ray, exit 0, run dir complete."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", "run.name=cli",
+         f"storage.path={tmp_path}", "train.epochs=2", "train.steps_per_epoch=5", "ray.num_cpus=2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "raytf: succeeded" in proc.stdout
+    run = tmp_path / "cli"
+    assert {"config.yaml", "result.json", "metrics.parquet", "checkpoints"} <= {p.name for p in run.iterdir()}
+    assert json.loads((run / "result.json").read_text())["status"] == "succeeded"
+
+
+def test_cli_failed_run_exits_1(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", "run.name=clifail",
+         f"storage.path={tmp_path}", "train.entrypoint=tests.train_fns:fail_on_rank1", "ray.num_cpus=2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 1
+    assert "worker 1" in proc.stderr and "rank 1 refuses to train" in proc.stderr

@@ -1,0 +1,67 @@
+"""Cluster spec and TF_CONFIG derivation (pure)."""
+
+import json
+
+import pytest
+
+from raytf.config import load_config
+from raytf.plan import make_plan
+from raytf.topology import TaskAddress, cluster_spec, is_chief, tf_config, tf_config_json
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+def test_workers_spec_and_tf_config(n):
+    addrs = [TaskAddress("worker", i, f"10.0.0.{i + 1}", 20000 + i) for i in reversed(range(n))]
+    spec = cluster_spec(addrs)
+    assert spec == {"worker": [f"10.0.0.{i + 1}:{20000 + i}" for i in range(n)]}
+    for i in range(n):
+        cfg = tf_config(spec, "worker", i)
+        assert cfg == {"cluster": spec, "task": {"type": "worker", "index": i}}
+        assert json.loads(tf_config_json(spec, "worker", i)) == cfg
+        assert is_chief(spec, "worker", i) == (i == 0)
+
+
+def test_roles_ordered_and_evaluator_left_out():
+    addrs = [TaskAddress("ps", 0, "h", 3), TaskAddress("worker", 1, "h", 2), TaskAddress("chief", 0, "h", 1),
+             TaskAddress("worker", 0, "h", 4), TaskAddress("evaluator", 0, "h", 5)]
+    spec = cluster_spec(addrs)
+    assert list(spec) == ["chief", "worker", "ps"]
+    assert spec == {"chief": ["h:1"], "worker": ["h:4", "h:2"], "ps": ["h:3"]}
+    assert tf_config(spec, "evaluator", 0)["task"] == {"type": "evaluator", "index": 0}
+    assert is_chief(spec, "chief", 0) and not is_chief(spec, "worker", 0)
+
+
+def test_ipv6_hosts_are_bracketed():
+    assert cluster_spec([TaskAddress("worker", 0, "::1", 5)]) == {"worker": ["[::1]:5"]}
+
+
+@pytest.mark.parametrize(("addrs", "match"), [
+    ([TaskAddress("worker", 0, "h", 1), TaskAddress("worker", 2, "h", 2)], "not 0..1"),
+    ([TaskAddress("worker", 0, "h", 1), TaskAddress("worker", 0, "h", 2)], "two addresses"),
+    ([TaskAddress("worker", 0, "h", 1), TaskAddress("worker", 1, "h", 1)], "both claim"),
+    ([TaskAddress("worker", 0, "h", 0)], "not a valid TCP port"),
+    ([TaskAddress("chief", 0, "h", 1), TaskAddress("chief", 1, "h", 2)], "at most one chief"),
+])
+def test_inconsistent_addresses_rejected(addrs, match):
+    with pytest.raises(ValueError, match=match):
+        cluster_spec(addrs)
+
+
+def test_tf_config_rejects_unknown_task():
+    spec = {"worker": ["h:1"]}
+    with pytest.raises(ValueError):
+        tf_config(spec, "worker", 1)
+    with pytest.raises(ValueError):
+        tf_config(spec, "ps", 0)
+
+
+def test_plan_ranks_and_bundles():
+    cfg = load_config({"train": {"entrypoint": "m:f"}},
+                      ["cluster.num_workers=3", "cluster.worker.cpus=2", "cluster.worker.gpus=1",
+                       "cluster.worker.memory_gb=1", "cluster.worker.custom.tpu=1",
+                       "cluster.placement_strategy=STRICT_SPREAD"])
+    plan = make_plan(cfg)
+    assert [(t.role, t.index, t.rank) for t in plan.tasks] == [("worker", i, i) for i in range(3)]
+    assert plan.bundles == [{"CPU": 2.0, "GPU": 1.0, "memory": 1024**3, "tpu": 1.0}] * 3
+    assert plan.placement_strategy == "STRICT_SPREAD"
+    assert plan.tasks[0].threads == 2
