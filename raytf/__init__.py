@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from raytf.config import Config, load_config
 from raytf.context import TrainContext
 from raytf.errors import (
@@ -12,11 +14,13 @@ from raytf.errors import (
     TrainingFailedError,
     WorkerError,
 )
+from raytf.events import Event
 from raytf.result import Result, load_result
 
 __all__ = [
     "Config",
     "ConfigError",
+    "Event",
     "PlacementError",
     "RaytfError",
     "Result",
@@ -32,13 +36,20 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def fit(cfg: Config | str | dict, overrides: list[str] | dict | None = None, *, quiet: bool = False) -> Result:
+def fit(
+    cfg: Config | str | dict,
+    overrides: list[str] | dict | None = None,
+    *,
+    quiet: bool = False,
+    on_event: Callable[[Event], None] | None = None,
+) -> Result:
     """Train as configured and return the Result (status, metrics DataFrame, checkpoints).
 
     Args:
         cfg: a Config, a YAML path or a dict (see `load_config`).
         overrides: `key=value` strings or a {dotted key: value} mapping applied on top.
         quiet: no progress bars (log lines only).
+        on_event: called on the driver with every Event the tasks send (kind, role, rank, payload).
 
     Returns:
         The Result; a failed run has status "failed" and `error` set (`result.raise_for_status()`).
@@ -51,4 +62,4 @@ def fit(cfg: Config | str | dict, overrides: list[str] | dict | None = None, *, 
 
     if not isinstance(cfg, Config) or overrides:
         cfg = load_config(cfg, overrides)
-    return driver.fit(cfg, quiet=quiet)
+    return driver.fit(cfg, quiet=quiet, on_event=on_event)

@@ -91,6 +91,7 @@ class TaskActor:
         self._host = advertise_address or ray.util.get_node_ip_address()
         self._node_id = ray.get_runtime_context().get_node_id()
         self._scratch = tempfile.mkdtemp(prefix=f"raytf-{spec.role}{spec.index}-")
+        self._server = None  # ParameterServerStrategy ps/worker: TF's in-process server
 
     def address(self) -> dict[str, Any]:
         return {
@@ -110,6 +111,43 @@ class TaskActor:
             self._sock.close()
             self._sock = None
 
+    def _prepare(self, tf_config: dict, cfg: Config, python_path: list[str]):
+        os.environ["TF_CONFIG"] = json.dumps(tf_config)
+        for p in reversed(python_path):
+            if p not in sys.path:
+                sys.path.insert(0, p)
+        from raytf import _tf_runtime
+
+        _tf_runtime.configure_threads(cfg.cluster.threads or self.spec.threads)
+        return _tf_runtime
+
+    def _error(self, e: BaseException, kind: str = "user") -> dict[str, Any]:
+        return {"ok": False, "error": WorkerError(
+            f"{type(e).__name__}: {e}", role=self.spec.role, rank=self.spec.rank, node_id=self._node_id,
+            remote_traceback=traceback.format_exc(), kind=kind)}
+
+    def start_server(self, *, tf_config: dict, cfg: Config, bus, attempt: int,
+                     python_path: list[str]) -> dict[str, Any]:
+        """ParameterServerStrategy ps/worker task: start TF's gRPC server; returns once it listens."""
+        spec = self.spec
+        _task_logging(f"{spec.role}{spec.index}")
+        try:
+            tf_runtime = self._prepare(tf_config, cfg, python_path)
+            self._server = tf_runtime.start_server(spec.role, spec.index)
+            self._release_port()
+            emit = _Emitter(bus, spec.role, spec.rank, attempt)
+            emit(ev.STARTED, {"replicas": 0, **tf_runtime.versions()})
+            emit.flush()
+            return {"ok": True}
+        except BaseException as e:
+            return self._error(e, kind="system")
+
+    def serve(self, *, bus) -> dict[str, Any]:
+        """Keep the server task alive until the driver says training is over. The call's result is
+        how the driver learns that this task died (the ref fails with RayActorError)."""
+        ray.get(bus.wait_stop.remote(None))
+        return {"ok": True}
+
     def run(
         self,
         *,
@@ -122,41 +160,40 @@ class TaskActor:
         python_path: list[str],
         is_chief: bool,
     ) -> dict[str, Any]:
-        """Run the user's function under the strategy; returns an outcome dict (never raises for
-        errors in user code: they come back as a WorkerError with the formatted traceback)."""
+        """Run the user's function: every MWMS worker, the PS chief (coordinator), or the evaluator.
+        Returns an outcome dict; errors in user code come back as a WorkerError with the traceback."""
         spec = self.spec
         emit = _Emitter(bus, spec.role, spec.rank, attempt)
         _task_logging(f"{spec.role}{spec.index}")
         try:
-            os.environ["TF_CONFIG"] = json.dumps(tf_config)
-            for p in reversed(python_path):
-                if p not in sys.path:
-                    sys.path.insert(0, p)
-            fn = import_entrypoint(cfg.train.entrypoint)
-            from raytf import _tf_runtime
+            tf_runtime = self._prepare(tf_config, cfg, python_path)
+            evaluator = spec.role == "evaluator"
+            fn = import_entrypoint(cfg.train.eval_entrypoint if evaluator else cfg.train.entrypoint)
             from raytf.context import TrainContext
 
-            _tf_runtime.configure_threads(cfg.cluster.threads or spec.threads)
-            strategy = _tf_runtime.build_multi_worker_mirrored(cfg)
-            # TF's server holds the port now; ours can go.
+            if evaluator:
+                import tensorflow as tf
+
+                strategy = tf.distribute.get_strategy()
+            elif cfg.cluster.strategy.value == "parameter_server":
+                strategy = tf_runtime.build_parameter_server(cfg)
+            else:
+                strategy = tf_runtime.build_multi_worker_mirrored(cfg)
+            # TF's server holds the port now (MWMS); ours can go.
             self._release_port()
-            emit(ev.STARTED, {"replicas": int(strategy.num_replicas_in_sync), **_tf_runtime.versions()})
+            emit(ev.STARTED, {"replicas": int(strategy.num_replicas_in_sync), **tf_runtime.versions()})
             ctx = TrainContext(
                 cfg=cfg, strategy=strategy, role=spec.role, index=spec.index, rank=spec.rank,
                 is_chief=is_chief, num_workers=len(tf_config["cluster"].get("worker", [])),
-                attempt=attempt, run_dir=run_dir, emit=emit, resume_from=resume_from,
-                scratch_dir=self._scratch,
+                attempt=attempt, run_dir=run_dir, emit=emit, resume_from=None if evaluator else resume_from,
+                scratch_dir=self._scratch, wait_stop=lambda timeout: ray.get(bus.wait_stop.remote(timeout)),
             )
             fn(ctx)
             emit.flush()
             return {"ok": True, "epoch": ctx.epoch, "step": ctx.step}
         except BaseException as e:  # report everything, SystemExit included, with its traceback
             emit.flush(timeout=5.0)
-            error = WorkerError(
-                f"{type(e).__name__}: {e}", role=spec.role, rank=spec.rank, node_id=self._node_id,
-                remote_traceback=traceback.format_exc(), kind="user",
-            )
-            return {"ok": False, "error": error}
+            return self._error(e)
         finally:
             self._release_port()
             shutil.rmtree(self._scratch, ignore_errors=True)

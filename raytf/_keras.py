@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import tensorflow as tf
 
 
@@ -37,12 +39,32 @@ class RaytfCallback(tf.keras.callbacks.Callback):
         self.ctx.epoch_end(logs)
 
 
-class _LazyScaled(dict):
-    """Batch logs scaled on read only: the context converts them on reporting steps alone."""
+class _LazyScaled(Mapping):
+    """Batch logs read (and scaled) only when the context reports them. Under ParameterServerStrategy the
+    logs are one RemoteValue of a dict: fetching it waits for that step's closure, so only do it then."""
 
     def __init__(self, logs, scale: float) -> None:
-        super().__init__(logs or {})
+        self._logs = logs if logs is not None else {}
         self._s = scale
+        self._read = None
 
-    def items(self):
-        return ((k, v * self._s) for k, v in super().items())
+    def _values(self) -> dict:
+        if self._read is None:
+            from raytf.context import _scalar
+
+            logs = self._logs.fetch() if hasattr(self._logs, "fetch") else self._logs
+            self._read = {}
+            for k, v in logs.items():
+                f = _scalar(v)
+                if f is not None:
+                    self._read[k] = f * self._s
+        return self._read
+
+    def __getitem__(self, key):
+        return self._values()[key]
+
+    def __iter__(self):
+        return iter(self._values())
+
+    def __len__(self) -> int:
+        return len(self._values())

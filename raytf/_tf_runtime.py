@@ -47,6 +47,26 @@ def build_multi_worker_mirrored(cfg: Config) -> tf.distribute.Strategy:
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
+def build_parameter_server(cfg: Config) -> tf.distribute.Strategy:
+    """The coordinator's strategy; variables are placed on (and optionally sharded across) the ps tasks."""
+    from raytf.config import Partitioner
+
+    ps = cfg.cluster.ps
+    partitioner = None
+    if ps.variable_partitioner is Partitioner.min_size_max_shards:
+        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+            min_shard_bytes=ps.min_shard_bytes, max_shards=ps.max_shards or cfg.cluster.num_ps)
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+
+
+def start_server(role: str, index: int) -> tf.distribute.Server:
+    """A ps or worker task of ParameterServerStrategy: an in-process gRPC server the coordinator drives."""
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return tf.distribute.Server(resolver.cluster_spec(), job_name=role, task_index=index,
+                                protocol=resolver.rpc_layer or "grpc", start=True)
+
+
 class CheckpointWriter:
     """Writes a tf.train.Checkpoint on every task (the save is collective under MWMS); only the
     chief's copy is uploaded and committed, the others go to a scratch directory and are dropped."""
@@ -63,7 +83,8 @@ class CheckpointWriter:
     def write(self, epoch: int, step: int) -> str:
         """Write locally; returns the local directory holding this task's copy."""
         local = tempfile.mkdtemp(prefix=f"{checkpoints.checkpoint_name(epoch, step)}-", dir=self.scratch_root)
-        self.checkpoint.write(os.path.join(local, checkpoints.TF_PREFIX))
+        # A tensor prefix: a new Python string each time would retrace the saver's tf.function.
+        self.checkpoint.write(tf.constant(os.path.join(local, checkpoints.TF_PREFIX)))
         if not self.is_chief:
             shutil.rmtree(local, ignore_errors=True)
         return local

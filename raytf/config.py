@@ -54,11 +54,40 @@ class Resources:
     custom: dict[str, float] = field(default_factory=dict)
 
 
+class Partitioner(str, enum.Enum):
+    none = "none"
+    min_size_max_shards = "min_size_max_shards"
+
+
+@dataclass
+class PsConfig(Resources):
+    """A parameter server's reservation, and how variables are split across the servers."""
+
+    variable_partitioner: Partitioner = Partitioner.none
+    # min_size_max_shards: shards of at least this many bytes, at most max_shards (null = num_ps).
+    min_shard_bytes: int = 256 * 1024
+    max_shards: int | None = None
+
+
+@dataclass
+class EvaluatorConfig(Resources):
+    """The optional side-car evaluator: runs train.eval_entrypoint on each new checkpoint."""
+
+    enabled: bool = False
+    # Grace period for the evaluator to finish the last checkpoint once training is done.
+    finish_timeout_s: float = 300.0
+
+
 @dataclass
 class ClusterConfig:
     strategy: Strategy = Strategy.multi_worker_mirrored
     num_workers: int = 2
     worker: Resources = field(default_factory=Resources)
+    # parameter_server only: the coordinator task and the parameter servers.
+    chief: Resources = field(default_factory=Resources)
+    num_ps: int = 0
+    ps: PsConfig = field(default_factory=PsConfig)
+    evaluator: EvaluatorConfig = field(default_factory=EvaluatorConfig)
     placement_strategy: PlacementStrategy = PlacementStrategy.PACK
     placement_timeout_s: float = 60.0
     # Deadline for every task to start and report its address, and for the strategy's start-up barrier.
@@ -75,6 +104,8 @@ class ClusterConfig:
 class TrainConfig:
     # The user's training function, as "package.module:function".
     entrypoint: str = ""
+    # The evaluator's function (cluster.evaluator.enabled), as "package.module:function".
+    eval_entrypoint: str = ""
     epochs: int = 1
     steps_per_epoch: int | None = None
     # Per replica; the global batch is batch_size * num_replicas_in_sync.
@@ -214,10 +245,7 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(f"cluster.threads ({c.threads}) must be at least 1, or null for the CPU share")
     if c.collective is Collective.nccl and c.worker.gpus <= 0:
         raise ConfigError("cluster.collective (nccl) needs GPUs: set cluster.worker.gpus or use auto/ring")
-    if c.strategy is Strategy.parameter_server:
-        raise ConfigError(
-            "cluster.strategy (parameter_server) is not available in this version: use multi_worker_mirrored"
-        )
+    _validate_roles(cfg)
     if not t.entrypoint:
         raise ConfigError("train.entrypoint is empty: set it to package.module:function, e.g. "
                           "examples.keras_cnn:train")
@@ -245,6 +273,40 @@ def validate(cfg: Config) -> Config:
     if addr is not None and addr != "auto" and not addr.startswith("ray://") and ":" not in addr:
         raise ConfigError(f"ray.address ({addr!r}) must be null (embedded), auto, host:port or ray://host:port")
     return cfg
+
+
+def _validate_roles(cfg: Config) -> None:
+    c, t = cfg.cluster, cfg.train
+    if c.strategy is Strategy.parameter_server:
+        if c.num_ps < 1:
+            raise ConfigError(f"cluster.num_ps ({c.num_ps}) must be at least 1 with cluster.strategy="
+                              "parameter_server")
+        if c.collective is not Collective.auto:
+            raise ConfigError(f"cluster.collective ({c.collective.value}) applies to multi_worker_mirrored only: "
+                              "leave it auto with parameter_server")
+        _validate_resources(c.chief, "cluster.chief")
+        _validate_resources(c.ps, "cluster.ps")
+        if c.ps.min_shard_bytes < 1:
+            raise ConfigError(f"cluster.ps.min_shard_bytes ({c.ps.min_shard_bytes}) must be at least 1")
+        if c.ps.max_shards is not None and c.ps.max_shards < 1:
+            raise ConfigError(f"cluster.ps.max_shards ({c.ps.max_shards}) must be at least 1, or null for num_ps")
+    else:
+        if c.num_ps:
+            raise ConfigError(f"cluster.num_ps ({c.num_ps}) is for cluster.strategy=parameter_server only: "
+                              f"remove it, or switch strategy")
+        if c.ps.variable_partitioner is not Partitioner.none:
+            raise ConfigError("cluster.ps.variable_partitioner is for cluster.strategy=parameter_server only")
+    if c.evaluator.enabled:
+        _validate_resources(c.evaluator, "cluster.evaluator")
+        if not t.eval_entrypoint:
+            raise ConfigError("cluster.evaluator.enabled is true but train.eval_entrypoint is empty: set it to "
+                              "package.module:function, or disable the evaluator")
+        if not _ENTRYPOINT.match(t.eval_entrypoint):
+            raise ConfigError(f"train.eval_entrypoint ({t.eval_entrypoint!r}) must look like "
+                              "package.module:function")
+    elif t.eval_entrypoint:
+        raise ConfigError(f"train.eval_entrypoint ({t.eval_entrypoint!r}) is set but cluster.evaluator.enabled is "
+                          "false: set cluster.evaluator.enabled=true to run it")
 
 
 def _validate_resources(r: Resources, key: str) -> None:

@@ -6,7 +6,7 @@ import logging
 import numbers
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from raytf import checkpoints
@@ -22,6 +22,8 @@ def _scalar(value: Any) -> float | None:
     if isinstance(value, numbers.Number):
         return float(value)
     try:
+        if hasattr(value, "fetch"):  # a ParameterServerStrategy RemoteValue: waits for its closure
+            value = value.fetch()
         return float(value.numpy() if hasattr(value, "numpy") else value)
     except (TypeError, ValueError):
         return None
@@ -68,6 +70,7 @@ class TrainContext:
         emit: Callable[[str, dict], None],
         resume_from: checkpoints.CheckpointEntry | None,
         scratch_dir: str,
+        wait_stop: Callable[[float], bool] | None = None,
     ) -> None:
         self.cfg = cfg
         self.strategy = strategy
@@ -81,10 +84,13 @@ class TrainContext:
         self._emit = emit
         self._resume_from = resume_from
         self._scratch = scratch_dir
+        self._wait_stop = wait_stop or (lambda timeout: False)
+        self._coordinator = None
         self._writer = None
         self.epoch = resume_from.epoch if resume_from else 0  # completed epochs
         self.step = resume_from.step if resume_from else 0  # completed global steps
         self._step_clock = (time.monotonic(), self.step)
+        self._stepped = False
 
     # -- the run's settings ------------------------------------------------------------------
     @property
@@ -112,6 +118,16 @@ class TrainContext:
     @property
     def global_batch_size(self) -> int:
         return self.batch_size * self.num_replicas
+
+    @property
+    def coordinator(self):
+        """ParameterServerStrategy only: the ClusterCoordinator that schedules functions on the workers
+        (the same one Keras' model.fit uses)."""
+        if self._coordinator is None:
+            import tensorflow as tf
+
+            self._coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
+        return self._coordinator
 
     @property
     def seed(self) -> int:
@@ -174,10 +190,32 @@ class TrainContext:
             self.cfg.checkpoint.every_epochs > 0 or self.cfg.checkpoint.every_steps > 0
         )
 
+    def watch_checkpoints(self, poll_s: float = 2.0) -> Iterator[checkpoints.CheckpointEntry]:
+        """Evaluator: yield each newly committed checkpoint, already restored into the objects given to
+        `restore`, until training is over; the final checkpoint is always yielded."""
+        if self._writer is None:
+            raise RuntimeError("ctx.watch_checkpoints() before ctx.restore(model=...): register what to load")
+        seen = None
+        while True:
+            # Read "done" before listing: a checkpoint committed before the end is then always seen.
+            done = self._wait_stop(0)
+            latest = self._run_dir.latest_checkpoint()
+            if latest is not None and latest != seen:
+                seen = latest
+                local = f"{self._scratch}/eval-{latest.name}"
+                self._writer.restore(self._run_dir.download_checkpoint(latest, local))
+                shutil.rmtree(local, ignore_errors=True)
+                self.epoch, self.step = latest.epoch, latest.step
+                yield latest
+                continue
+            if done:
+                return
+            self._wait_stop(poll_s)
+
     # -- progress ----------------------------------------------------------------------------
     def report(self, metrics: Mapping[str, Any], *, kind: str = ev.STEP) -> None:
         """Send a metrics row (this task's rank, current epoch and step) to the driver."""
-        self._emit(kind, {"epoch": self.epoch + (0 if kind == ev.EPOCH else 1), "step": self.step,
+        self._emit(kind, {"epoch": self.epoch + (1 if kind == ev.STEP else 0), "step": self.step,
                           "metrics": _scalars(metrics)})
 
     def step_end(self, metrics: Mapping[str, Any] | None = None, *, steps: int = 1) -> None:
@@ -186,7 +224,9 @@ class TrainContext:
         writes step checkpoints when due."""
         before, self.step = self.step, self.step + steps
         every = self.cfg.metrics.every_steps
-        if checkpoints.crossed(before, self.step, every):
+        first = not self._stepped  # the first step of an attempt is always reported: launch-to-first-step
+        self._stepped = True
+        if first or checkpoints.crossed(before, self.step, every):
             now = time.monotonic()
             t0, s0 = self._step_clock
             row = _scalars(metrics)

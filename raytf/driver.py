@@ -14,6 +14,7 @@ import platform
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +25,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from raytf import events as ev
 from raytf import placement, storage, topology
 from raytf._actor import TASK_ENV, TaskActor
-from raytf.config import Config, to_dict, to_yaml, validate
+from raytf.config import Config, Strategy, to_dict, to_yaml, validate
 from raytf.errors import ConfigError, RaytfError, TrainingFailedError, WorkerError
 from raytf.metrics import MetricsTable
-from raytf.plan import Plan, TaskSpec, make_plan
+from raytf.plan import EVALUATOR, PS, WORKER, Plan, TaskSpec, make_plan
 from raytf.progress import Progress
 from raytf.result import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Result
 
@@ -46,9 +47,16 @@ class _EventBus:
     def drain(self, timeout: float) -> list[ev.Event]:
         return self._buffer.drain(timeout)
 
+    def request_stop(self) -> None:
+        self._buffer.request_stop()
+
+    def wait_stop(self, timeout: float | None) -> bool:
+        return self._buffer.wait_stop(timeout)
+
 
 _RemoteTask = ray.remote(TaskActor)
-_RemoteBus = ray.remote(num_cpus=0, max_concurrency=8)(_EventBus)
+# Threaded: drain() and wait_stop() block while tasks keep pushing.
+_RemoteBus = ray.remote(num_cpus=0, max_concurrency=64)(_EventBus)
 
 
 def default_run_name(now: _dt.datetime | None = None) -> str:
@@ -130,12 +138,14 @@ class Driver:
 
     poll_s = 0.5
 
-    def __init__(self, cfg: Config, *, quiet: bool = False) -> None:
+    def __init__(self, cfg: Config, *, quiet: bool = False,
+                 on_event: Callable[[ev.Event], None] | None = None) -> None:
         cfg = copy.deepcopy(cfg)
         validate(cfg)
         cfg.run.name = cfg.run.name or default_run_name()
         self.cfg = cfg
         self.quiet = quiet
+        self.on_event = on_event
         self.run_dir = storage.RunDir(cfg.storage.path, cfg.run.name)
         self.plan: Plan = make_plan(cfg)
         self.tasks: list[dict[str, Any]] = []
@@ -146,6 +156,7 @@ class Driver:
         self.t0 = time.time()
         self.first_step_at: float | None = None
         self.replicas = 0  # num_replicas_in_sync as the tasks' strategy reported it
+        self.lost_tasks: list[dict[str, Any]] = []
         self.error: TrainingFailedError | None = None
 
     # -- the run -----------------------------------------------------------------------------
@@ -168,7 +179,9 @@ class Driver:
         self.metrics = MetricsTable(cfg.run.name, previous_table)
         self.progress = Progress(epochs=cfg.train.epochs, steps_per_epoch=cfg.train.steps_per_epoch,
                                  batch_size=cfg.train.batch_size, quiet=self.quiet)
-        ensure_ray(cfg)
+        started = ensure_ray(cfg)
+        # Only a Ray this process started (or a local one it joined) is known to have no autoscaler.
+        self.embedded = started or cfg.ray.address is None
         status = FAILED
         attempt = _Attempt(len(self.previous_attempts) + 1)
         self.attempts.append(attempt)
@@ -203,7 +216,7 @@ class Driver:
         actors: list = []
         try:
             pg = placement.reserve(self.plan, timeout_s=cfg.cluster.placement_timeout_s,
-                                   name=f"raytf:{cfg.run.name}")
+                                   name=f"raytf:{cfg.run.name}", can_grow=not self.embedded)
             bus = _RemoteBus.options(name=actor_name(cfg.run.name, "events", 0)).remote()
             actors = [self._start_task(t, pg, i) for i, t in enumerate(self.plan.tasks)]
             infos = self._addresses(actors, attempt)
@@ -211,14 +224,22 @@ class Driver:
                 [topology.TaskAddress(i["role"], i["index"], i["host"], i["port"]) for i in infos])
             self.tasks = infos
             self._log_tasks()
-            refs = {}
-            for actor, t in zip(actors, self.plan.tasks):
-                ref = actor.run.remote(
-                    tf_config=topology.tf_config(spec, t.role, t.index), cfg=cfg, run_dir=self.run_dir,
-                    bus=bus, attempt=attempt.number, resume_from=self.resumed_from,
-                    python_path=python_path, is_chief=topology.is_chief(spec, t.role, t.index))
-                refs[ref] = t
-            self._event_loop(refs, bus, attempt)
+            common = dict(cfg=cfg, bus=bus, attempt=attempt.number, python_path=python_path)
+            primary: dict = {}  # refs whose end is the end of training: MWMS workers, the PS chief
+            background: dict = {}  # PS servers (until stopped) and the evaluator
+            servers = [(a, t) for a, t in zip(actors, self.plan.tasks) if self._is_server(t)]
+            if servers:
+                self._start_servers(servers, spec, common, attempt)
+                for a, t in servers:
+                    background[a.serve.remote(bus=bus)] = t
+            for a, t in zip(actors, self.plan.tasks):
+                if self._is_server(t):
+                    continue
+                ref = a.run.remote(tf_config=topology.tf_config(spec, t.role, t.index), run_dir=self.run_dir,
+                                   resume_from=self.resumed_from,
+                                   is_chief=topology.is_chief(spec, t.role, t.index), **common)
+                (background if t.role == EVALUATOR else primary)[ref] = t
+            self._event_loop(primary, background, bus, attempt)
         finally:
             self._teardown(actors, bus, pg)
 
@@ -228,6 +249,9 @@ class Driver:
         env_vars = dict(runtime_env.get("env_vars") or {})
         for k, v in TASK_ENV.items():
             env_vars.setdefault(k, v)
+        if cfg.cluster.strategy is Strategy.parameter_server:
+            # gRPC calls fail fast on an unreachable worker, so the coordinator can reschedule (TF's PSS guide).
+            env_vars.setdefault("GRPC_FAIL_FAST", "use_caller")
         runtime_env["env_vars"] = env_vars
         advertise = cfg.cluster.advertise_address or ("127.0.0.1" if cfg.ray.address is None else None)
         options: dict[str, Any] = dict(
@@ -250,27 +274,70 @@ class Driver:
             raise self._fail(attempt, "startup", WorkerError(
                 f"a task failed to start: {e}", kind="system")) from None
 
-    def _event_loop(self, refs: dict, bus, attempt: _Attempt) -> None:
-        pending = dict(refs)
+    def _is_server(self, t: TaskSpec) -> bool:
+        return self.cfg.cluster.strategy is Strategy.parameter_server and t.role in (WORKER, PS)
+
+    def _start_servers(self, servers: list, spec: dict, common: dict, attempt: _Attempt) -> None:
+        """PS and worker servers must listen before the coordinator connects to them."""
+        timeout = self.cfg.cluster.startup_timeout_s
+        refs = {a.start_server.remote(tf_config=topology.tf_config(spec, t.role, t.index), **common): t
+                for a, t in servers}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        for ref in ready:
+            error = self._outcome(ref, refs[ref])
+            if error is not None:
+                raise self._fail(attempt, "startup", error)
+        if len(ready) < len(refs):
+            raise self._fail(attempt, "startup", WorkerError(
+                f"parameter-server tasks did not start within cluster.startup_timeout_s={timeout:g}s",
+                kind="system"))
+
+    def _event_loop(self, primary: dict, background: dict, bus, attempt: _Attempt) -> None:
+        self._pump(primary, background, bus, attempt, deadline=None)
+        # Training is over: release the servers' serve() calls and let the evaluator finish its last round.
+        ray.get(bus.request_stop.remote())
+        evaluators = {r: t for r, t in background.items() if t.role == EVALUATOR}
+        if evaluators:
+            grace = self.cfg.cluster.evaluator.finish_timeout_s
+            if not self._pump(evaluators, {}, bus, attempt, deadline=time.monotonic() + grace):
+                log.warning("the evaluator did not finish within cluster.evaluator.finish_timeout_s=%gs; "
+                            "stopping it", grace)
+        self._dispatch(ray.get(bus.drain.remote(0)))
+
+    def _pump(self, waited: dict, others: dict, bus, attempt: _Attempt, deadline: float | None) -> bool:
+        """Consume events until every ref in `waited` has finished (True) or the deadline passes (False).
+        A failed task fails the attempt, except a lost ParameterServerStrategy worker: the coordinator
+        moves its scheduled functions to the other workers."""
         drain = bus.drain.remote(self.poll_s)
         last_flush = time.monotonic()
-        while pending:
-            ready, _ = ray.wait([*pending, drain], num_returns=1, timeout=self.poll_s * 4)
+        while waited:
+            if deadline is not None and time.monotonic() > deadline:
+                self._dispatch(ray.get(drain))
+                return False
+            ready, _ = ray.wait([*waited, *others, drain], num_returns=1, timeout=self.poll_s * 4)
             for ref in ready:
                 if ref == drain:
                     self._dispatch(ray.get(drain))
                     drain = bus.drain.remote(self.poll_s)
                     continue
-                t = pending.pop(ref)
+                t = waited.pop(ref) if ref in waited else others.pop(ref)
                 error = self._outcome(ref, t)
-                if error is not None:
-                    self._dispatch(ray.get(bus.drain.remote(0)))
-                    raise self._fail(attempt, error.kind, error)
+                if error is None:
+                    continue
+                if self._is_server(t) and t.role == WORKER and error.kind == "system":
+                    log.warning("lost %s (%s); the coordinator reschedules its work on the other workers",
+                                actor_name(self.cfg.run.name, t.role, t.rank), error.message)
+                    self.lost_tasks.append({"role": t.role, "rank": t.rank, "attempt": attempt.number,
+                                            "time": time.time(), "cause": error.message})
+                    continue
+                self._dispatch(ray.get(drain) + ray.get(bus.drain.remote(0)))
+                raise self._fail(attempt, error.kind, error)
             if self.metrics.dirty and time.monotonic() - last_flush >= self.cfg.metrics.flush_interval_s:
                 self._write_metrics()
                 last_flush = time.monotonic()
-        self._dispatch(ray.get(drain))
-        self._dispatch(ray.get(bus.drain.remote(0)))
+        # The outstanding drain returns within poll_s; its events must not be lost.
+        self._dispatch(ray.get(drain) + ray.get(bus.drain.remote(0)))
+        return True
 
     def _outcome(self, ref, t: TaskSpec) -> WorkerError | None:
         node = next((i.get("node_id", "") for i in self.tasks if i["rank"] == t.rank), "")
@@ -302,6 +369,8 @@ class Driver:
                         self.versions[k] = e.payload[k]
             self.metrics.add(e)
             self.progress(e)
+            if self.on_event is not None:
+                self.on_event(e)
 
     def _teardown(self, actors: list, bus, pg) -> None:
         """Kill every task and the bus, release the placement group, and wait until the names are
@@ -358,6 +427,9 @@ class Driver:
             "tasks": [{k: i[k] for k in ("role", "index", "rank", "node_id", "host", "port", "gpu_ids")}
                       | {"address": f"{i['host']}:{i['port']}"} for i in self.tasks],
             "attempts": self.previous_attempts + [a.to_json() for a in self.attempts],
+            "roles": {role: sum(1 for t in self.plan.tasks if t.role == role)
+                      for role in dict.fromkeys(t.role for t in self.plan.tasks)},
+            "lost_tasks": self.lost_tasks,
             "resumed_from": (self.run_dir.uri_of(storage.CHECKPOINTS_DIR, self.resumed_from.name)
                              if self.resumed_from else None),
             "final_metrics": self.metrics.final(),
@@ -382,6 +454,7 @@ class Driver:
                       checkpoints=summary["checkpoints"])
 
 
-def fit(cfg: Config, *, quiet: bool = False) -> Result:
-    """Run `cfg` to completion; failures come back as Result.status == "failed" with Result.error."""
-    return Driver(cfg, quiet=quiet).run()
+def fit(cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None) -> Result:
+    """Run `cfg` to completion; failures come back as Result.status == "failed" with Result.error.
+    `on_event` is called in the driver with every event the tasks send (metrics, checkpoints, ...)."""
+    return Driver(cfg, quiet=quiet, on_event=on_event).run()

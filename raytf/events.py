@@ -11,6 +11,7 @@ from typing import Any
 STARTED = "started"  # the strategy is built; payload: replicas, keras, devices
 STEP = "step"  # every metrics.every_steps steps; payload: epoch, step, metrics (doubles as a heartbeat)
 EPOCH = "epoch"  # an epoch finished; payload: epoch, step, metrics
+EVAL = "eval"  # the evaluator scored a checkpoint; payload: epoch, step, metrics
 CHECKPOINT = "checkpoint"  # a checkpoint was committed; payload: epoch, step, uri
 
 
@@ -33,6 +34,15 @@ class EventBuffer:
     def __init__(self) -> None:
         self._events: list[Event] = []
         self._cond = threading.Condition()
+        self._stop = threading.Event()
+
+    def request_stop(self) -> None:
+        """Training is over: parameter servers, workers and the evaluator may finish."""
+        self._stop.set()
+
+    def wait_stop(self, timeout: float | None) -> bool:
+        """Block until stop is requested (True) or `timeout` seconds pass (False)."""
+        return self._stop.wait(timeout)
 
     def push(self, events: list[Event]) -> None:
         with self._cond:

@@ -21,7 +21,7 @@ class MetricsTable:
         self._dirty = False
 
     def add(self, event: ev.Event) -> dict | None:
-        if event.kind not in (ev.STEP, ev.EPOCH):
+        if event.kind not in (ev.STEP, ev.EPOCH, ev.EVAL):
             return None
         p = event.payload
         row = {"run": self.run, "attempt": event.attempt, "rank": event.rank, "role": event.role,

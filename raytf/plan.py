@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from raytf.config import Config, Resources
+from raytf.config import Config, Resources, Strategy
 
-# Task types in TF's vocabulary, in the order ranks are assigned.
-WORKER = "worker"
+# Task types in TF's vocabulary; ranks are assigned in this order.
+CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"
 
 
 @dataclass(frozen=True)
@@ -57,10 +57,20 @@ def _task(role: str, index: int, rank: int, r: Resources) -> TaskSpec:
 
 
 def make_plan(cfg: Config) -> Plan:
-    """Tasks for the configured strategy, ranked in cluster-spec order."""
+    """Tasks for the configured strategy, ranked in cluster-spec order (chief, workers, ps, evaluator)."""
     c = cfg.cluster
-    tasks = tuple(_task(WORKER, i, i, c.worker) for i in range(c.num_workers))
-    return Plan(tasks=tasks, placement_strategy=c.placement_strategy.value)
+    roles: list[tuple[str, int, Resources]] = []
+    if c.strategy is Strategy.parameter_server:
+        roles.append((CHIEF, 1, c.chief))
+    roles.append((WORKER, c.num_workers, c.worker))
+    if c.strategy is Strategy.parameter_server:
+        roles.append((PS, c.num_ps, c.ps))
+    if c.evaluator.enabled:
+        roles.append((EVALUATOR, 1, c.evaluator))
+    tasks = []
+    for role, count, resources in roles:
+        tasks += [_task(role, i, len(tasks) + i, resources) for i in range(count)]
+    return Plan(tasks=tuple(tasks), placement_strategy=c.placement_strategy.value)
 
 
 def _fits(bundle: dict[str, float], node: dict[str, float]) -> bool:

@@ -42,10 +42,14 @@ class Progress:
         if e.kind == ev.STARTED:
             self.replicas = max(self.replicas, int(e.payload.get("replicas", 1)))
             return
-        if e.rank != self.rank or e.kind not in (ev.STEP, ev.EPOCH):
-            return
         p = e.payload
         metrics = p.get("metrics", {})
+        if e.kind == ev.EVAL:
+            log.info("evaluator, checkpoint of epoch %d step %d: %s", p["epoch"], p["step"],
+                     " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+            return
+        if e.rank != self.rank or e.kind not in (ev.STEP, ev.EPOCH):
+            return
         shown = {k: f"{v:.4g}" for k, v in metrics.items() if k != "steps_per_s"}
         if "steps_per_s" in metrics:
             shown["ex/s"] = f"{metrics['steps_per_s'] * self.batch_size * self.replicas:.0f}"

@@ -46,3 +46,16 @@ def fast_cfg(tmp_path):
             "train.batch_size=16", "metrics.every_steps=4", "metrics.flush_interval_s=0", *overrides])
 
     return make
+
+
+@pytest.fixture
+def ps_cfg(tmp_path):
+    """A small ParameterServerStrategy config (chief, 2 workers, 1 ps on 2 CPUs) under tmp_path."""
+    import raytf
+
+    def make(*overrides: str):
+        return raytf.load_config(ROOT / "conf/ps_local.yaml", [
+            f"storage.path={tmp_path / 'runs'}", "train.epochs=3", "train.steps_per_epoch=10",
+            "train.batch_size=16", "metrics.every_steps=5", "metrics.flush_interval_s=0", *overrides])
+
+    return make

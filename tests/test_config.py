@@ -73,7 +73,19 @@ BAD = [
     (["storage.path="], "storage.path", ""),
     (["nonsense=1"], "nonsense", ""),
     (["train.epochs"], "train.epochs", "key=value"),
-    (["cluster.strategy=parameter_server"], "cluster.strategy", "parameter_server"),
+    (["cluster.strategy=parameter_server"], "cluster.num_ps", "(0)"),
+    (["cluster.strategy=parameter_server", "cluster.num_ps=1", "cluster.collective=ring"], "cluster.collective",
+     "parameter_server"),
+    (["cluster.strategy=parameter_server", "cluster.num_ps=1", "cluster.ps.max_shards=0"], "cluster.ps.max_shards",
+     "(0)"),
+    (["cluster.strategy=parameter_server", "cluster.num_ps=1", "cluster.ps.variable_partitioner=fixed"],
+     "cluster.ps.variable_partitioner", "min_size_max_shards"),
+    (["cluster.strategy=parameter_server", "cluster.num_ps=1", "cluster.chief.cpus=-2"], "cluster.chief.cpus", "-2"),
+    (["cluster.num_ps=2"], "cluster.num_ps", "parameter_server"),
+    (["cluster.ps.variable_partitioner=min_size_max_shards"], "cluster.ps.variable_partitioner", "parameter_server"),
+    (["cluster.evaluator.enabled=true"], "train.eval_entrypoint", "empty"),
+    (["train.eval_entrypoint=m:evaluate"], "cluster.evaluator.enabled", "m:evaluate"),
+    (["cluster.evaluator.enabled=true", "train.eval_entrypoint=nocolon"], "train.eval_entrypoint", "nocolon"),
 ]
 
 
@@ -85,6 +97,13 @@ def test_bad_config_gives_one_line_error_naming_the_key(overrides, key, detail):
     assert "\n" not in message
     assert key in message
     assert detail in message
+
+
+def test_ps_local_yaml_loads():
+    cfg = load_config(ROOT / "conf/ps_local.yaml", ["cluster.ps.variable_partitioner=min_size_max_shards"])
+    assert cfg.cluster.strategy is Strategy.parameter_server
+    assert (cfg.cluster.num_ps, cfg.cluster.num_workers) == (1, 2)
+    assert cfg.cluster.ps.cpus == 0.5 and cfg.cluster.chief.cpus == 0.5
 
 
 def test_missing_yaml_file():

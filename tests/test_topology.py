@@ -65,3 +65,39 @@ def test_plan_ranks_and_bundles():
     assert plan.bundles == [{"CPU": 2.0, "GPU": 1.0, "memory": 1024**3, "tpu": 1.0}] * 3
     assert plan.placement_strategy == "STRICT_SPREAD"
     assert plan.tasks[0].threads == 2
+
+
+def _ps_cfg(*extra):
+    return load_config({"train": {"entrypoint": "m:f"}},
+                       ["cluster.strategy=parameter_server", "cluster.num_ps=2", "cluster.num_workers=3",
+                        "cluster.chief.cpus=2", "cluster.ps.cpus=0.5", "cluster.ps.memory_gb=2", *extra])
+
+
+def test_ps_plan_roles_ranks_and_resources():
+    plan = make_plan(_ps_cfg("cluster.evaluator.enabled=true", "train.eval_entrypoint=m:ev",
+                             "cluster.evaluator.gpus=1"))
+    assert [(t.role, t.index, t.rank) for t in plan.tasks] == [
+        ("chief", 0, 0), ("worker", 0, 1), ("worker", 1, 2), ("worker", 2, 3), ("ps", 0, 4), ("ps", 1, 5),
+        ("evaluator", 0, 6)]
+    assert plan.bundles[0] == {"CPU": 2.0}
+    assert plan.bundles[4] == {"CPU": 0.5, "memory": 2 * 1024**3}
+    assert plan.bundles[6] == {"CPU": 1.0, "GPU": 1.0}
+
+
+def test_ps_tf_configs_from_plan():
+    plan = make_plan(_ps_cfg("cluster.evaluator.enabled=true", "train.eval_entrypoint=m:ev"))
+    addrs = [TaskAddress(t.role, t.index, "10.1.0.1", 30000 + t.rank) for t in plan.tasks]
+    spec = cluster_spec(addrs)
+    assert spec == {"chief": ["10.1.0.1:30000"],
+                    "worker": ["10.1.0.1:30001", "10.1.0.1:30002", "10.1.0.1:30003"],
+                    "ps": ["10.1.0.1:30004", "10.1.0.1:30005"]}
+    for t in plan.tasks:
+        conf = tf_config(spec, t.role, t.index)
+        assert conf["task"] == {"type": t.role, "index": t.index}
+        assert "evaluator" not in conf["cluster"]
+    assert [is_chief(spec, t.role, t.index) for t in plan.tasks] == [True] + [False] * 6
+
+
+def test_mwms_plan_has_no_chief_or_ps():
+    plan = make_plan(load_config({"train": {"entrypoint": "m:f"}}, ["cluster.num_workers=2"]))
+    assert {t.role for t in plan.tasks} == {"worker"}

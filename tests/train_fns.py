@@ -17,3 +17,7 @@ def report_only(ctx: raytf.TrainContext) -> None:
         for _ in range(ctx.steps_per_epoch or 1):
             ctx.step_end({"value": float(ctx.rank)})
         ctx.epoch_end({"value": float(ctx.rank), "replicas": ctx.num_replicas})
+
+
+def fail_always(ctx: raytf.TrainContext) -> None:
+    raise RuntimeError(f"{ctx.role} {ctx.rank} fails on purpose")

@@ -1,0 +1,78 @@
+"""Real ParameterServerStrategy runs: chief (coordinator), 2 workers and 1 ps as Ray actors over 127.0.0.1."""
+
+import threading
+
+import pytest
+import ray
+
+import raytf
+from raytf import events as ev
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+
+def _chief_epochs(df):
+    return df[(df["kind"] == "epoch") & (df["role"] == "chief")].sort_values("epoch")
+
+
+def test_keras_fit_with_evaluator_ends_by_itself(ps_cfg, no_leaks):
+    result = raytf.fit(ps_cfg("run.name=psfit", "cluster.ps.cpus=0.25", "cluster.chief.cpus=0.25",
+                              "cluster.evaluator.enabled=true", "cluster.evaluator.cpus=0.5",
+                              "train.eval_entrypoint=examples.ps_keras:evaluate",
+                              "train.params.steps_per_execution=2"), quiet=True)
+    assert result.status == "succeeded", result.error
+    s = result.summary
+    assert s["strategy"] == "parameter_server"
+    assert s["roles"] == {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1}
+    assert [(t["role"], t["index"]) for t in s["tasks"]] == [
+        ("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0), ("evaluator", 0)]
+    df = result.metrics
+    loss = list(_chief_epochs(df)["loss"])
+    assert len(loss) == 3 and loss[-1] < loss[0]
+    assert _chief_epochs(df)["step"].tolist() == [10, 20, 30]  # steps_per_execution=2 counted right
+    evals = df[df["kind"] == "eval"]
+    assert len(evals) >= 1 and (evals["role"] == "evaluator").all()
+    assert evals["step"].max() == 30  # the final checkpoint is always evaluated
+    assert result.last_checkpoint.endswith("ckpt-e000003-s0000000030")
+
+
+def test_custom_loop_with_partitioned_variables(ps_cfg, no_leaks):
+    result = raytf.fit(ps_cfg("run.name=psloop", "train.entrypoint=examples.ps_custom_loop:train",
+                              "cluster.num_ps=2", "cluster.ps.cpus=0.25",
+                              "cluster.ps.variable_partitioner=min_size_max_shards",
+                              "cluster.ps.min_shard_bytes=4096"), quiet=True)
+    assert result.status == "succeeded", result.error
+    assert result.summary["roles"] == {"chief": 1, "worker": 2, "ps": 2}
+    loss = list(_chief_epochs(result.metrics)["loss"])
+    assert loss[-1] < loss[0]
+    # Resume: the coordinator restores the (sharded) variables and continues at epoch 4.
+    again = raytf.fit(raytf.load_config(result.config, ["train.epochs=4"]), quiet=True)
+    assert again.status == "succeeded", again.error
+    assert again.summary["resumed_from"].endswith("ckpt-e000003-s0000000030")
+    assert _chief_epochs(again.metrics)["epoch"].tolist() == [1, 2, 3, 4]
+
+
+def test_lost_worker_is_tolerated(ps_cfg, no_leaks):
+    killed = threading.Event()
+
+    def kill_worker_1(e: ev.Event) -> None:
+        if e.kind == ev.STEP and e.role == "chief" and e.payload["step"] >= 5 and not killed.is_set():
+            killed.set()
+            ray.kill(ray.get_actor("raytf:pskill:worker:2"), no_restart=True)
+
+    result = raytf.fit(ps_cfg("run.name=pskill", "train.epochs=4"), quiet=True, on_event=kill_worker_1)
+    assert killed.is_set()
+    assert result.status == "succeeded", result.error
+    assert [(t["role"], t["rank"]) for t in result.summary["lost_tasks"]] == [("worker", 2)]
+    assert _chief_epochs(result.metrics)["epoch"].tolist() == [1, 2, 3, 4]
+
+
+def test_failing_chief_stops_the_servers(ps_cfg, no_leaks):
+    result = raytf.fit(ps_cfg("run.name=psboom", "train.entrypoint=tests.train_fns:fail_on_rank1",
+                              "cluster.num_workers=1"), quiet=True)
+    # rank 1 is the (only) worker, which runs a server, not the function: the chief trains and succeeds.
+    assert result.status == "succeeded", result.error
+    boom = raytf.fit(ps_cfg("run.name=psboom2", "train.entrypoint=tests.train_fns:fail_always"), quiet=True)
+    assert boom.status == "failed"
+    (key, err), = boom.error.failures.items()
+    assert key == ("chief", 0) and "fail_always" in err.remote_traceback
