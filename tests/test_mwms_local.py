@@ -97,15 +97,28 @@ def test_missing_entrypoint_function_fails_cleanly(fast_cfg, no_leaks):
     assert "has no function 'nope'" in str(result.error)
 
 
-def test_unsatisfiable_placement_fails_fast_and_releases(fast_cfg, no_leaks):
-    cfg = fast_cfg("run.name=toobig", "cluster.num_workers=3", "cluster.placement_timeout_s=2")
+def test_unsatisfiable_placement_fails_at_once_on_embedded_ray(fast_cfg, no_leaks):
+    # A placement timeout far beyond the test's own timeout: passing proves it did not wait for it.
+    cfg = fast_cfg("run.name=toobig", "cluster.num_workers=3", "cluster.placement_timeout_s=100000")
     with pytest.raises(PlacementError) as info:
         raytf.fit(cfg, quiet=True)
     msg = str(info.value)
-    assert "CPU" in msg and "cluster.placement_timeout_s=2" in msg
-    gpu = fast_cfg("run.name=gpu", "cluster.worker.gpus=1", "cluster.placement_timeout_s=1")
-    with pytest.raises(PlacementError, match="GPU"):
+    assert "can never be placed" in msg and "lacks {CPU: 1}" in msg and "cluster.num_workers" in msg
+    gpu = fast_cfg("run.name=gpu", "cluster.worker.gpus=1", "cluster.placement_timeout_s=100000")
+    with pytest.raises(PlacementError, match="lacks {GPU: 2}"):
         raytf.fit(gpu, quiet=True)
+    assert raytf.load_result(str(gpu.storage.path) + "/gpu").status == "failed"
+
+
+def test_placement_timeout_on_a_cluster_that_could_grow(fast_cfg, no_leaks):
+    from raytf import placement
+    from raytf.plan import make_plan
+
+    plan = make_plan(fast_cfg("cluster.num_workers=3"))
+    with pytest.raises(PlacementError) as info:
+        placement.reserve(plan, timeout_s=1, name="raytf:grow", can_grow=True)
+    msg = str(info.value)
+    assert "not ready after cluster.placement_timeout_s=1s" in msg and "lacks {CPU: 1}" in msg
 
 
 def test_events_from_every_rank(fast_cfg, no_leaks):
@@ -139,3 +152,38 @@ def test_cli_failed_run_exits_1(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 1
     assert "worker 1" in proc.stderr and "rank 1 refuses to train" in proc.stderr
+
+
+def test_interrupt_tears_everything_down(fast_cfg, no_leaks):
+    """Ctrl-C in the driver (KeyboardInterrupt raised at an event): everything released, status recorded."""
+    def interrupt(e):
+        if e.kind == "step":
+            raise KeyboardInterrupt
+
+    cfg = fast_cfg("run.name=ctrlc", "train.epochs=50")
+    with pytest.raises(KeyboardInterrupt):
+        raytf.fit(cfg, quiet=True, on_event=interrupt)
+    result = raytf.load_result(f"{cfg.storage.path}/ctrlc")
+    assert result.status == "interrupted"
+    assert result.attempts[-1]["status"] == "interrupted"
+
+
+def test_cli_sigint_exits_130_and_releases(tmp_path):
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", "run.name=sigint",
+         f"storage.path={tmp_path}", "train.epochs=1000", "ray.num_cpus=2"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:  # wait for a real signal of training progress
+            if "epoch 2/1000" in line:  # epoch 1 was checkpointed before epoch 2 began
+                break
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out[-2000:]
+    summary = json.loads((tmp_path / "sigint" / "result.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert summary["checkpoints"]  # epochs finished before the interrupt stay committed
