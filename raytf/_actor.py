@@ -93,8 +93,10 @@ class TaskActor:
         self._scratch = tempfile.mkdtemp(prefix=f"raytf-{spec.role}{spec.index}-")
         self._server = None  # ParameterServerStrategy ps/worker: TF's in-process server
 
-    def address(self) -> dict[str, Any]:
+    def address(self, run_dir: RunDir | None = None, marker: str | None = None) -> dict[str, Any]:
+        """Where this task listens, what it holds, and whether it sees the driver's storage marker."""
         return {
+            "storage_visible": run_dir.can_see(marker) if run_dir is not None and marker else None,
             "role": self.spec.role,
             "index": self.spec.index,
             "rank": self.spec.rank,
@@ -111,14 +113,18 @@ class TaskActor:
             self._sock.close()
             self._sock = None
 
-    def _prepare(self, tf_config: dict, cfg: Config, python_path: list[str]):
-        os.environ["TF_CONFIG"] = json.dumps(tf_config)
+    def _prepare(self, tf_config: dict | None, cfg: Config, python_path: list[str]):
+        # Single-task strategies (mirrored, central_storage) run without a cluster: no TF_CONFIG at all.
+        if tf_config is None:
+            os.environ.pop("TF_CONFIG", None)
+        else:
+            os.environ["TF_CONFIG"] = json.dumps(tf_config)
         for p in reversed(python_path):
             if p not in sys.path:
                 sys.path.insert(0, p)
         from raytf import _tf_runtime
 
-        _tf_runtime.configure_threads(cfg.cluster.threads or self.spec.threads)
+        _tf_runtime.configure(cfg.cluster.threads or self.spec.threads, cfg.cluster.gpu_memory_growth)
         return _tf_runtime
 
     def _error(self, e: BaseException, kind: str = "user") -> dict[str, Any]:
@@ -151,7 +157,7 @@ class TaskActor:
     def run(
         self,
         *,
-        tf_config: dict,
+        tf_config: dict | None,
         cfg: Config,
         run_dir: RunDir,
         bus,
@@ -171,20 +177,13 @@ class TaskActor:
             fn = import_entrypoint(cfg.train.eval_entrypoint if evaluator else cfg.train.entrypoint)
             from raytf.context import TrainContext
 
-            if evaluator:
-                import tensorflow as tf
-
-                strategy = tf.distribute.get_strategy()
-            elif cfg.cluster.strategy.value == "parameter_server":
-                strategy = tf_runtime.build_parameter_server(cfg)
-            else:
-                strategy = tf_runtime.build_multi_worker_mirrored(cfg)
+            strategy = tf_runtime.build_strategy(cfg, spec.role)
             # TF's server holds the port now (MWMS); ours can go.
             self._release_port()
             emit(ev.STARTED, {"replicas": int(strategy.num_replicas_in_sync), **tf_runtime.versions()})
             ctx = TrainContext(
                 cfg=cfg, strategy=strategy, role=spec.role, index=spec.index, rank=spec.rank,
-                is_chief=is_chief, num_workers=len(tf_config["cluster"].get("worker", [])),
+                is_chief=is_chief, num_workers=len((tf_config or {}).get("cluster", {}).get("worker", [])) or 1,
                 attempt=attempt, run_dir=run_dir, emit=emit, resume_from=None if evaluator else resume_from,
                 scratch_dir=self._scratch, wait_stop=lambda timeout: ray.get(bus.wait_stop.remote(timeout)),
             )

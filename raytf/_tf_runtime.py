@@ -13,15 +13,42 @@ import tempfile
 import tensorflow as tf
 
 from raytf import checkpoints
-from raytf.config import Collective, Config
+from raytf.config import Collective, Config, CrossDeviceOps, Strategy
 
 log = logging.getLogger(__name__)
 
 
-def configure_threads(threads: int) -> None:
-    """Cap TF's thread pools to the task's CPU share: two tasks on two cores otherwise thrash."""
+def configure(threads: int, gpu_memory_growth: bool) -> None:
+    """Before TF initialises its devices: cap its thread pools to the task's CPU share (two tasks on two
+    cores otherwise thrash), and optionally let GPU memory grow instead of being taken whole at start."""
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
+    if gpu_memory_growth:
+        for gpu in tf.config.list_physical_devices("GPU"):
+            tf.config.experimental.set_memory_growth(gpu, True)
+
+
+def build_strategy(cfg: Config, role: str) -> tf.distribute.Strategy:
+    s = cfg.cluster.strategy
+    if role == "evaluator":
+        return tf.distribute.get_strategy()
+    if s is Strategy.parameter_server:
+        return build_parameter_server(cfg)
+    if s is Strategy.mirrored:
+        return tf.distribute.MirroredStrategy(cross_device_ops=_cross_device_ops(cfg.cluster.cross_device_ops))
+    if s is Strategy.central_storage:
+        return tf.distribute.experimental.CentralStorageStrategy()
+    return build_multi_worker_mirrored(cfg)
+
+
+def _cross_device_ops(choice: CrossDeviceOps):
+    if choice is CrossDeviceOps.nccl:
+        return tf.distribute.NcclAllReduce()
+    if choice is CrossDeviceOps.hierarchical_copy:
+        return tf.distribute.HierarchicalCopyAllReduce()
+    if choice is CrossDeviceOps.reduction_to_one:
+        return tf.distribute.ReductionToOneDevice()
+    return None  # TF picks (NCCL on GPUs when it can)
 
 
 def versions() -> dict[str, str]:

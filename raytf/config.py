@@ -19,6 +19,12 @@ from raytf.errors import ConfigError
 class Strategy(str, enum.Enum):
     multi_worker_mirrored = "multi_worker_mirrored"
     parameter_server = "parameter_server"
+    # One task holding all its GPUs (the CPU on a machine without any).
+    mirrored = "mirrored"
+    central_storage = "central_storage"
+
+
+SINGLE_TASK_STRATEGIES = (Strategy.mirrored, Strategy.central_storage)
 
 
 class PlacementStrategy(str, enum.Enum):
@@ -52,6 +58,13 @@ class Resources:
     gpus: float = 0.0
     memory_gb: float | None = None
     custom: dict[str, float] = field(default_factory=dict)
+
+
+class CrossDeviceOps(str, enum.Enum):
+    auto = "auto"
+    nccl = "nccl"
+    hierarchical_copy = "hierarchical_copy"
+    reduction_to_one = "reduction_to_one"
 
 
 class Partitioner(str, enum.Enum):
@@ -93,6 +106,10 @@ class ClusterConfig:
     # Deadline for every task to start and report its address, and for the strategy's start-up barrier.
     startup_timeout_s: float = 120.0
     collective: Collective = Collective.auto
+    # mirrored only: how the task's GPUs all-reduce.
+    cross_device_ops: CrossDeviceOps = CrossDeviceOps.auto
+    # Let TF grow GPU memory as needed instead of taking it all at start-up.
+    gpu_memory_growth: bool = True
     # Address advertised in the cluster spec; None = the node's address as Ray reports it
     # (127.0.0.1 when raytf starts an embedded single-machine Ray).
     advertise_address: str | None = None
@@ -290,11 +307,25 @@ def _validate_roles(cfg: Config) -> None:
             raise ConfigError(f"cluster.ps.min_shard_bytes ({c.ps.min_shard_bytes}) must be at least 1")
         if c.ps.max_shards is not None and c.ps.max_shards < 1:
             raise ConfigError(f"cluster.ps.max_shards ({c.ps.max_shards}) must be at least 1, or null for num_ps")
-    else:
-        if c.num_ps:
-            raise ConfigError(f"cluster.num_ps ({c.num_ps}) is for cluster.strategy=parameter_server only: "
-                              f"remove it, or switch strategy")
-        if c.ps.variable_partitioner is not Partitioner.none:
+    elif c.num_ps:
+        raise ConfigError(f"cluster.num_ps ({c.num_ps}) is for cluster.strategy=parameter_server only: "
+                          f"remove it, or switch strategy")
+    if c.strategy in SINGLE_TASK_STRATEGIES:
+        if c.num_workers != 1:
+            raise ConfigError(f"cluster.num_workers ({c.num_workers}) must be 1 with cluster.strategy="
+                              f"{c.strategy.value} (one task holding all its GPUs): use multi_worker_mirrored "
+                              "for several")
+        if c.collective is not Collective.auto:
+            raise ConfigError(f"cluster.collective ({c.collective.value}) applies to multi_worker_mirrored only; "
+                              "use cluster.cross_device_ops with mirrored")
+    if c.cross_device_ops is not CrossDeviceOps.auto:
+        if c.strategy is not Strategy.mirrored:
+            raise ConfigError(f"cluster.cross_device_ops ({c.cross_device_ops.value}) applies to "
+                              "cluster.strategy=mirrored only")
+        if c.cross_device_ops is CrossDeviceOps.nccl and c.worker.gpus <= 0:
+            raise ConfigError("cluster.cross_device_ops (nccl) needs GPUs: set cluster.worker.gpus, or use "
+                              "hierarchical_copy / reduction_to_one")
+    if c.strategy is not Strategy.parameter_server and c.ps.variable_partitioner is not Partitioner.none:
             raise ConfigError("cluster.ps.variable_partitioner is for cluster.strategy=parameter_server only")
     if c.evaluator.enabled:
         _validate_resources(c.evaluator, "cluster.evaluator")

@@ -12,9 +12,10 @@ import logging
 import os
 import platform
 import secrets
+import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +26,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from raytf import events as ev
 from raytf import placement, storage, topology
 from raytf._actor import TASK_ENV, TaskActor
-from raytf.config import Config, Strategy, to_dict, to_yaml, validate
-from raytf.errors import ConfigError, RaytfError, TrainingFailedError, WorkerError
+from raytf.config import SINGLE_TASK_STRATEGIES, Config, Strategy, to_dict, to_yaml, validate
+from raytf.errors import ConfigError, RaytfError, StorageError, TrainingFailedError, WorkerError
 from raytf.metrics import MetricsTable
 from raytf.plan import EVALUATOR, PS, WORKER, Plan, TaskSpec, make_plan
 from raytf.progress import Progress
@@ -59,6 +60,18 @@ _RemoteTask = ray.remote(TaskActor)
 _RemoteBus = ray.remote(num_cpus=0, max_concurrency=64)(_EventBus)
 
 
+def task_table(infos: list[dict[str, Any]], specs: tuple[TaskSpec, ...]) -> str:
+    """The start-up summary: one line per task with where it runs and what it holds."""
+    by_rank = {t.rank: t for t in specs}
+    rows = [("role", "rank", "node", "address", "cpus", "gpus", "CUDA_VISIBLE_DEVICES")]
+    for i in infos:
+        t = by_rank[i["rank"]]
+        rows.append((i["role"], str(i["rank"]), i["node_id"][:12], f"{i['host']}:{i['port']}", f"{t.cpus:g}",
+                     f"{t.gpus:g}", i.get("cuda_visible_devices") or "-"))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return "\n".join("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+
+
 def default_run_name(now: _dt.datetime | None = None) -> str:
     now = now or _dt.datetime.now()
     return f"run-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
@@ -86,26 +99,48 @@ class _Attempt:
                 "duration_s": None if self.ended is None else round(self.ended - self.started, 3)}
 
 
+def resolve_address(cfg: Config, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The Ray cluster to use: ray.address (the CLI's --address lands there), else RAY_ADDRESS, else None
+    for an embedded local Ray."""
+    return cfg.ray.address or environ.get("RAY_ADDRESS") or None
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, not minutes, when a host:port address has nothing listening."""
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise RaytfError(f"ray.address ({address!r}): nothing reachable there ({e}). Fix: start the cluster "
+                         "with `ray start --head` and pass its address, or ray.address=null for an embedded "
+                         "local Ray") from None
+
+
 def ensure_ray(cfg: Config) -> bool:
     """Connect to (or start) Ray as configured; True when this call started an embedded Ray."""
     if ray.is_initialized():
         return False
     r = cfg.ray
+    address = resolve_address(cfg)
     try:
-        if r.address is None:
-            ray.init(num_cpus=r.num_cpus, include_dashboard=r.include_dashboard,
+        if address is None:
+            ray.init(address="local", num_cpus=r.num_cpus, include_dashboard=r.include_dashboard,
                      log_to_driver=r.log_to_driver, configure_logging=False)
             return True
-        ray.init(address=r.address, log_to_driver=r.log_to_driver, configure_logging=False)
+        _check_reachable(address)
+        ray.init(address=address, log_to_driver=r.log_to_driver, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
-        raise RaytfError(f"ray.address ({r.address!r}): cannot connect to Ray: {e}. Fix: start it with "
+        raise RaytfError(f"ray.address ({address!r}): cannot connect to Ray: {e}. Fix: start it with "
                          "`ray start --head`, or set ray.address=null for an embedded local Ray") from None
     return False
 
 
 def _python_path(cfg: Config) -> list[str]:
     paths = [os.path.abspath(p) for p in cfg.train.python_path]
-    if cfg.ray.address is None:
+    if resolve_address(cfg) is None:
         # Embedded Ray runs on this machine: let tasks import what the driver's cwd can.
         paths.append(os.getcwd())
     return paths
@@ -128,7 +163,7 @@ def check_entrypoint(cfg: Config, python_path: list[str]) -> None:
     msg = (f"train.entrypoint ({cfg.train.entrypoint!r}): module {module!r} not found on the driver "
            f"(searched sys.path and {python_path}). Fix: run from the directory that holds it, or add it "
            f"with train.python_path=[...]")
-    if cfg.ray.address is None:
+    if resolve_address(cfg) is None:
         raise ConfigError(msg)
     log.warning("%s; assuming the cluster's nodes have it (ray.runtime_env.working_dir)", msg)
 
@@ -180,8 +215,8 @@ class Driver:
         self.progress = Progress(epochs=cfg.train.epochs, steps_per_epoch=cfg.train.steps_per_epoch,
                                  batch_size=cfg.train.batch_size, quiet=self.quiet)
         started = ensure_ray(cfg)
-        # Only a Ray this process started (or a local one it joined) is known to have no autoscaler.
-        self.embedded = started or cfg.ray.address is None
+        # Only a Ray this process started is known to be one machine with no autoscaler.
+        self.embedded = started or resolve_address(cfg) is None
         status = FAILED
         attempt = _Attempt(len(self.previous_attempts) + 1)
         self.attempts.append(attempt)
@@ -235,7 +270,9 @@ class Driver:
             for a, t in zip(actors, self.plan.tasks):
                 if self._is_server(t):
                     continue
-                ref = a.run.remote(tf_config=topology.tf_config(spec, t.role, t.index), run_dir=self.run_dir,
+                single = cfg.cluster.strategy in SINGLE_TASK_STRATEGIES
+                tf_config = None if single else topology.tf_config(spec, t.role, t.index)
+                ref = a.run.remote(tf_config=tf_config, run_dir=self.run_dir,
                                    resume_from=self.resumed_from,
                                    is_chief=topology.is_chief(spec, t.role, t.index), **common)
                 (background if t.role == EVALUATOR else primary)[ref] = t
@@ -253,7 +290,7 @@ class Driver:
             # gRPC calls fail fast on an unreachable worker, so the coordinator can reschedule (TF's PSS guide).
             env_vars.setdefault("GRPC_FAIL_FAST", "use_caller")
         runtime_env["env_vars"] = env_vars
-        advertise = cfg.cluster.advertise_address or ("127.0.0.1" if cfg.ray.address is None else None)
+        advertise = cfg.cluster.advertise_address or ("127.0.0.1" if self.embedded else None)
         options: dict[str, Any] = dict(
             name=actor_name(cfg.run.name, t.role, t.rank), num_cpus=t.cpus, num_gpus=t.gpus,
             resources=t.custom or None, runtime_env=runtime_env, max_restarts=0,
@@ -265,14 +302,26 @@ class Driver:
 
     def _addresses(self, actors: list, attempt: _Attempt) -> list[dict[str, Any]]:
         timeout = self.cfg.cluster.startup_timeout_s
+        marker = self.run_dir.write_storage_marker()
         try:
-            return ray.get([a.address.remote() for a in actors], timeout=timeout)
+            infos = ray.get([a.address.remote(self.run_dir, marker) for a in actors], timeout=timeout)
         except GetTimeoutError:
             raise self._fail(attempt, "startup", WorkerError(
                 f"tasks did not start within cluster.startup_timeout_s={timeout:g}s", kind="system")) from None
         except RayError as e:
             raise self._fail(attempt, "startup", WorkerError(
                 f"a task failed to start: {e}", kind="system")) from None
+        finally:
+            self.run_dir.remove_storage_marker(marker)
+        blind = [i for i in infos if i["storage_visible"] is False]
+        if blind:
+            who = ", ".join(f"{i['role']} {i['rank']} on node {i['node_id'][:12]}" for i in blind)
+            raise StorageError(
+                f"storage.path ({self.cfg.storage.path!r}) is not visible from {who}: the driver wrote "
+                f"{self.run_dir.uri} but those nodes cannot read it (a local path on one machine is not shared "
+                "with the others). Fix: use shared storage: an NFS path mounted at the same place on every node, "
+                "or an object store URI such as s3://bucket/runs or gs://bucket/runs")
+        return infos
 
     def _is_server(self, t: TaskSpec) -> bool:
         return self.cfg.cluster.strategy is Strategy.parameter_server and t.role in (WORKER, PS)
@@ -396,9 +445,8 @@ class Driver:
 
     # -- outputs -----------------------------------------------------------------------------
     def _log_tasks(self) -> None:
-        for i in self.tasks:
-            log.info("%-6s rank %d  node %s  %s:%d  pid %d  gpus %s", i["role"], i["rank"], i["node_id"][:12],
-                     i["host"], i["port"], i["pid"], ",".join(i["gpu_ids"]) or "-")
+        log.info("tasks of %s (%s):\n%s", self.cfg.run.name, self.cfg.cluster.strategy.value,
+                 task_table(self.tasks, self.plan.tasks))
 
     def _write_metrics(self) -> None:
         if self.metrics.rows:
@@ -424,7 +472,8 @@ class Driver:
             "status": status,
             "strategy": self.cfg.cluster.strategy.value,
             "num_replicas_in_sync": self.replicas,
-            "tasks": [{k: i[k] for k in ("role", "index", "rank", "node_id", "host", "port", "gpu_ids")}
+            "tasks": [{k: i[k] for k in ("role", "index", "rank", "node_id", "host", "port", "gpu_ids",
+                                         "cuda_visible_devices")}
                       | {"address": f"{i['host']}:{i['port']}"} for i in self.tasks],
             "attempts": self.previous_attempts + [a.to_json() for a in self.attempts],
             "roles": {role: sum(1 for t in self.plan.tasks if t.role == role)

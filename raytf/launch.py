@@ -18,6 +18,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="YAML config file (e.g. conf/local.yaml)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.epochs=5 run.name=exp1")
     p.add_argument("--quiet", action="store_true", help="no progress bars, log lines only")
+    p.add_argument("--address", help="Ray cluster to join (auto, host:port, ray://host:port); "
+                   "same as ray.address=..., which otherwise falls back to $RAY_ADDRESS")
     return p
 
 
@@ -26,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     try:
-        cfg = load_config(args.config, args.overrides)
+        overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
+        cfg = load_config(args.config, overrides)
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2

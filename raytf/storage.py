@@ -24,11 +24,18 @@ METRICS_FILE = "metrics.parquet"
 CHECKPOINTS_DIR = "checkpoints"
 
 
+# Test seam: a one-machine test cluster cannot show a node whose local disk differs from the driver's. A raylet
+# started with this variable set makes its tasks see local paths under that root instead, as such a node would.
+NODE_LOCAL_ROOT_ENV = "RAYTF_TEST_NODE_LOCAL_ROOT"
+STORAGE_CHECK_PREFIX = ".storage-check-"
+
+
 def resolve(path: str) -> tuple[pafs.FileSystem, str, str]:
     """(filesystem, path inside it, canonical URI) for a local path or a pyarrow URI."""
     if "://" not in path:
         local = os.path.abspath(os.path.expanduser(path))
-        return pafs.LocalFileSystem(), local, local
+        seen_as = os.environ.get(NODE_LOCAL_ROOT_ENV, "") + local
+        return pafs.LocalFileSystem(), seen_as, local
     try:
         fs, inner = pafs.FileSystem.from_uri(path)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
@@ -40,9 +47,10 @@ class RunDir:
     """`<storage.path>/<run.name>/`: config, result, metrics and checkpoints of one run."""
 
     def __init__(self, storage_path: str, run_name: str) -> None:
-        self.storage_path = storage_path
         self.run_name = run_name
         self.fs, base, base_uri = resolve(storage_path)
+        # Canonical (absolute for local paths) so a task on another node resolves the same place.
+        self.storage_path = base_uri
         self.root = posixpath.join(base, run_name)
         self.uri = posixpath.join(base_uri, run_name)
         self._local = isinstance(self.fs, pafs.LocalFileSystem)
@@ -102,6 +110,25 @@ class RunDir:
 
     def read_table(self, rel: str) -> pa.Table:
         return pq.read_table(self.path(rel), filesystem=self.fs)
+
+    # -- is this run directory shared with every node? -------------------------------------------
+    def write_storage_marker(self) -> str:
+        """Written by the driver before any task starts; returns the marker's name."""
+        name = f"{STORAGE_CHECK_PREFIX}{uuid.uuid4().hex[:12]}"
+        self.write_text(name, "raytf: every task must see this file\n")
+        return name
+
+    def remove_storage_marker(self, name: str) -> None:
+        try:
+            self.fs.delete_file(self.path(name))
+        except OSError as e:
+            log.debug("storage marker: %s", e)
+
+    def can_see(self, marker: str) -> bool:
+        try:
+            return self.exists(marker)
+        except OSError:
+            return False
 
     # -- checkpoints -------------------------------------------------------------------------
     def list_checkpoints(self) -> list[checkpoints.CheckpointEntry]:

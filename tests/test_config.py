@@ -84,6 +84,12 @@ BAD = [
     (["cluster.num_ps=2"], "cluster.num_ps", "parameter_server"),
     (["cluster.ps.variable_partitioner=min_size_max_shards"], "cluster.ps.variable_partitioner", "parameter_server"),
     (["cluster.evaluator.enabled=true"], "train.eval_entrypoint", "empty"),
+    (["cluster.strategy=mirrored"], "cluster.num_workers", "(2)"),
+    (["cluster.strategy=central_storage", "cluster.num_workers=1", "cluster.collective=ring"], "cluster.collective",
+     "mirrored"),
+    (["cluster.cross_device_ops=hierarchical_copy"], "cluster.cross_device_ops", "mirrored"),
+    (["cluster.strategy=mirrored", "cluster.num_workers=1", "cluster.cross_device_ops=nccl"],
+     "cluster.cross_device_ops", "GPUs"),
     (["train.eval_entrypoint=m:evaluate"], "cluster.evaluator.enabled", "m:evaluate"),
     (["cluster.evaluator.enabled=true", "train.eval_entrypoint=nocolon"], "train.eval_entrypoint", "nocolon"),
 ]
@@ -104,6 +110,13 @@ def test_ps_local_yaml_loads():
     assert cfg.cluster.strategy is Strategy.parameter_server
     assert (cfg.cluster.num_ps, cfg.cluster.num_workers) == (1, 2)
     assert cfg.cluster.ps.cpus == 0.5 and cfg.cluster.chief.cpus == 0.5
+
+
+@pytest.mark.parametrize("name", ["two_node.yaml", "two_node_ps.yaml", "local.yaml", "ps_local.yaml"])
+def test_shipped_configs_are_valid(name):
+    cfg = load_config(ROOT / "conf" / name)
+    if name.startswith("two_node"):
+        assert cfg.ray.address == "auto" and cfg.cluster.worker.gpus == 1
 
 
 def test_missing_yaml_file():

@@ -122,6 +122,17 @@ def test_placement_timeout_on_a_cluster_that_could_grow(fast_cfg, no_leaks):
     assert "not ready after cluster.placement_timeout_s=1s" in msg and "lacks {CPU: 1}" in msg
 
 
+@pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
+def test_single_task_strategies(fast_cfg, no_leaks, strategy):
+    result = raytf.fit(fast_cfg(f"run.name={strategy}", f"cluster.strategy={strategy}", "cluster.num_workers=1",
+                                "cluster.worker.cpus=2"), quiet=True)
+    assert result.status == "succeeded", result.error
+    assert result.summary["strategy"] == strategy
+    assert [(t["role"], t["rank"]) for t in result.tasks] == [("worker", 0)]
+    loss = list(_epoch_rows(result.metrics, 0)["loss"])
+    assert loss[-1] < loss[0] and result.last_checkpoint is not None
+
+
 def test_events_from_every_rank(fast_cfg, no_leaks):
     result = raytf.fit(fast_cfg("run.name=ev", "train.entrypoint=tests.train_fns:report_only",
                                 "checkpoint.every_epochs=0"), quiet=True)

@@ -1,0 +1,108 @@
+"""A simulated multi-node cluster (ray.cluster_utils.Cluster: a head and two GPU nodes on this machine)."""
+
+import pytest
+
+import raytf
+from raytf.errors import PlacementError, RaytfError, StorageError
+from raytf.storage import NODE_LOCAL_ROOT_ENV
+from tests.conftest import ROOT, leftovers
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Head (no GPU, drives only) + two nodes with 1 CPU and 1 fake GPU each, all on 127.0.0.1."""
+    import os
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    os.chdir(ROOT)
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, "include_dashboard": True,
+                                                       "resources": {"head": 1}})
+    nodes = [c.add_node(num_cpus=1, num_gpus=1, resources={f"node{i}": 1}) for i in range(2)]
+    ray.init(address=c.address, log_to_driver=False, configure_logging=False)
+    yield c, nodes
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.fixture
+def clean(cluster):
+    yield cluster
+    assert leftovers() == {"actors": [], "placement_groups": []}
+
+
+def two_node(tmp_path, *overrides):
+    return raytf.load_config(ROOT / "conf/two_node.yaml", [
+        f"storage.path={tmp_path}", "train.epochs=2", "train.steps_per_epoch=5", "train.batch_size=16",
+        *overrides])
+
+
+def test_two_node_mwms_one_worker_per_gpu_node(clean, tmp_path):
+    _, nodes = clean
+    result = raytf.fit(two_node(tmp_path, "run.name=two"), quiet=True)
+    assert result.status == "succeeded", result.error
+    tasks = result.tasks
+    assert len({t["node_id"] for t in tasks}) == 2  # STRICT_SPREAD really spread
+    assert {t["node_id"] for t in tasks} == {n.node_id for n in nodes}  # the GPU nodes, not the head
+    assert all(t["gpu_ids"] and t["cuda_visible_devices"] == t["gpu_ids"][0] for t in tasks)
+    assert result.summary["num_replicas_in_sync"] == 2
+    assert result.last_checkpoint.endswith("ckpt-e000002-s0000000010")
+
+
+def test_two_node_parameter_server(clean, tmp_path):
+    cfg = raytf.load_config(ROOT / "conf/two_node_ps.yaml", [
+        f"storage.path={tmp_path}", "run.name=twops", "train.epochs=2", "train.steps_per_epoch=5",
+        "train.batch_size=16", "cluster.num_ps=1", "cluster.chief.cpus=0.5", "cluster.ps.cpus=0.5",
+        "cluster.worker.cpus=0.5"])
+    result = raytf.fit(cfg, quiet=True)
+    assert result.status == "succeeded", result.error
+    workers = [t for t in result.tasks if t["role"] == "worker"]
+    assert len({t["node_id"] for t in workers}) == 2 and all(t["gpu_ids"] for t in workers)
+
+
+def test_unsatisfiable_gpu_placement_fails_in_bounded_time_and_releases(clean, tmp_path):
+    cfg = two_node(tmp_path, "run.name=three", "cluster.num_workers=3", "cluster.placement_timeout_s=3")
+    with pytest.raises(PlacementError) as info:
+        raytf.fit(cfg, quiet=True)
+    msg = str(info.value)
+    assert "cluster.placement_timeout_s=3" in msg and "GPU: 1" in msg, msg
+
+
+def test_storage_not_shared_fails_before_training(clean, tmp_path):
+    """One node sees local paths under another root, as a node without the NFS mount would."""
+    c, _ = clean
+    blind = c.add_node(num_cpus=1, num_gpus=1, resources={"blind": 1},
+                       env_vars={NODE_LOCAL_ROOT_ENV: str(tmp_path / "elsewhere")})
+    try:
+        cfg = two_node(tmp_path, "run.name=blind", "cluster.num_workers=3")
+        with pytest.raises(StorageError) as info:
+            raytf.fit(cfg, quiet=True)
+        msg = str(info.value)
+        assert "not visible from worker" in msg and blind.node_id[:12] in msg and "s3://" in msg
+        assert not list((tmp_path / "blind").glob("metrics.parquet"))  # no training happened
+    finally:
+        c.remove_node(blind)
+
+
+def test_unreachable_address_is_a_clear_error_not_a_hang():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--address", "127.0.0.1:1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "ray.address ('127.0.0.1:1'): nothing reachable" in proc.stderr
+
+
+def test_address_precedence():
+    from raytf.driver import resolve_address
+
+    base = {"train": {"entrypoint": "m:f"}}
+    assert resolve_address(raytf.load_config(base), {}) is None
+    assert resolve_address(raytf.load_config(base), {"RAY_ADDRESS": "10.0.0.1:6379"}) == "10.0.0.1:6379"
+    assert resolve_address(raytf.load_config(base, ["ray.address=auto"]), {"RAY_ADDRESS": "x:1"}) == "auto"
+    with pytest.raises(RaytfError):
+        raise RaytfError("hierarchy")
