@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--batch", type=int, default=32)
     args = ap.parse_args()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     storage = tempfile.mkdtemp(prefix="raytf-bench-")
     common = [f"storage.path={storage}", f"train.epochs={args.epochs}", f"train.steps_per_epoch={args.steps}",
               f"train.batch_size={args.batch}", "metrics.every_steps=5", "checkpoint.every_epochs=0"]

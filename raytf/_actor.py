@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 TASK_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_GRPC_REUSE_PORT": "true", "TF_CPP_MIN_LOG_LEVEL": "1"}
 
 
+# TF errors raised on the surviving tasks when another task dies or stalls.
+_PEER_ERRORS = frozenset({"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"})
+
+
 def reserve_port() -> socket.socket:
     """Bind a free port and keep holding it until TF's server has bound the same port.
 
@@ -128,9 +132,11 @@ class TaskActor:
         return _tf_runtime
 
     def _error(self, e: BaseException, kind: str = "user") -> dict[str, Any]:
+        if kind == "user" and type(e).__name__ in _PEER_ERRORS and type(e).__module__.startswith("tensorflow"):
+            kind = "peer"  # a collective or RPC lost its peer: the symptom, not the cause
         return {"ok": False, "error": WorkerError(
             f"{type(e).__name__}: {e}", role=self.spec.role, rank=self.spec.rank, node_id=self._node_id,
-            remote_traceback=traceback.format_exc(), kind=kind)}
+            remote_traceback=traceback.format_exc(), kind=kind, error_type=type(e).__name__)}
 
     def start_server(self, *, tf_config: dict, cfg: Config, bus, attempt: int,
                      python_path: list[str]) -> dict[str, Any]:

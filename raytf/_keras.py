@@ -35,6 +35,9 @@ class RaytfCallback(tf.keras.callbacks.Callback):
         steps, self._last_batch = batch - self._last_batch, batch
         self.ctx.step_end(_LazyScaled(logs, self._scale), steps=steps)
 
+    def on_test_batch_end(self, batch, logs=None) -> None:
+        self.ctx.heartbeat()  # validation is progress too
+
     def on_epoch_end(self, epoch, logs=None) -> None:
         self.ctx.epoch_end(logs)
 

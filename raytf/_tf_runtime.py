@@ -70,7 +70,8 @@ def build_multi_worker_mirrored(cfg: Config) -> tf.distribute.Strategy:
         Collective.ring: tf.distribute.experimental.CommunicationImplementation.RING,
         Collective.nccl: tf.distribute.experimental.CommunicationImplementation.NCCL,
     }[cfg.cluster.collective]
-    options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=impl, timeout_seconds=cfg.failure.collective_timeout_s)
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 

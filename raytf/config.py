@@ -153,6 +153,22 @@ class MetricsConfig:
 
 
 @dataclass
+class FailureConfig:
+    # Failures retried per launch (the whole group restarts from the latest committed checkpoint); -1 = no limit.
+    max_failures: int = 3
+    # Retry exceptions raised by the training function after it made progress (before its first step in the
+    # first attempt, and import/name errors, are never retried).
+    retry_user_errors: bool = True
+    # No step from a rank for this long counts as a hang (stacks dumped, group restarted).
+    hang_timeout_s: float = 300.0
+    # Tasks send a progress heartbeat at most this often.
+    heartbeat_s: float = 2.0
+    # MWMS collectives time out after this long (TF CommunicationOptions.timeout_seconds); null = never.
+    # TF starts a thread per collective when set, so prefer the hang timeout.
+    collective_timeout_s: float | None = None
+
+
+@dataclass
 class StorageConfig:
     # A local path or a pyarrow.fs URI (file://, s3://, gs://, hdfs://).
     path: str = "./runs"
@@ -171,6 +187,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    failure: FailureConfig = field(default_factory=FailureConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
@@ -280,6 +297,16 @@ def validate(cfg: Config) -> Config:
     _non_negative(k.keep_last, "checkpoint.keep_last", "0 keeps every checkpoint")
     _non_negative(cfg.metrics.every_steps, "metrics.every_steps", "0 reports per epoch only")
     _non_negative(cfg.metrics.flush_interval_s, "metrics.flush_interval_s", "e.g. 5")
+    f = cfg.failure
+    if f.max_failures < -1:
+        raise ConfigError(f"failure.max_failures ({f.max_failures}) must be -1 (no limit) or more")
+    _positive(f.hang_timeout_s, "failure.hang_timeout_s", "e.g. 300")
+    _positive(f.heartbeat_s, "failure.heartbeat_s", "e.g. 2")
+    if f.heartbeat_s >= f.hang_timeout_s:
+        raise ConfigError(f"failure.heartbeat_s ({f.heartbeat_s}) must be shorter than failure.hang_timeout_s "
+                          f"({f.hang_timeout_s})")
+    if f.collective_timeout_s is not None:
+        _positive(f.collective_timeout_s, "failure.collective_timeout_s", "or null for none")
     if not cfg.storage.path:
         raise ConfigError("storage.path is empty: set a directory or URI, e.g. ./runs or s3://bucket/runs")
     if cfg.run.name is not None and not _RUN_NAME.match(cfg.run.name):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import numbers
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -15,6 +16,8 @@ from raytf.config import Config
 from raytf.storage import RunDir
 
 log = logging.getLogger(__name__)
+
+CRASH_SEAM_ENV = "RAYTF_TEST_CRASH_BEFORE_COMMIT"
 
 
 def _scalar(value: Any) -> float | None:
@@ -91,6 +94,7 @@ class TrainContext:
         self.step = resume_from.step if resume_from else 0  # completed global steps
         self._step_clock = (time.monotonic(), self.step)
         self._stepped = False
+        self._last_beat = time.monotonic()
 
     # -- the run's settings ------------------------------------------------------------------
     @property
@@ -175,15 +179,23 @@ class TrainContext:
         local = self._writer.write(self.epoch, self.step)
         if not self.is_chief:
             return None
+        self.heartbeat()
         try:
             uri = self._run_dir.upload_checkpoint(
-                local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank}
+                local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank},
+                before_commit=self._crash_seam,
             )
         finally:
             shutil.rmtree(local, ignore_errors=True)
         self._emit(ev.CHECKPOINT, {"epoch": self.epoch, "step": self.step, "uri": uri})
         self._run_dir.prune_checkpoints(self.cfg.checkpoint.keep_last)
         return uri
+
+    def _crash_seam(self) -> None:
+        # Test seam (RAYTF_TEST_CRASH_BEFORE_COMMIT="<epoch>:<attempt>"): die like a killed chief would, with
+        # the checkpoint's files uploaded but not committed.
+        if os.environ.get(CRASH_SEAM_ENV) == f"{self.epoch}:{self.attempt}":
+            os._exit(137)
 
     def _checkpointing(self) -> bool:
         return self._writer is not None and (
@@ -215,8 +227,17 @@ class TrainContext:
     # -- progress ----------------------------------------------------------------------------
     def report(self, metrics: Mapping[str, Any], *, kind: str = ev.STEP) -> None:
         """Send a metrics row (this task's rank, current epoch and step) to the driver."""
+        self._last_beat = time.monotonic()
         self._emit(kind, {"epoch": self.epoch + (1 if kind == ev.STEP else 0), "step": self.step,
                           "metrics": _scalars(metrics)})
+
+    def heartbeat(self) -> None:
+        """Tell the driver this task is making progress (at most every failure.heartbeat_s). Called for you
+        by step_end and the Keras callback; call it from long phases of your own (evaluation, data loading)."""
+        now = time.monotonic()
+        if now - self._last_beat >= self.cfg.failure.heartbeat_s:
+            self._last_beat = now
+            self._emit(ev.HEARTBEAT, {"epoch": self.epoch + 1, "step": self.step})
 
     def step_end(self, metrics: Mapping[str, Any] | None = None, *, steps: int = 1) -> None:
         """Call after every training step (or every `steps` steps): counts them, reports every
@@ -234,6 +255,8 @@ class TrainContext:
                 row["steps_per_s"] = (self.step - s0) / (now - t0)
             self._step_clock = (now, self.step)
             self.report(row)
+        else:
+            self.heartbeat()
         if self._checkpointing() and checkpoints.crossed(before, self.step, self.cfg.checkpoint.every_steps):
             self.save()
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
+from raytf import checkpoints, failure, placement, storage, topology
 from raytf import events as ev
-from raytf import placement, storage, topology
 from raytf._actor import TASK_ENV, TaskActor
 from raytf.config import SINGLE_TASK_STRATEGIES, Config, Strategy, to_dict, to_yaml, validate
 from raytf.errors import ConfigError, RaytfError, StorageError, TrainingFailedError, WorkerError
@@ -56,6 +56,20 @@ class _EventBus:
 
 
 _RemoteTask = ray.remote(TaskActor)
+PROGRESS = (ev.STEP, ev.EPOCH, ev.HEARTBEAT, ev.CHECKPOINT)
+
+
+@ray.remote(num_cpus=0)
+def _py_spy_dump(pid: int) -> str:
+    """Runs on the stuck task's node: py-spy (shipped with ray[default]) reads its Python stacks."""
+    import shutil as _shutil
+    import subprocess
+
+    exe = _shutil.which("py-spy")
+    if exe is None:
+        return "py-spy is not installed on this node"
+    proc = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+    return proc.stdout or proc.stderr
 # Threaded: drain() and wait_stop() block while tasks keep pushing.
 _RemoteBus = ray.remote(num_cpus=0, max_concurrency=64)(_EventBus)
 
@@ -83,20 +97,33 @@ def actor_name(run: str, role: str, rank: int) -> str:
 
 @dataclass
 class _Attempt:
-    number: int
+    """One try at training within a launch; serialised into result.json's `attempts`."""
+
+    number: int  # across launches of the run
+    index: int  # within this launch, from 1
+    resumed_from: str | None = None
     started: float = field(default_factory=time.time)
     ended: float | None = None
     status: str = RUNNING
     cause: str | None = None
+    error_type: str | None = None
     rank: int | None = None
     role: str | None = None
     node_id: str | None = None
+    decision: str | None = None
+    reason: str | None = None
+    first_step_at: float | None = None
+    last_step: int | None = None
+    last_commit_at: float | None = None
+    recovery_s: float | None = None  # previous attempt's failure -> this attempt's first step
+    steps_lost: int | None = None  # steps trained in this attempt beyond what the next one resumes from
+    time_lost_s: float | None = None  # training time beyond the last commit (or first step) of this attempt
 
     def to_json(self) -> dict[str, Any]:
-        return {"attempt": self.number, "status": self.status, "cause": self.cause, "rank": self.rank,
-                "role": self.role, "node_id": self.node_id, "started_at": self.started,
-                "ended_at": self.ended,
-                "duration_s": None if self.ended is None else round(self.ended - self.started, 3)}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("number", "started", "ended")}
+        out.update(attempt=self.number, started_at=self.started, ended_at=self.ended,
+                   duration_s=None if self.ended is None else round(self.ended - self.started, 3))
+        return out
 
 
 def resolve_address(cfg: Config, environ: Mapping[str, str] = os.environ) -> str | None:
@@ -192,6 +219,8 @@ class Driver:
         self.first_step_at: float | None = None
         self.replicas = 0  # num_replicas_in_sync as the tasks' strategy reported it
         self.lost_tasks: list[dict[str, Any]] = []
+        self.watched: dict[int, float] = {}  # rank -> last progress (driver clock), for hang detection
+        self.committed: set[str] = set()  # checkpoints committed during this launch
         self.error: TrainingFailedError | None = None
 
     # -- the run -----------------------------------------------------------------------------
@@ -218,32 +247,66 @@ class Driver:
         # Only a Ray this process started is known to be one machine with no autoscaler.
         self.embedded = started or resolve_address(cfg) is None
         status = FAILED
-        attempt = _Attempt(len(self.previous_attempts) + 1)
-        self.attempts.append(attempt)
         self._write_result(RUNNING)
-        if self.resumed_from is not None:
-            log.info("resuming %s from %s", cfg.run.name, self.resumed_from.name)
+        failures = 0
         try:
-            self._run_attempt(attempt, python_path)
-            status = SUCCEEDED
+            while True:
+                attempt = _Attempt(len(self.previous_attempts) + len(self.attempts) + 1, len(self.attempts) + 1,
+                                   resumed_from=self.resumed_from.name if self.resumed_from else None)
+                self.attempts.append(attempt)
+                if self.resumed_from is not None:
+                    log.info("attempt %d: resuming %s from %s", attempt.number, cfg.run.name,
+                             self.resumed_from.name)
+                try:
+                    self._run_attempt(attempt, python_path)
+                    attempt.status = status = SUCCEEDED
+                    break
+                except TrainingFailedError as e:
+                    if not self._retry(attempt, e, failures):
+                        self.error = e
+                        break
+                    failures += 1
+                    self._write_metrics()
+                    self._write_result(RUNNING)
+                finally:
+                    attempt.ended = attempt.ended or time.time()
         except KeyboardInterrupt:
             status = INTERRUPTED
-            attempt.cause = "interrupted"
+            self.attempts[-1].status, self.attempts[-1].cause = INTERRUPTED, "interrupted"
             self.error = TrainingFailedError("interrupted by the user (KeyboardInterrupt)")
             raise
-        except TrainingFailedError as e:
-            self.error = e
         except RaytfError as e:  # placement and storage errors: recorded, then raised to the caller
             self.error = TrainingFailedError(str(e))
-            attempt.cause = type(e).__name__
+            self.attempts[-1].status, self.attempts[-1].cause = FAILED, type(e).__name__
             raise
         finally:
-            attempt.status = status
-            attempt.ended = time.time()
             self.progress.close()
             self._write_metrics()
             self._write_result(status)
         return self.result(status)
+
+    def _retry(self, attempt: _Attempt, error: TrainingFailedError, failures: int) -> bool:
+        """Apply the failure policy to a failed attempt; on retry, pick the checkpoint to resume from."""
+        attempt.status, attempt.ended = FAILED, time.time()
+        verdict = failure.decide(kind=attempt.cause or failure.SYSTEM, error_type=attempt.error_type or "",
+                                 attempt=attempt.index, progressed=attempt.first_step_at is not None,
+                                 failures_so_far=failures, cfg=self.cfg.failure)
+        attempt.decision, attempt.reason = verdict.decision.value, verdict.reason
+        latest = self.run_dir.latest_checkpoint()
+        if latest is not None and not self.cfg.checkpoint.resume and latest.name not in self.committed:
+            latest = None  # checkpoint.resume=false: only this launch's own checkpoints count
+        resume_step = latest.step if latest else 0
+        if attempt.last_step is not None:
+            attempt.steps_lost = max(0, attempt.last_step - resume_step)
+        if attempt.first_step_at is not None:
+            attempt.time_lost_s = round(attempt.ended - max(attempt.first_step_at, attempt.last_commit_at or 0), 3)
+        if verdict.decision is failure.Decision.RAISE:
+            log.error("attempt %d failed (%s): %s; not retrying", attempt.number, attempt.cause, verdict.reason)
+            return False
+        log.warning("attempt %d failed (%s, %s %s): %s; restarting the group from %s", attempt.number,
+                    attempt.cause, attempt.role, attempt.rank, verdict.reason, latest.name if latest else "scratch")
+        self.resumed_from = latest
+        return True
 
     def _run_attempt(self, attempt: _Attempt, python_path: list[str]) -> None:
         cfg = self.cfg
@@ -276,8 +339,13 @@ class Driver:
                                    resume_from=self.resumed_from,
                                    is_chief=topology.is_chief(spec, t.role, t.index), **common)
                 (background if t.role == EVALUATOR else primary)[ref] = t
+            # Watch the ranks running user code; before its first heartbeat a rank gets the start-up allowance.
+            self.watched = {t.rank: time.time() + cfg.cluster.startup_timeout_s
+                            for t in [*primary.values(), *background.values()]
+                            if t.role != EVALUATOR and not self._is_server(t)}
             self._event_loop(primary, background, bus, attempt)
         finally:
+            self.watched = {}
             self._teardown(actors, bus, pg)
 
     def _start_task(self, t: TaskSpec, pg, bundle_index: int):
@@ -306,11 +374,10 @@ class Driver:
         try:
             infos = ray.get([a.address.remote(self.run_dir, marker) for a in actors], timeout=timeout)
         except GetTimeoutError:
-            raise self._fail(attempt, "startup", WorkerError(
-                f"tasks did not start within cluster.startup_timeout_s={timeout:g}s", kind="system")) from None
+            raise self._fail(attempt, [WorkerError(
+                f"tasks did not start within cluster.startup_timeout_s={timeout:g}s", kind=failure.STARTUP)]) from None
         except RayError as e:
-            raise self._fail(attempt, "startup", WorkerError(
-                f"a task failed to start: {e}", kind="system")) from None
+            raise self._fail(attempt, [WorkerError(f"a task failed to start: {e}", kind=failure.STARTUP)]) from None
         finally:
             self.run_dir.remove_storage_marker(marker)
         blind = [i for i in infos if i["storage_visible"] is False]
@@ -335,11 +402,11 @@ class Driver:
         for ref in ready:
             error = self._outcome(ref, refs[ref])
             if error is not None:
-                raise self._fail(attempt, "startup", error)
+                raise self._fail(attempt, [error])
         if len(ready) < len(refs):
-            raise self._fail(attempt, "startup", WorkerError(
+            raise self._fail(attempt, [WorkerError(
                 f"parameter-server tasks did not start within cluster.startup_timeout_s={timeout:g}s",
-                kind="system"))
+                kind=failure.STARTUP)])
 
     def _event_loop(self, primary: dict, background: dict, bus, attempt: _Attempt) -> None:
         self._pump(primary, background, bus, attempt, deadline=None)
@@ -356,7 +423,8 @@ class Driver:
     def _pump(self, waited: dict, others: dict, bus, attempt: _Attempt, deadline: float | None) -> bool:
         """Consume events until every ref in `waited` has finished (True) or the deadline passes (False).
         A failed task fails the attempt, except a lost ParameterServerStrategy worker: the coordinator
-        moves its scheduled functions to the other workers."""
+        moves its scheduled functions to the other workers. So does a watched rank without progress for
+        failure.hang_timeout_s (a hang)."""
         drain = bus.drain.remote(self.poll_s)
         last_flush = time.monotonic()
         while waited:
@@ -370,23 +438,58 @@ class Driver:
                     drain = bus.drain.remote(self.poll_s)
                     continue
                 t = waited.pop(ref) if ref in waited else others.pop(ref)
+                self.watched.pop(t.rank, None)
                 error = self._outcome(ref, t)
                 if error is None:
                     continue
-                if self._is_server(t) and t.role == WORKER and error.kind == "system":
+                if self._is_server(t) and t.role == WORKER and error.kind == failure.SYSTEM:
                     log.warning("lost %s (%s); the coordinator reschedules its work on the other workers",
                                 actor_name(self.cfg.run.name, t.role, t.rank), error.message)
                     self.lost_tasks.append({"role": t.role, "rank": t.rank, "attempt": attempt.number,
                                             "time": time.time(), "cause": error.message})
                     continue
+                errors = [error, *self._also_failed({**waited, **others})]
                 self._dispatch(ray.get(drain) + ray.get(bus.drain.remote(0)))
-                raise self._fail(attempt, error.kind, error)
+                raise self._fail(attempt, errors)
+            stale = failure.stale_ranks(self.watched, time.time(), self.cfg.failure.hang_timeout_s)
+            if stale:
+                self._dispatch(ray.get(drain))
+                raise self._fail(attempt, self._hang_errors(stale, attempt))
             if self.metrics.dirty and time.monotonic() - last_flush >= self.cfg.metrics.flush_interval_s:
                 self._write_metrics()
                 last_flush = time.monotonic()
         # The outstanding drain returns within poll_s; its events must not be lost.
         self._dispatch(ray.get(drain) + ray.get(bus.drain.remote(0)))
         return True
+
+    def _also_failed(self, pending: dict, grace_s: float = 1.0) -> list[WorkerError]:
+        """Other tasks failing within `grace_s` of the first: a dead task's peers error out within
+        milliseconds, and whichever is seen first, the death is the cause worth reporting."""
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=grace_s) if pending else ([], [])
+        return [e for e in (self._outcome(r, pending[r]) for r in ready) if e is not None]
+
+    def _hang_errors(self, stale: list[int], attempt: _Attempt) -> list[WorkerError]:
+        timeout = self.cfg.failure.hang_timeout_s
+        errors = []
+        for rank in stale:
+            info = next((i for i in self.tasks if i["rank"] == rank), {})
+            stacks = self._dump_stacks(info, attempt)
+            errors.append(WorkerError(
+                f"no progress for {timeout:g}s (failure.hang_timeout_s); stacks in {stacks}",
+                role=info.get("role", ""), rank=rank, node_id=info.get("node_id", ""), kind=failure.HANG))
+        return errors
+
+    def _dump_stacks(self, info: dict[str, Any], attempt: _Attempt) -> str:
+        """py-spy the stuck task's process from its own node; the text goes to the run directory's logs/."""
+        rel = f"logs/stacks-attempt{attempt.number}-{info.get('role')}{info.get('rank')}.txt"
+        try:
+            text = ray.get(_py_spy_dump.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+                info["node_id"], soft=False)).remote(info["pid"]), timeout=60)
+        except (RayError, KeyError) as e:
+            text = f"could not dump stacks: {e}"
+        log.error("stacks of %s %s (pid %s):\n%s", info.get("role"), info.get("rank"), info.get("pid"), text)
+        self.run_dir.write_text(rel, text)
+        return self.run_dir.uri_of(rel)
 
     def _outcome(self, ref, t: TaskSpec) -> WorkerError | None:
         node = next((i.get("node_id", "") for i in self.tasks if i["rank"] == t.rank), "")
@@ -400,15 +503,33 @@ class Driver:
                                remote_traceback=str(e), kind="system")
         return None if out.get("ok") else out["error"]
 
-    def _fail(self, attempt: _Attempt, cause: str, error: WorkerError) -> TrainingFailedError:
-        attempt.cause, attempt.rank, attempt.role, attempt.node_id = cause, error.rank, error.role, error.node_id
-        log.error("%s failed: %s", error.role or "run", error)
-        if error.remote_traceback:
-            log.error("remote traceback (%s %d):\n%s", error.role, error.rank, error.remote_traceback)
-        return TrainingFailedError(f"run {self.cfg.run.name} failed: {error}", {(error.role, error.rank): error})
+    def _fail(self, attempt: _Attempt, errors: list[WorkerError]) -> TrainingFailedError:
+        root = errors[failure.root_cause([e.kind for e in errors])]
+        attempt.cause, attempt.error_type = root.kind, root.error_type
+        attempt.rank, attempt.role, attempt.node_id = root.rank, root.role, root.node_id
+        log.error("attempt %d: %s failed: %s", attempt.number, root.role or "run", root)
+        if root.remote_traceback:
+            log.error("remote traceback (%s %d):\n%s", root.role, root.rank, root.remote_traceback)
+        return TrainingFailedError(f"run {self.cfg.run.name} failed: {root}",
+                                   {(e.role, e.rank): e for e in sorted(errors, key=lambda e: e is not root)})
 
     def _dispatch(self, events: list[ev.Event]) -> None:
+        attempt = self.attempts[-1]
+        now = time.time()
         for e in events:
+            if e.kind in PROGRESS and e.attempt == attempt.number:
+                if e.rank in self.watched:
+                    self.watched[e.rank] = now
+                if e.kind != ev.CHECKPOINT and attempt.first_step_at is None:
+                    attempt.first_step_at = e.time
+                    previous = self.attempts[-2] if len(self.attempts) > 1 else None
+                    if previous is not None and previous.ended is not None:
+                        attempt.recovery_s = round(e.time - previous.ended, 3)
+                if "step" in e.payload:
+                    attempt.last_step = max(attempt.last_step or 0, int(e.payload["step"]))
+                if e.kind == ev.CHECKPOINT:
+                    attempt.last_commit_at = e.time
+                    self.committed.add(checkpoints.checkpoint_name(e.payload["epoch"], e.payload["step"]))
             if e.kind in (ev.STEP, ev.EPOCH) and self.first_step_at is None:
                 self.first_step_at = e.time
             if e.kind == ev.STARTED:

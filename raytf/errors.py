@@ -36,6 +36,7 @@ class WorkerError(RaytfError):
         node_id: str = "",
         remote_traceback: str = "",
         kind: str = "user",
+        error_type: str = "",
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -43,13 +44,14 @@ class WorkerError(RaytfError):
         self.rank = rank
         self.node_id = node_id
         self.remote_traceback = remote_traceback
-        # "user": the training function raised; "system": the actor or its node died.
+        # See raytf.failure: "user", "system", "peer", "hang" or "startup".
         self.kind = kind
+        self.error_type = error_type  # the remote exception's class name
 
     def __reduce__(self):
         return (
             _rebuild_worker_error,
-            (self.message, self.role, self.rank, self.node_id, self.remote_traceback, self.kind),
+            (self.message, self.role, self.rank, self.node_id, self.remote_traceback, self.kind, self.error_type),
         )
 
     def __str__(self) -> str:
@@ -58,10 +60,9 @@ class WorkerError(RaytfError):
         return f"{where}{node}: {self.message}"
 
 
-def _rebuild_worker_error(message, role, rank, node_id, remote_traceback, kind) -> WorkerError:
-    return WorkerError(
-        message, role=role, rank=rank, node_id=node_id, remote_traceback=remote_traceback, kind=kind
-    )
+def _rebuild_worker_error(message, role, rank, node_id, remote_traceback, kind, error_type) -> WorkerError:
+    return WorkerError(message, role=role, rank=rank, node_id=node_id, remote_traceback=remote_traceback,
+                       kind=kind, error_type=error_type)
 
 
 class TrainingFailedError(RaytfError):

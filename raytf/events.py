@@ -11,6 +11,7 @@ from typing import Any
 STARTED = "started"  # the strategy is built; payload: replicas, keras, devices
 STEP = "step"  # every metrics.every_steps steps; payload: epoch, step, metrics (doubles as a heartbeat)
 EPOCH = "epoch"  # an epoch finished; payload: epoch, step, metrics
+HEARTBEAT = "heartbeat"  # progress without metrics, at most every failure.heartbeat_s; payload: epoch, step
 EVAL = "eval"  # the evaluator scored a checkpoint; payload: epoch, step, metrics
 CHECKPOINT = "checkpoint"  # a checkpoint was committed; payload: epoch, step, uri
 

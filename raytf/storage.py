@@ -7,6 +7,7 @@ import logging
 import os
 import posixpath
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -146,7 +147,8 @@ class RunDir:
     def latest_checkpoint(self) -> checkpoints.CheckpointEntry | None:
         return checkpoints.latest_committed(self.list_checkpoints())
 
-    def upload_checkpoint(self, local_dir: str, epoch: int, step: int, meta: dict[str, Any]) -> str:
+    def upload_checkpoint(self, local_dir: str, epoch: int, step: int, meta: dict[str, Any],
+                          before_commit: Callable[[], None] | None = None) -> str:
         """Copy a finished local checkpoint up, then commit it by writing the marker last."""
         name = checkpoints.checkpoint_name(epoch, step)
         dest = self.path(CHECKPOINTS_DIR, name)
@@ -156,6 +158,8 @@ class RunDir:
         self.fs.create_dir(dest, recursive=True)
         pafs.copy_files(local_dir, dest, source_filesystem=pafs.LocalFileSystem(),
                         destination_filesystem=self.fs)
+        if before_commit is not None:
+            before_commit()
         self.write_json(posixpath.join(CHECKPOINTS_DIR, name, checkpoints.COMMIT_MARKER),
                         {"epoch": epoch, "step": step, **meta})
         return self.uri_of(CHECKPOINTS_DIR, name)

@@ -14,7 +14,8 @@ def ray_local():
     import ray
 
     os.chdir(ROOT)  # the tasks import tests.* and examples.* from the driver's working directory
-    ray.init(num_cpus=2, include_dashboard=True, configure_logging=False, log_to_driver=False)
+    # address="local": always a fresh cluster of our own, even if another Ray runs on this machine.
+    ray.init(address="local", num_cpus=2, include_dashboard=True, configure_logging=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 

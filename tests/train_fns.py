@@ -21,3 +21,37 @@ def report_only(ctx: raytf.TrainContext) -> None:
 
 def fail_always(ctx: raytf.TrainContext) -> None:
     raise RuntimeError(f"{ctx.role} {ctx.rank} fails on purpose")
+
+
+def hang_on_rank1_first_attempt(ctx: raytf.TrainContext) -> None:
+    """Rank 1 blocks forever at its 3rd step of attempt 1 (rank 0 then waits in the collective)."""
+    import threading
+
+    from examples.keras_cnn import train
+
+    if ctx.rank == 1 and ctx.attempt == 1:
+        original = ctx.step_end
+
+        def step_end(metrics=None, *, steps=1):
+            original(metrics, steps=steps)
+            if ctx.step >= 3:
+                threading.Event().wait()
+
+        ctx.step_end = step_end
+    train(ctx)
+
+
+def fail_once_after_progress(ctx: raytf.TrainContext) -> None:
+    """Rank 1 raises at its 5th step of attempt 1 only: a transient error worth a retry."""
+    from examples.keras_cnn import train
+
+    if ctx.rank == 1 and ctx.attempt == 1:
+        original = ctx.step_end
+
+        def step_end(metrics=None, *, steps=1):
+            original(metrics, steps=steps)
+            if ctx.step >= 5:
+                raise OSError("transient: the data server went away")
+
+        ctx.step_end = step_end
+    train(ctx)

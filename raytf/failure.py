@@ -1,0 +1,69 @@
+"""The failure policy: given what failed and the run's history, retry or give up. Pure."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from raytf.config import FailureConfig
+
+# Failure kinds (WorkerError.kind).
+USER = "user"  # the training function raised
+SYSTEM = "system"  # the task's actor, process or node died
+PEER = "peer"  # TF reported a lost peer (UnavailableError & co.): a symptom of another task's failure
+HANG = "hang"  # no progress for failure.hang_timeout_s
+STARTUP = "startup"  # tasks did not start, or TF servers did not come up
+
+# Errors a retry cannot fix: the code itself is wrong.
+DETERMINISTIC = frozenset({"ImportError", "ModuleNotFoundError", "SyntaxError", "NameError", "AttributeError",
+                           "IndentationError", "TypeError"})
+
+# How informative a failure is about the root cause, when several tasks fail together.
+_CAUSE_RANK = {SYSTEM: 0, HANG: 1, USER: 2, STARTUP: 3, PEER: 4}
+
+
+class Decision(str, enum.Enum):
+    RETRY = "retry"
+    RAISE = "raise"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    reason: str
+
+
+def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failures_so_far: int,
+           cfg: FailureConfig) -> Verdict:
+    """Retry the whole group from the latest committed checkpoint, or fail the run.
+
+    Args:
+        kind: the failure kind (USER, SYSTEM, PEER, HANG, STARTUP).
+        error_type: the exception's class name ("" for deaths and hangs).
+        attempt: the attempt that failed, from 1.
+        progressed: whether any task completed a training step in that attempt.
+        failures_so_far: failures already retried in this launch.
+        cfg: failure.* settings.
+    """
+    if kind == USER:
+        if error_type in DETERMINISTIC:
+            return Verdict(Decision.RAISE, f"{error_type} is a bug in the code, not worth a retry")
+        if attempt == 1 and not progressed:
+            return Verdict(Decision.RAISE, "the training function failed before its first step: a retry would too")
+        if not cfg.retry_user_errors:
+            return Verdict(Decision.RAISE, "failure.retry_user_errors is false")
+    if cfg.max_failures != -1 and failures_so_far >= cfg.max_failures:
+        return Verdict(Decision.RAISE, f"failure.max_failures ({cfg.max_failures}) reached")
+    return Verdict(Decision.RETRY, f"{kind} failure; retry {failures_so_far + 1} of "
+                                   f"{'unlimited' if cfg.max_failures == -1 else cfg.max_failures}")
+
+
+def root_cause(kinds: list[str]) -> int:
+    """Index of the most informative of several simultaneous failures (a death explains a peer error)."""
+    return min(range(len(kinds)), key=lambda i: _CAUSE_RANK.get(kinds[i], 9))
+
+
+def stale_ranks(last_progress: dict[int, float], now: float, timeout_s: float) -> list[int]:
+    """Ranks with no progress for longer than timeout_s (last_progress holds each watched rank's deadline
+    base: its last heartbeat, or the attempt's start plus the start-up allowance before its first one)."""
+    return sorted(r for r, t in last_progress.items() if now - t > timeout_s)

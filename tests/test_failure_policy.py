@@ -1,0 +1,55 @@
+"""The failure policy (pure)."""
+
+import pytest
+
+from raytf import failure as f
+from raytf.config import FailureConfig
+
+
+def decide(**kw):
+    args = dict(kind=f.SYSTEM, error_type="", attempt=1, progressed=True, failures_so_far=0, cfg=FailureConfig())
+    args.update(kw)
+    return f.decide(**args).decision
+
+
+@pytest.mark.parametrize("kind", [f.SYSTEM, f.PEER, f.HANG, f.STARTUP])
+def test_infrastructure_failures_are_retried_within_budget(kind):
+    assert decide(kind=kind) is f.Decision.RETRY
+    assert decide(kind=kind, failures_so_far=2) is f.Decision.RETRY
+    assert decide(kind=kind, failures_so_far=3) is f.Decision.RAISE
+    assert decide(kind=kind, failures_so_far=1000, cfg=FailureConfig(max_failures=-1)) is f.Decision.RETRY
+    assert decide(kind=kind, cfg=FailureConfig(max_failures=0)) is f.Decision.RAISE
+
+
+@pytest.mark.parametrize("error_type", ["ImportError", "ModuleNotFoundError", "SyntaxError", "NameError"])
+def test_code_errors_are_never_retried(error_type):
+    assert decide(kind=f.USER, error_type=error_type, attempt=3) is f.Decision.RAISE
+
+
+def test_user_error_before_the_first_step_of_the_first_attempt_is_final():
+    assert decide(kind=f.USER, error_type="ValueError", attempt=1, progressed=False) is f.Decision.RAISE
+    # Later attempts may fail early because of the failure being recovered from: retry.
+    assert decide(kind=f.USER, error_type="ValueError", attempt=2, progressed=False) is f.Decision.RETRY
+
+
+def test_user_errors_after_progress_follow_retry_user_errors():
+    assert decide(kind=f.USER, error_type="OSError") is f.Decision.RETRY
+    cfg = FailureConfig(retry_user_errors=False)
+    assert decide(kind=f.USER, error_type="OSError", cfg=cfg) is f.Decision.RAISE
+    assert decide(kind=f.SYSTEM, cfg=cfg) is f.Decision.RETRY
+
+
+def test_verdicts_explain_themselves():
+    v = f.decide(kind=f.SYSTEM, error_type="", attempt=1, progressed=True, failures_so_far=3, cfg=FailureConfig())
+    assert "failure.max_failures (3)" in v.reason
+
+
+def test_root_cause_prefers_a_death_over_its_symptoms():
+    assert f.root_cause([f.PEER, f.SYSTEM, f.USER]) == 1
+    assert f.root_cause([f.PEER, f.USER]) == 1
+    assert f.root_cause([f.PEER]) == 0
+
+
+def test_stale_ranks():
+    assert f.stale_ranks({0: 100.0, 1: 90.0, 2: 200.0}, now=105.0, timeout_s=10) == [1]
+    assert f.stale_ranks({}, now=1e9, timeout_s=1) == []

@@ -1,0 +1,135 @@
+"""Failures mid-run: killed workers, a chief killed mid-commit, hangs, transient user errors."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import ray
+
+import raytf
+from raytf import events as ev
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+
+
+class Chaos:
+    """Kills a random worker at a random step of each attempt, `kills` times; records commits."""
+
+    def __init__(self, run: str, kills: int, seed: int, workers: int = 2, max_step: int = 30):
+        self.run, self.kills_left, self.rng, self.workers = run, kills, random.Random(seed), workers
+        self.max_step = max_step
+        self.killed: list[tuple[int, int]] = []  # (attempt, rank)
+        self.commits: list[tuple[int, str]] = []  # (attempt, checkpoint name)
+        self.target = None
+
+    def __call__(self, e: ev.Event) -> None:
+        if e.kind == ev.CHECKPOINT:
+            self.commits.append((e.attempt, Path(e.payload["uri"]).name))
+        if self.kills_left == 0 or e.kind not in (ev.STEP, ev.HEARTBEAT) or e.rank != 0:
+            return
+        if any(a == e.attempt for a, _ in self.killed):
+            return
+        if self.target is None or self.target[0] != e.attempt:
+            self.target = (e.attempt, e.payload["step"] + self.rng.randint(2, self.max_step))
+        if e.payload["step"] >= self.target[1]:
+            rank = self.rng.randrange(self.workers)
+            ray.kill(ray.get_actor(f"raytf:{self.run}:worker:{rank}"), no_restart=True)
+            self.killed.append((e.attempt, rank))
+            self.kills_left -= 1
+
+
+def _check_continuity(result, chaos: Chaos, epochs: int):
+    attempts = result.attempts
+    assert [a["status"] for a in attempts] == ["failed"] * len(chaos.killed) + ["succeeded"]
+    for a, (attempt_no, rank) in zip(attempts, chaos.killed):
+        assert a["attempt"] == attempt_no
+        assert (a["cause"], a["rank"], a["decision"]) == ("system", rank, "retry"), a
+    df = result.metrics
+    for a in attempts[1:]:
+        # Resumed from the newest checkpoint committed before this attempt started, none lost.
+        before = [name for n, name in chaos.commits if n < a["attempt"]]
+        assert a["resumed_from"] == (max(before) if before else None)
+        rows = df[df["attempt"] == a["attempt"]]
+        resumed_step = int(a["resumed_from"].split("-s")[1]) if a["resumed_from"] else 0
+        assert rows["step"].min() > resumed_step  # no step before the checkpoint trained again
+        epochs_here = sorted(set(rows[rows["kind"] == "epoch"]["epoch"]))
+        resumed_epoch = int(a["resumed_from"].split("-e")[1][:6]) if a["resumed_from"] else 0
+        if epochs_here:
+            assert epochs_here[0] == resumed_epoch + 1  # none skipped
+        assert a["recovery_s"] is not None and a["recovery_s"] > 0
+    final = df[(df["attempt"] == attempts[-1]["attempt"]) & (df["kind"] == "epoch") & (df["rank"] == 0)]
+    assert final["epoch"].max() == epochs
+    assert result.final_metrics["step"] == epochs * 5
+
+
+def test_chaos_killed_workers_resume_from_last_commit(fast_cfg, no_leaks):
+    chaos = Chaos("chaos", kills=2, seed=7)
+    cfg = fast_cfg("run.name=chaos", "train.epochs=6", "train.steps_per_epoch=5", "metrics.every_steps=1",
+                   "failure.max_failures=5", "failure.heartbeat_s=0.2")
+    result = raytf.fit(cfg, quiet=True, on_event=chaos)
+    assert result.status == "succeeded", result.error
+    assert len(chaos.killed) == 2
+    _check_continuity(result, chaos, epochs=6)
+
+
+@pytest.mark.slow
+def test_chaos_five_kills(fast_cfg, no_leaks):
+    chaos = Chaos("chaos5", kills=5, seed=11)
+    cfg = fast_cfg("run.name=chaos5", "train.epochs=10", "train.steps_per_epoch=5", "metrics.every_steps=1",
+                   "failure.max_failures=-1", "failure.heartbeat_s=0.2")
+    result = raytf.fit(cfg, quiet=True, on_event=chaos)
+    assert result.status == "succeeded", result.error
+    _check_continuity(result, chaos, epochs=10)
+
+
+def test_chief_killed_mid_commit_resumes_from_previous_checkpoint(fast_cfg, no_leaks):
+    cfg = fast_cfg("run.name=midcommit", "train.epochs=3",
+                   "ray.runtime_env.env_vars.RAYTF_TEST_CRASH_BEFORE_COMMIT='2:1'")
+    result = raytf.fit(cfg, quiet=True)
+    assert result.status == "succeeded", result.error
+    first, second = result.attempts
+    assert first["status"] == "failed" and first["rank"] == 0 and first["cause"] == "system"
+    assert second["resumed_from"] == "ckpt-e000001-s0000000008"  # not the partial epoch-2 upload
+    assert result.last_checkpoint.endswith("ckpt-e000003-s0000000024")
+
+
+def test_hang_is_detected_dumped_and_recovered(fast_cfg, no_leaks):
+    cfg = fast_cfg("run.name=hang", "train.entrypoint=tests.train_fns:hang_on_rank1_first_attempt",
+                   "failure.hang_timeout_s=6", "failure.heartbeat_s=0.5")
+    result = raytf.fit(cfg, quiet=True)
+    assert result.status == "succeeded", result.error
+    hang = result.attempts[0]
+    assert hang["cause"] == "hang" and hang["decision"] == "retry"
+    stacks = Path(result.run_dir) / "logs"
+    dumps = {p.name: p.read_text() for p in stacks.glob("stacks-attempt1-*.txt")}
+    assert "stacks-attempt1-worker1.txt" in dumps
+    assert "hang_on_rank1_first_attempt" in dumps["stacks-attempt1-worker1.txt"] or "py-spy" in str(dumps)
+
+
+def test_hang_fails_the_run_when_no_retry_is_left(fast_cfg, no_leaks):
+    cfg = fast_cfg("run.name=hang0", "train.entrypoint=tests.train_fns:hang_on_rank1_first_attempt",
+                   "failure.hang_timeout_s=5", "failure.heartbeat_s=0.5", "failure.max_failures=0")
+    result = raytf.fit(cfg, quiet=True)
+    assert result.status == "failed"
+    assert result.attempts[0]["cause"] == "hang" and result.attempts[0]["decision"] == "raise"
+    assert "failure.hang_timeout_s" in str(result.error)
+
+
+def test_transient_user_error_is_retried_unless_disabled(fast_cfg, no_leaks):
+    ok = raytf.fit(fast_cfg("run.name=transient", "train.entrypoint=tests.train_fns:fail_once_after_progress"),
+                   quiet=True)
+    assert ok.status == "succeeded", ok.error
+    assert (ok.attempts[0]["cause"], ok.attempts[0]["rank"], ok.attempts[0]["error_type"]) == ("user", 1, "OSError")
+    no = raytf.fit(fast_cfg("run.name=transient2", "train.entrypoint=tests.train_fns:fail_once_after_progress",
+                            "failure.retry_user_errors=false"), quiet=True)
+    assert no.status == "failed" and len(no.attempts) == 1
+    assert no.attempts[0]["reason"] == "failure.retry_user_errors is false"
+
+
+def test_first_step_failure_is_not_retried(fast_cfg, no_leaks):
+    result = raytf.fit(fast_cfg("run.name=early", "train.entrypoint=tests.train_fns:fail_on_rank1"), quiet=True)
+    assert result.status == "failed" and len(result.attempts) == 1
+    assert result.attempts[0]["decision"] == "raise"
+    on_disk = json.loads((Path(result.run_dir) / "result.json").read_text())
+    assert on_disk["attempts"][0]["reason"].startswith("the training function failed before its first step")
