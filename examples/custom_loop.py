@@ -56,11 +56,15 @@ def train(ctx: raytf.TrainContext) -> None:
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
 
     iterator = iter(dist_ds)
-    for _ in ctx.epoch_range():
+    for epoch in ctx.epoch_range():
         total = 0.0
-        for _ in range(steps):
+        # Resuming from a mid-epoch checkpoint (a step checkpoint, or a save at preemption): finish that
+        # epoch's remaining steps only.
+        done = ctx.step - epoch * steps
+        for _ in range(done, steps):
             loss = train_step(iterator)
             total += loss
             ctx.step_end({"loss": loss})
-        ctx.epoch_end({"loss": total / steps, "accuracy": train_accuracy.result()})
+        # (A save that landed on an epoch's last step leaves nothing to train: report no metrics then.)
+        ctx.epoch_end({"loss": total / (steps - done), "accuracy": train_accuracy.result()} if done < steps else None)
         train_accuracy.reset_state()

@@ -8,10 +8,13 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -112,6 +115,17 @@ class TaskActor:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
 
+    def _on_sigterm(self, notify: Callable[[], None]) -> None:
+        """A preemption notice (SIGTERM) is reported to the driver, which has every task save at an agreed
+        step and stop; the restart then loses nothing. Without this, Ray would exit the process at once."""
+        def handler(signum, frame):
+            threading.Thread(target=notify, name="raytf-preempted", daemon=True).start()
+
+        try:
+            signal.signal(signal.SIGTERM, handler)
+        except ValueError:  # not the main thread (a threaded actor): keep Ray's default
+            log.debug("SIGTERM handler not installed: actor runs off the main thread")
+
     def _release_port(self) -> None:
         if self._sock is not None:
             self._sock.close()
@@ -181,7 +195,7 @@ class TaskActor:
             tf_runtime = self._prepare(tf_config, cfg, python_path)
             evaluator = spec.role == "evaluator"
             fn = import_entrypoint(cfg.train.eval_entrypoint if evaluator else cfg.train.entrypoint)
-            from raytf.context import TrainContext
+            from raytf.context import TrainContext, TrainingStopped
 
             strategy = tf_runtime.build_strategy(cfg, spec.role)
             # TF's server holds the port now (MWMS); ours can go.
@@ -192,8 +206,16 @@ class TaskActor:
                 is_chief=is_chief, num_workers=len((tf_config or {}).get("cluster", {}).get("worker", [])) or 1,
                 attempt=attempt, run_dir=run_dir, emit=emit, resume_from=None if evaluator else resume_from,
                 scratch_dir=self._scratch, wait_stop=lambda timeout: ray.get(bus.wait_stop.remote(timeout)),
+                bus=bus,
             )
-            fn(ctx)
+            self._on_sigterm(lambda: emit(ev.PREEMPTED, {"step": ctx.step}))
+            try:
+                fn(ctx)
+            except TrainingStopped:
+                emit.flush()
+                return {"ok": True, "stopped": True, "epoch": ctx.epoch, "step": ctx.step}
+            finally:
+                ctx.close()
             emit.flush()
             return {"ok": True, "epoch": ctx.epoch, "step": ctx.step}
         except BaseException as e:  # report everything, SystemExit included, with its traceback

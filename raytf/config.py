@@ -142,6 +142,10 @@ class CheckpointConfig:
     keep_last: int = 3
     # Relaunching with the same run.name resumes from the latest committed checkpoint.
     resume: bool = True
+    # On Ctrl-C / SIGTERM of the driver, every task saves at an agreed step before teardown (a second
+    # Ctrl-C skips it); at most interrupt_timeout_s.
+    on_interrupt: bool = True
+    interrupt_timeout_s: float = 60.0
 
 
 @dataclass
@@ -295,6 +299,7 @@ def validate(cfg: Config) -> Config:
     _non_negative(k.every_epochs, "checkpoint.every_epochs", "0 turns epoch checkpoints off")
     _non_negative(k.every_steps, "checkpoint.every_steps", "0 turns step checkpoints off")
     _non_negative(k.keep_last, "checkpoint.keep_last", "0 keeps every checkpoint")
+    _positive(k.interrupt_timeout_s, "checkpoint.interrupt_timeout_s", "e.g. 60")
     _non_negative(cfg.metrics.every_steps, "metrics.every_steps", "0 reports per epoch only")
     _non_negative(cfg.metrics.flush_interval_s, "metrics.flush_interval_s", "e.g. 5")
     f = cfg.failure

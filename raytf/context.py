@@ -6,6 +6,7 @@ import logging
 import numbers
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -41,6 +42,49 @@ def _scalars(metrics: Mapping[str, Any] | None) -> dict[str, float]:
     return out
 
 
+class TrainingStopped(BaseException):
+    """Raised out of step_end after a requested save when the driver asked to stop (Ctrl-C with
+    checkpoint.on_interrupt, or a preemption notice). A BaseException so `except Exception` in user code
+    does not swallow it."""
+
+
+class _ControlListener(threading.Thread):
+    """Follows the driver's save-now requests (events.EventBuffer) so step_end only reads attributes."""
+
+    def __init__(self, bus, rank: int, ctx: TrainContext) -> None:
+        super().__init__(name="raytf-control", daemon=True)
+        self.bus, self.rank, self.ctx = bus, rank, ctx
+        self.pending = False  # a pause was requested: block at the next step end until decided
+        self.decided = threading.Event()
+        self.save_at: int | None = None
+        self.stop_after = False
+        self._closed = threading.Event()
+
+    def run(self) -> None:
+        import ray
+
+        known: tuple[int, str | None] = (0, None)
+        while not self._closed.is_set():
+            try:
+                c = ray.get(self.bus.wait_control.remote(known, 5.0))
+            except Exception as e:  # the bus is gone with its driver: nothing more to follow
+                log.debug("control listener: %s", e)
+                return
+            if (c["version"], c["phase"]) == known:
+                continue
+            known = (c["version"], c["phase"])
+            if c["phase"] == "pause":
+                self.decided.clear()
+                self.pending = True
+                self.bus.report_step.remote(c["version"], self.rank, self.ctx.step)
+            elif c["phase"] == "decided":
+                self.save_at, self.stop_after = c["save_at"], c["stop"]
+                self.decided.set()
+
+    def close(self) -> None:
+        self._closed.set()
+
+
 class TrainContext:
     """Handed to the training function: the strategy, the run's settings, and the hooks that report
     metrics and write checkpoints.
@@ -74,6 +118,7 @@ class TrainContext:
         resume_from: checkpoints.CheckpointEntry | None,
         scratch_dir: str,
         wait_stop: Callable[[float], bool] | None = None,
+        bus=None,
     ) -> None:
         self.cfg = cfg
         self.strategy = strategy
@@ -95,6 +140,10 @@ class TrainContext:
         self._step_clock = (time.monotonic(), self.step)
         self._stepped = False
         self._last_beat = time.monotonic()
+        self._control = None
+        if bus is not None and role != "evaluator":
+            self._control = _ControlListener(bus, rank, self)
+            self._control.start()
 
     # -- the run's settings ------------------------------------------------------------------
     @property
@@ -259,6 +308,23 @@ class TrainContext:
             self.heartbeat()
         if self._checkpointing() and checkpoints.crossed(before, self.step, self.cfg.checkpoint.every_steps):
             self.save()
+        if self._control is not None and self._control.pending:
+            self._on_save_request()
+
+    def _on_save_request(self) -> None:
+        c = self._control
+        if not c.decided.wait(timeout=120):
+            log.warning("save request: no decision from the driver in 120 s; training on")
+            c.pending = False
+            return
+        if self.step < c.save_at:
+            return  # train on to the agreed step
+        c.pending = False
+        # Every task counts steps alike (steps_per_execution included), so all pass save_at together.
+        if self._writer is not None:
+            self.save()
+        if c.stop_after:
+            raise TrainingStopped(f"stopped by the driver after step {self.step}")
 
     def epoch_end(self, metrics: Mapping[str, Any] | None = None) -> None:
         """Call after every epoch: reports the epoch's metrics and writes the epoch checkpoint when due
@@ -268,6 +334,10 @@ class TrainContext:
         last = self.epoch >= self.epochs
         if self._checkpointing() and (checkpoints.is_due(self.epoch, self.cfg.checkpoint.every_epochs) or last):
             self.save()
+
+    def close(self) -> None:
+        if self._control is not None:
+            self._control.close()
 
     def keras_callbacks(self) -> list:
         """Callbacks for `model.fit` that report metrics and checkpoint like step_end/epoch_end."""

@@ -36,25 +36,6 @@ from raytf.result import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Result
 log = logging.getLogger("raytf")
 
 
-class _EventBus:
-    """Ray actor wrapper around EventBuffer (threaded so `drain` can wait while tasks push)."""
-
-    def __init__(self) -> None:
-        self._buffer = ev.EventBuffer()
-
-    def push(self, events: list[ev.Event]) -> None:
-        self._buffer.push(events)
-
-    def drain(self, timeout: float) -> list[ev.Event]:
-        return self._buffer.drain(timeout)
-
-    def request_stop(self) -> None:
-        self._buffer.request_stop()
-
-    def wait_stop(self, timeout: float | None) -> bool:
-        return self._buffer.wait_stop(timeout)
-
-
 _RemoteTask = ray.remote(TaskActor)
 PROGRESS = (ev.STEP, ev.EPOCH, ev.HEARTBEAT, ev.CHECKPOINT)
 
@@ -70,8 +51,8 @@ def _py_spy_dump(pid: int) -> str:
         return "py-spy is not installed on this node"
     proc = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
     return proc.stdout or proc.stderr
-# Threaded: drain() and wait_stop() block while tasks keep pushing.
-_RemoteBus = ray.remote(num_cpus=0, max_concurrency=64)(_EventBus)
+# Threaded: drain(), wait_stop() and wait_control() block while tasks keep pushing.
+_RemoteBus = ray.remote(num_cpus=0, max_concurrency=64)(ev.EventBuffer)
 
 
 def task_table(infos: list[dict[str, Any]], specs: tuple[TaskSpec, ...]) -> str:
@@ -221,6 +202,9 @@ class Driver:
         self.lost_tasks: list[dict[str, Any]] = []
         self.watched: dict[int, float] = {}  # rank -> last progress (driver clock), for hang detection
         self.committed: set[str] = set()  # checkpoints committed during this launch
+        self.preempted: ev.Event | None = None  # a preemption notice not yet acted on
+        self.primary: dict = {}  # the current attempt's primary refs (tasks running user code)
+        self.stopping = False  # a save-and-stop is under way
         self.error: TrainingFailedError | None = None
 
     # -- the run -----------------------------------------------------------------------------
@@ -265,7 +249,8 @@ class Driver:
                     if not self._retry(attempt, e, failures):
                         self.error = e
                         break
-                    failures += 1
+                    if attempt.cause != failure.PREEMPTED:
+                        failures += 1
                     self._write_metrics()
                     self._write_result(RUNNING)
                 finally:
@@ -315,7 +300,9 @@ class Driver:
         try:
             pg = placement.reserve(self.plan, timeout_s=cfg.cluster.placement_timeout_s,
                                    name=f"raytf:{cfg.run.name}", can_grow=not self.embedded)
-            bus = _RemoteBus.options(name=actor_name(cfg.run.name, "events", 0)).remote()
+            # Every task may hold two blocking calls on the bus (control listener, serve), plus the driver's.
+            bus = _RemoteBus.options(name=actor_name(cfg.run.name, "events", 0),
+                                     max_concurrency=2 * len(self.plan.tasks) + 8).remote()
             actors = [self._start_task(t, pg, i) for i, t in enumerate(self.plan.tasks)]
             infos = self._addresses(actors, attempt)
             spec = topology.cluster_spec(
@@ -324,6 +311,7 @@ class Driver:
             self._log_tasks()
             common = dict(cfg=cfg, bus=bus, attempt=attempt.number, python_path=python_path)
             primary: dict = {}  # refs whose end is the end of training: MWMS workers, the PS chief
+            self.primary, self.preempted, self.stopping = primary, None, False
             background: dict = {}  # PS servers (until stopped) and the evaluator
             servers = [(a, t) for a, t in zip(actors, self.plan.tasks) if self._is_server(t)]
             if servers:
@@ -343,7 +331,12 @@ class Driver:
             self.watched = {t.rank: time.time() + cfg.cluster.startup_timeout_s
                             for t in [*primary.values(), *background.values()]
                             if t.role != EVALUATOR and not self._is_server(t)}
-            self._event_loop(primary, background, bus, attempt)
+            try:
+                self._event_loop(primary, background, bus, attempt)
+            except KeyboardInterrupt:
+                if cfg.checkpoint.on_interrupt and primary:
+                    self._final_save(primary, bus, attempt)
+                raise
         finally:
             self.watched = {}
             self._teardown(actors, bus, pg)
@@ -436,6 +429,9 @@ class Driver:
                 if ref == drain:
                     self._dispatch(ray.get(drain))
                     drain = bus.drain.remote(self.poll_s)
+                    if self.preempted is not None and waited is self.primary and not self.stopping:
+                        self._dispatch(ray.get(drain))
+                        raise self._preemption(attempt, bus)
                     continue
                 t = waited.pop(ref) if ref in waited else others.pop(ref)
                 self.watched.pop(t.rank, None)
@@ -461,6 +457,43 @@ class Driver:
         # The outstanding drain returns within poll_s; its events must not be lost.
         self._dispatch(ray.get(drain) + ray.get(bus.drain.remote(0)))
         return True
+
+    def _preemption(self, attempt: _Attempt, bus) -> TrainingFailedError:
+        """A task was given notice: all save at an agreed step and stop; the attempt then ends as a
+        preemption, retried from that checkpoint (steps lost: none)."""
+        e, self.preempted, self.stopping = self.preempted, None, True
+        saved = self.save_and_stop(self.primary, bus, attempt)
+        info = next((i for i in self.tasks if i["rank"] == e.rank), {})
+        return self._fail(attempt, [WorkerError(
+            f"preempted (SIGTERM) at step {e.payload.get('step')}; "
+            f"{'saved' if saved else 'could not save'} before stopping",
+            role=e.role, rank=e.rank, node_id=info.get("node_id", ""), kind=failure.PREEMPTED)])
+
+    def save_and_stop(self, primary: dict, bus, attempt: _Attempt) -> bool:
+        """Have every task running user code save at one agreed step and stop (the save-now protocol in
+        events.EventBuffer); True when they all stopped within checkpoint.interrupt_timeout_s."""
+        timeout = self.cfg.checkpoint.interrupt_timeout_s
+        deadline = time.monotonic() + timeout
+        version = ray.get(bus.request_save.remote())
+        reports = ray.get(bus.wait_reports.remote(len(primary), timeout))
+        if not reports:
+            log.warning("save request %d: no task answered in %gs", version, timeout)
+            return False
+        save_at = max(reports.values()) + 1
+        log.warning("every task saves at step %d, then stops", save_at)
+        ray.get(bus.decide.remote(save_at, True))
+        self.watched = {}  # tasks block while the decision travels: not a hang
+        return self._pump(primary, {}, bus, attempt, deadline=deadline)
+
+    def _final_save(self, primary: dict, bus, attempt: _Attempt) -> None:
+        log.warning("interrupted: saving a final checkpoint (Ctrl-C again to stop at once)")
+        try:
+            if not self.save_and_stop(primary, bus, attempt):
+                log.warning("no final checkpoint within checkpoint.interrupt_timeout_s")
+        except KeyboardInterrupt:
+            log.warning("second interrupt: tearing down now")
+        except TrainingFailedError as e:
+            log.warning("final checkpoint failed: %s", e)
 
     def _also_failed(self, pending: dict, grace_s: float = 1.0) -> list[WorkerError]:
         """Other tasks failing within `grace_s` of the first: a dead task's peers error out within
@@ -507,7 +540,8 @@ class Driver:
         root = errors[failure.root_cause([e.kind for e in errors])]
         attempt.cause, attempt.error_type = root.kind, root.error_type
         attempt.rank, attempt.role, attempt.node_id = root.rank, root.role, root.node_id
-        log.error("attempt %d: %s failed: %s", attempt.number, root.role or "run", root)
+        level = logging.WARNING if root.kind == failure.PREEMPTED else logging.ERROR
+        log.log(level, "attempt %d: %s failed: %s", attempt.number, root.role or "run", root)
         if root.remote_traceback:
             log.error("remote traceback (%s %d):\n%s", root.role, root.rank, root.remote_traceback)
         return TrainingFailedError(f"run {self.cfg.run.name} failed: {root}",
@@ -530,6 +564,9 @@ class Driver:
                 if e.kind == ev.CHECKPOINT:
                     attempt.last_commit_at = e.time
                     self.committed.add(checkpoints.checkpoint_name(e.payload["epoch"], e.payload["step"]))
+            if e.kind == ev.PREEMPTED and e.attempt == attempt.number and self.preempted is None:
+                log.warning("%s %d got a preemption notice (SIGTERM)", e.role, e.rank)
+                self.preempted = e
             if e.kind in (ev.STEP, ev.EPOCH) and self.first_step_at is None:
                 self.first_step_at = e.time
             if e.kind == ev.STARTED:

@@ -14,6 +14,7 @@ EPOCH = "epoch"  # an epoch finished; payload: epoch, step, metrics
 HEARTBEAT = "heartbeat"  # progress without metrics, at most every failure.heartbeat_s; payload: epoch, step
 EVAL = "eval"  # the evaluator scored a checkpoint; payload: epoch, step, metrics
 CHECKPOINT = "checkpoint"  # a checkpoint was committed; payload: epoch, step, uri
+PREEMPTED = "preempted"  # the task's process got SIGTERM (preemption notice); payload: step
 
 
 @dataclass
@@ -36,6 +37,9 @@ class EventBuffer:
         self._events: list[Event] = []
         self._cond = threading.Condition()
         self._stop = threading.Event()
+        # The save-now protocol (see request_save): one request at a time, numbered.
+        self._control = {"version": 0, "phase": None, "save_at": None, "stop": False}
+        self._reports: dict[int, int] = {}
 
     def request_stop(self) -> None:
         """Training is over: parameter servers, workers and the evaluator may finish."""
@@ -57,3 +61,41 @@ class EventBuffer:
                 self._cond.wait(timeout)
             out, self._events = self._events, []
             return out
+
+    # -- save-now protocol ----------------------------------------------------------------------
+    # Under MWMS every task must save at the same step (the save is collective), and tasks only learn of a
+    # request between steps. So: the driver asks to pause; each task's listener thread reports the task's
+    # step and the task blocks at its next step end; the driver decides save_at = max(reported) + 1, which
+    # no task can have passed (synchronous collectives keep tasks within one step of each other); every task
+    # then trains on to save_at, saves, and stops if asked to.
+
+    def request_save(self) -> int:
+        with self._cond:
+            self._control = {"version": self._control["version"] + 1, "phase": "pause", "save_at": None,
+                             "stop": False}
+            self._reports = {}
+            self._cond.notify_all()
+            return self._control["version"]
+
+    def report_step(self, version: int, rank: int, step: int) -> None:
+        with self._cond:
+            if version == self._control["version"]:
+                self._reports[rank] = step
+                self._cond.notify_all()
+
+    def wait_reports(self, count: int, timeout: float) -> dict[int, int]:
+        with self._cond:
+            self._cond.wait_for(lambda: len(self._reports) >= count, timeout)
+            return dict(self._reports)
+
+    def decide(self, save_at: int, stop: bool) -> None:
+        with self._cond:
+            self._control = {**self._control, "phase": "decided", "save_at": save_at, "stop": stop}
+            self._cond.notify_all()
+
+    def wait_control(self, known: tuple[int, str | None], timeout: float) -> dict:
+        """The control state once it differs from `known` (version, phase), or as it is after `timeout`."""
+        with self._cond:
+            self._cond.wait_for(lambda: (self._control["version"], self._control["phase"]) != tuple(known),
+                                timeout)
+            return dict(self._control)

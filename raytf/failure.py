@@ -13,13 +13,14 @@ SYSTEM = "system"  # the task's actor, process or node died
 PEER = "peer"  # TF reported a lost peer (UnavailableError & co.): a symptom of another task's failure
 HANG = "hang"  # no progress for failure.hang_timeout_s
 STARTUP = "startup"  # tasks did not start, or TF servers did not come up
+PREEMPTED = "preempted"  # a task got notice (SIGTERM) and everyone saved first: retried without limit
 
 # Errors a retry cannot fix: the code itself is wrong.
 DETERMINISTIC = frozenset({"ImportError", "ModuleNotFoundError", "SyntaxError", "NameError", "AttributeError",
                            "IndentationError", "TypeError"})
 
 # How informative a failure is about the root cause, when several tasks fail together.
-_CAUSE_RANK = {SYSTEM: 0, HANG: 1, USER: 2, STARTUP: 3, PEER: 4}
+_CAUSE_RANK = {PREEMPTED: 0, SYSTEM: 1, HANG: 2, USER: 3, STARTUP: 4, PEER: 5}
 
 
 class Decision(str, enum.Enum):
@@ -45,6 +46,9 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
         failures_so_far: failures already retried in this launch.
         cfg: failure.* settings.
     """
+    if kind == PREEMPTED:
+        # Like Ray Train's separate preemption budget: notice was given and the state saved, nothing is lost.
+        return Verdict(Decision.RETRY, "preemption (does not count against failure.max_failures)")
     if kind == USER:
         if error_type in DETERMINISTIC:
             return Verdict(Decision.RAISE, f"{error_type} is a bug in the code, not worth a retry")

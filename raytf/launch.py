@@ -1,12 +1,14 @@
 """`python -m raytf.launch CONFIG.yaml [key=value ...]`: run one training job from the command line.
 
-Exit codes: 0 success, 1 the run failed, 2 bad configuration or usage, 130 interrupted.
+Exit codes: 0 success, 1 the run failed, 2 bad configuration or usage, 130 interrupted (Ctrl-C),
+143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 from raytf.config import load_config
@@ -23,6 +25,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+_terminated = False
+
+
+def _sigterm(signum, frame) -> None:
+    # SIGTERM (a scheduler stopping the job) takes the same path as Ctrl-C: final checkpoint, teardown.
+    global _terminated
+    _terminated = True
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_intermixed_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -35,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from raytf import driver
 
+    signal.signal(signal.SIGTERM, _sigterm)
     started = False
     try:
         started = driver.ensure_ray(cfg)
@@ -44,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("raytf: interrupted; everything was released", file=sys.stderr)
-        return 130
+        return 143 if _terminated else 130
     except PlacementError as e:
         print(f"raytf: {e}", file=sys.stderr)
         return 1

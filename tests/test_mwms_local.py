@@ -172,7 +172,7 @@ def test_interrupt_tears_everything_down(fast_cfg, no_leaks):
         if e.kind == "step":
             raise KeyboardInterrupt
 
-    cfg = fast_cfg("run.name=ctrlc", "train.epochs=50")
+    cfg = fast_cfg("run.name=ctrlc", "train.epochs=50", "checkpoint.on_interrupt=false")
     with pytest.raises(KeyboardInterrupt):
         raytf.fit(cfg, quiet=True, on_event=interrupt)
     result = raytf.load_result(f"{cfg.storage.path}/ctrlc")
@@ -199,3 +199,29 @@ def test_cli_sigint_exits_130_and_releases(tmp_path):
     summary = json.loads((tmp_path / "sigint" / "result.json").read_text())
     assert summary["status"] == "interrupted"
     assert summary["checkpoints"]  # epochs finished before the interrupt stay committed
+
+
+def test_interrupt_saves_a_final_checkpoint_at_an_agreed_step(fast_cfg, no_leaks):
+    seen = []
+
+    def interrupt_once(e):
+        if e.kind == "step" and e.payload["step"] >= 11 and not seen:
+            seen.append(e.payload["step"])
+            raise KeyboardInterrupt
+
+    cfg = fast_cfg("run.name=final", "train.epochs=50", "train.entrypoint=examples.custom_loop:train",
+                   "metrics.every_steps=1")
+    with pytest.raises(KeyboardInterrupt):
+        raytf.fit(cfg, quiet=True, on_event=interrupt_once)
+    interrupted = raytf.load_result(f"{cfg.storage.path}/final")
+    assert interrupted.status == "interrupted"
+    last = Path(interrupted.last_checkpoint).name
+    step = int(last.split("-s")[1])
+    assert step > seen[0] and step % 8 != 0  # a mid-epoch save at the agreed step, past the epoch checkpoints
+    # Relaunch: continues from exactly that step.
+    again = raytf.fit(raytf.load_config(cfg, ["train.epochs=3"]), quiet=True)
+    assert again.status == "succeeded", again.error
+    df = again.metrics
+    rows = df[(df["attempt"] == again.attempts[-1]["attempt"]) & (df["kind"] == "step")]
+    assert rows["step"].min() == step + 1
+    assert again.final_metrics["step"] == 24
