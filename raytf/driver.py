@@ -7,173 +7,35 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
-import importlib.util
 import logging
-import os
 import platform
 import secrets
-import socket
-import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from raytf import checkpoints, failure, placement, storage, topology
+from raytf import checkpoints, connect, failure, storage
 from raytf import events as ev
-from raytf._actor import TASK_ENV, TaskActor
-from raytf.config import SINGLE_TASK_STRATEGIES, Config, Strategy, to_dict, to_yaml, validate
-from raytf.errors import ConfigError, RaytfError, StorageError, TrainingFailedError, WorkerError
+from raytf.attempts import Attempt
+from raytf.config import Config, to_dict, to_yaml, validate
+from raytf.errors import RaytfError, TrainingFailedError, WorkerError
+from raytf.group import TaskGroup, actor_name, task_table
 from raytf.metrics import MetricsTable
-from raytf.plan import EVALUATOR, PS, WORKER, Plan, TaskSpec, make_plan
+from raytf.plan import EVALUATOR, WORKER, Plan, make_plan
 from raytf.progress import Progress
 from raytf.result import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Result
 
 log = logging.getLogger("raytf")
 
 
-_RemoteTask = ray.remote(TaskActor)
 PROGRESS = (ev.STEP, ev.EPOCH, ev.HEARTBEAT, ev.CHECKPOINT)
-
-
-@ray.remote(num_cpus=0)
-def _py_spy_dump(pid: int) -> str:
-    """Runs on the stuck task's node: py-spy (shipped with ray[default]) reads its Python stacks."""
-    import shutil as _shutil
-    import subprocess
-
-    exe = _shutil.which("py-spy")
-    if exe is None:
-        return "py-spy is not installed on this node"
-    proc = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
-    return proc.stdout or proc.stderr
-# Threaded: drain(), wait_stop() and wait_control() block while tasks keep pushing.
-_RemoteBus = ray.remote(num_cpus=0, max_concurrency=64)(ev.EventBuffer)
-
-
-def task_table(infos: list[dict[str, Any]], specs: tuple[TaskSpec, ...]) -> str:
-    """The start-up summary: one line per task with where it runs and what it holds."""
-    by_rank = {t.rank: t for t in specs}
-    rows = [("role", "rank", "node", "address", "cpus", "gpus", "CUDA_VISIBLE_DEVICES")]
-    for i in infos:
-        t = by_rank[i["rank"]]
-        rows.append((i["role"], str(i["rank"]), i["node_id"][:12], f"{i['host']}:{i['port']}", f"{t.cpus:g}",
-                     f"{t.gpus:g}", i.get("cuda_visible_devices") or "-"))
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    return "\n".join("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
 
 
 def default_run_name(now: _dt.datetime | None = None) -> str:
     now = now or _dt.datetime.now()
     return f"run-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-
-
-def actor_name(run: str, role: str, rank: int) -> str:
-    return f"raytf:{run}:{role}:{rank}"
-
-
-@dataclass
-class _Attempt:
-    """One try at training within a launch; serialised into result.json's `attempts`."""
-
-    number: int  # across launches of the run
-    index: int  # within this launch, from 1
-    resumed_from: str | None = None
-    started: float = field(default_factory=time.time)
-    ended: float | None = None
-    status: str = RUNNING
-    cause: str | None = None
-    error_type: str | None = None
-    rank: int | None = None
-    role: str | None = None
-    node_id: str | None = None
-    decision: str | None = None
-    reason: str | None = None
-    first_step_at: float | None = None
-    last_step: int | None = None
-    last_commit_at: float | None = None
-    recovery_s: float | None = None  # previous attempt's failure -> this attempt's first step
-    steps_lost: int | None = None  # steps trained in this attempt beyond what the next one resumes from
-    time_lost_s: float | None = None  # training time beyond the last commit (or first step) of this attempt
-
-    def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("number", "started", "ended")}
-        out.update(attempt=self.number, started_at=self.started, ended_at=self.ended,
-                   duration_s=None if self.ended is None else round(self.ended - self.started, 3))
-        return out
-
-
-def resolve_address(cfg: Config, environ: Mapping[str, str] = os.environ) -> str | None:
-    """The Ray cluster to use: ray.address (the CLI's --address lands there), else RAY_ADDRESS, else None
-    for an embedded local Ray."""
-    return cfg.ray.address or environ.get("RAY_ADDRESS") or None
-
-
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Fail in seconds, not minutes, when a host:port address has nothing listening."""
-    hostport = address.removeprefix("ray://")
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        return
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except OSError as e:
-        raise RaytfError(f"ray.address ({address!r}): nothing reachable there ({e}). Fix: start the cluster "
-                         "with `ray start --head` and pass its address, or ray.address=null for an embedded "
-                         "local Ray") from None
-
-
-def ensure_ray(cfg: Config) -> bool:
-    """Connect to (or start) Ray as configured; True when this call started an embedded Ray."""
-    if ray.is_initialized():
-        return False
-    r = cfg.ray
-    address = resolve_address(cfg)
-    try:
-        if address is None:
-            ray.init(address="local", num_cpus=r.num_cpus, include_dashboard=r.include_dashboard,
-                     log_to_driver=r.log_to_driver, configure_logging=False)
-            return True
-        _check_reachable(address)
-        ray.init(address=address, log_to_driver=r.log_to_driver, configure_logging=False)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        raise RaytfError(f"ray.address ({address!r}): cannot connect to Ray: {e}. Fix: start it with "
-                         "`ray start --head`, or set ray.address=null for an embedded local Ray") from None
-    return False
-
-
-def _python_path(cfg: Config) -> list[str]:
-    paths = [os.path.abspath(p) for p in cfg.train.python_path]
-    if resolve_address(cfg) is None:
-        # Embedded Ray runs on this machine: let tasks import what the driver's cwd can.
-        paths.append(os.getcwd())
-    return paths
-
-
-def check_entrypoint(cfg: Config, python_path: list[str]) -> None:
-    """Fail before reserving anything when the entrypoint's module cannot be found (without importing
-    it: that would pull TensorFlow into the driver)."""
-    module = cfg.train.entrypoint.partition(":")[0]
-    saved = list(sys.path)
-    sys.path[:0] = [p for p in python_path if p not in sys.path]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    finally:
-        sys.path[:] = saved
-    if found:
-        return
-    msg = (f"train.entrypoint ({cfg.train.entrypoint!r}): module {module!r} not found on the driver "
-           f"(searched sys.path and {python_path}). Fix: run from the directory that holds it, or add it "
-           f"with train.python_path=[...]")
-    if resolve_address(cfg) is None:
-        raise ConfigError(msg)
-    log.warning("%s; assuming the cluster's nodes have it (ray.runtime_env.working_dir)", msg)
 
 
 class Driver:
@@ -192,7 +54,7 @@ class Driver:
         self.run_dir = storage.RunDir(cfg.storage.path, cfg.run.name)
         self.plan: Plan = make_plan(cfg)
         self.tasks: list[dict[str, Any]] = []
-        self.attempts: list[_Attempt] = []
+        self.attempts: list[Attempt] = []
         self.previous_attempts: list[dict[str, Any]] = []
         self.resumed_from = None
         self.versions: dict[str, str] = {"ray": ray.__version__, "python": platform.python_version()}
@@ -210,8 +72,8 @@ class Driver:
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> Result:
         cfg, rd = self.cfg, self.run_dir
-        python_path = _python_path(cfg)
-        check_entrypoint(cfg, python_path)
+        python_path = connect.python_path(cfg)
+        connect.check_entrypoint(cfg, python_path)
         rd.makedirs()
         previous_table = None
         if rd.exists(storage.RESULT_FILE):
@@ -227,15 +89,15 @@ class Driver:
         self.metrics = MetricsTable(cfg.run.name, previous_table)
         self.progress = Progress(epochs=cfg.train.epochs, steps_per_epoch=cfg.train.steps_per_epoch,
                                  batch_size=cfg.train.batch_size, quiet=self.quiet)
-        started = ensure_ray(cfg)
+        started = connect.ensure_ray(cfg)
         # Only a Ray this process started is known to be one machine with no autoscaler.
-        self.embedded = started or resolve_address(cfg) is None
+        self.embedded = started or connect.resolve_address(cfg) is None
         status = FAILED
         self._write_result(RUNNING)
         failures = 0
         try:
             while True:
-                attempt = _Attempt(len(self.previous_attempts) + len(self.attempts) + 1, len(self.attempts) + 1,
+                attempt = Attempt(len(self.previous_attempts) + len(self.attempts) + 1, len(self.attempts) + 1,
                                    resumed_from=self.resumed_from.name if self.resumed_from else None)
                 self.attempts.append(attempt)
                 if self.resumed_from is not None:
@@ -270,7 +132,7 @@ class Driver:
             self._write_result(status)
         return self.result(status)
 
-    def _retry(self, attempt: _Attempt, error: TrainingFailedError, failures: int) -> bool:
+    def _retry(self, attempt: Attempt, error: TrainingFailedError, failures: int) -> bool:
         """Apply the failure policy to a failed attempt; on retry, pick the checkpoint to resume from."""
         attempt.status, attempt.ended = FAILED, time.time()
         verdict = failure.decide(kind=attempt.cause or failure.SYSTEM, error_type=attempt.error_type or "",
@@ -293,115 +155,32 @@ class Driver:
         self.resumed_from = latest
         return True
 
-    def _run_attempt(self, attempt: _Attempt, python_path: list[str]) -> None:
+    def _run_attempt(self, attempt: Attempt, python_path: list[str]) -> None:
         cfg = self.cfg
-        pg = bus = None
-        actors: list = []
+        self.group = group = TaskGroup(cfg, self.plan, self.run_dir, embedded=self.embedded)
         try:
-            pg = placement.reserve(self.plan, timeout_s=cfg.cluster.placement_timeout_s,
-                                   name=f"raytf:{cfg.run.name}", can_grow=not self.embedded)
-            # Every task may hold two blocking calls on the bus (control listener, serve), plus the driver's.
-            bus = _RemoteBus.options(name=actor_name(cfg.run.name, "events", 0),
-                                     max_concurrency=2 * len(self.plan.tasks) + 8).remote()
-            actors = [self._start_task(t, pg, i) for i, t in enumerate(self.plan.tasks)]
-            infos = self._addresses(actors, attempt)
-            spec = topology.cluster_spec(
-                [topology.TaskAddress(i["role"], i["index"], i["host"], i["port"]) for i in infos])
-            self.tasks = infos
-            self._log_tasks()
-            common = dict(cfg=cfg, bus=bus, attempt=attempt.number, python_path=python_path)
-            primary: dict = {}  # refs whose end is the end of training: MWMS workers, the PS chief
-            self.primary, self.preempted, self.stopping = primary, None, False
-            background: dict = {}  # PS servers (until stopped) and the evaluator
-            servers = [(a, t) for a, t in zip(actors, self.plan.tasks) if self._is_server(t)]
-            if servers:
-                self._start_servers(servers, spec, common, attempt)
-                for a, t in servers:
-                    background[a.serve.remote(bus=bus)] = t
-            for a, t in zip(actors, self.plan.tasks):
-                if self._is_server(t):
-                    continue
-                single = cfg.cluster.strategy in SINGLE_TASK_STRATEGIES
-                tf_config = None if single else topology.tf_config(spec, t.role, t.index)
-                ref = a.run.remote(tf_config=tf_config, run_dir=self.run_dir,
-                                   resume_from=self.resumed_from,
-                                   is_chief=topology.is_chief(spec, t.role, t.index), **common)
-                (background if t.role == EVALUATOR else primary)[ref] = t
-            # Watch the ranks running user code; before its first heartbeat a rank gets the start-up allowance.
-            self.watched = {t.rank: time.time() + cfg.cluster.startup_timeout_s
-                            for t in [*primary.values(), *background.values()]
-                            if t.role != EVALUATOR and not self._is_server(t)}
             try:
-                self._event_loop(primary, background, bus, attempt)
+                group.start()
+                self.tasks = group.addresses()
+                self._log_tasks()
+                primary, background = group.launch(attempt=attempt.number, python_path=python_path,
+                                                   resume_from=self.resumed_from)
+            except WorkerError as e:
+                raise self._fail(attempt, [e]) from None
+            self.primary, self.preempted, self.stopping = primary, None, False
+            # Watch the ranks running user code; before its first heartbeat a rank gets the start-up allowance.
+            self.watched = {t.rank: time.time() + cfg.cluster.startup_timeout_s for t in primary.values()}
+            try:
+                self._event_loop(primary, background, group.bus, attempt)
             except KeyboardInterrupt:
                 if cfg.checkpoint.on_interrupt and primary:
-                    self._final_save(primary, bus, attempt)
+                    self._final_save(primary, group.bus, attempt)
                 raise
         finally:
             self.watched = {}
-            self._teardown(actors, bus, pg)
+            group.teardown()
 
-    def _start_task(self, t: TaskSpec, pg, bundle_index: int):
-        cfg = self.cfg
-        runtime_env = copy.deepcopy(cfg.ray.runtime_env)
-        env_vars = dict(runtime_env.get("env_vars") or {})
-        for k, v in TASK_ENV.items():
-            env_vars.setdefault(k, v)
-        if cfg.cluster.strategy is Strategy.parameter_server:
-            # gRPC calls fail fast on an unreachable worker, so the coordinator can reschedule (TF's PSS guide).
-            env_vars.setdefault("GRPC_FAIL_FAST", "use_caller")
-        runtime_env["env_vars"] = env_vars
-        advertise = cfg.cluster.advertise_address or ("127.0.0.1" if self.embedded else None)
-        options: dict[str, Any] = dict(
-            name=actor_name(cfg.run.name, t.role, t.rank), num_cpus=t.cpus, num_gpus=t.gpus,
-            resources=t.custom or None, runtime_env=runtime_env, max_restarts=0,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle_index),
-        )
-        if t.memory_bytes:
-            options["memory"] = t.memory_bytes
-        return _RemoteTask.options(**options).remote(t, advertise)
-
-    def _addresses(self, actors: list, attempt: _Attempt) -> list[dict[str, Any]]:
-        timeout = self.cfg.cluster.startup_timeout_s
-        marker = self.run_dir.write_storage_marker()
-        try:
-            infos = ray.get([a.address.remote(self.run_dir, marker) for a in actors], timeout=timeout)
-        except GetTimeoutError:
-            raise self._fail(attempt, [WorkerError(
-                f"tasks did not start within cluster.startup_timeout_s={timeout:g}s", kind=failure.STARTUP)]) from None
-        except RayError as e:
-            raise self._fail(attempt, [WorkerError(f"a task failed to start: {e}", kind=failure.STARTUP)]) from None
-        finally:
-            self.run_dir.remove_storage_marker(marker)
-        blind = [i for i in infos if i["storage_visible"] is False]
-        if blind:
-            who = ", ".join(f"{i['role']} {i['rank']} on node {i['node_id'][:12]}" for i in blind)
-            raise StorageError(
-                f"storage.path ({self.cfg.storage.path!r}) is not visible from {who}: the driver wrote "
-                f"{self.run_dir.uri} but those nodes cannot read it (a local path on one machine is not shared "
-                "with the others). Fix: use shared storage: an NFS path mounted at the same place on every node, "
-                "or an object store URI such as s3://bucket/runs or gs://bucket/runs")
-        return infos
-
-    def _is_server(self, t: TaskSpec) -> bool:
-        return self.cfg.cluster.strategy is Strategy.parameter_server and t.role in (WORKER, PS)
-
-    def _start_servers(self, servers: list, spec: dict, common: dict, attempt: _Attempt) -> None:
-        """PS and worker servers must listen before the coordinator connects to them."""
-        timeout = self.cfg.cluster.startup_timeout_s
-        refs = {a.start_server.remote(tf_config=topology.tf_config(spec, t.role, t.index), **common): t
-                for a, t in servers}
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
-        for ref in ready:
-            error = self._outcome(ref, refs[ref])
-            if error is not None:
-                raise self._fail(attempt, [error])
-        if len(ready) < len(refs):
-            raise self._fail(attempt, [WorkerError(
-                f"parameter-server tasks did not start within cluster.startup_timeout_s={timeout:g}s",
-                kind=failure.STARTUP)])
-
-    def _event_loop(self, primary: dict, background: dict, bus, attempt: _Attempt) -> None:
+    def _event_loop(self, primary: dict, background: dict, bus, attempt: Attempt) -> None:
         self._pump(primary, background, bus, attempt, deadline=None)
         # Training is over: release the servers' serve() calls and let the evaluator finish its last round.
         ray.get(bus.request_stop.remote())
@@ -413,7 +192,7 @@ class Driver:
                             "stopping it", grace)
         self._dispatch(ray.get(bus.drain.remote(0)))
 
-    def _pump(self, waited: dict, others: dict, bus, attempt: _Attempt, deadline: float | None) -> bool:
+    def _pump(self, waited: dict, others: dict, bus, attempt: Attempt, deadline: float | None) -> bool:
         """Consume events until every ref in `waited` has finished (True) or the deadline passes (False).
         A failed task fails the attempt, except a lost ParameterServerStrategy worker: the coordinator
         moves its scheduled functions to the other workers. So does a watched rank without progress for
@@ -435,10 +214,10 @@ class Driver:
                     continue
                 t = waited.pop(ref) if ref in waited else others.pop(ref)
                 self.watched.pop(t.rank, None)
-                error = self._outcome(ref, t)
+                error = self.group.outcome(ref, t)
                 if error is None:
                     continue
-                if self._is_server(t) and t.role == WORKER and error.kind == failure.SYSTEM:
+                if self.group.is_server(t) and t.role == WORKER and error.kind == failure.SYSTEM:
                     log.warning("lost %s (%s); the coordinator reschedules its work on the other workers",
                                 actor_name(self.cfg.run.name, t.role, t.rank), error.message)
                     self.lost_tasks.append({"role": t.role, "rank": t.rank, "attempt": attempt.number,
@@ -458,18 +237,18 @@ class Driver:
         self._dispatch(ray.get(drain) + ray.get(bus.drain.remote(0)))
         return True
 
-    def _preemption(self, attempt: _Attempt, bus) -> TrainingFailedError:
+    def _preemption(self, attempt: Attempt, bus) -> TrainingFailedError:
         """A task was given notice: all save at an agreed step and stop; the attempt then ends as a
         preemption, retried from that checkpoint (steps lost: none)."""
         e, self.preempted, self.stopping = self.preempted, None, True
         saved = self.save_and_stop(self.primary, bus, attempt)
-        info = next((i for i in self.tasks if i["rank"] == e.rank), {})
+        info = self.group.info(e.rank)
         return self._fail(attempt, [WorkerError(
             f"preempted (SIGTERM) at step {e.payload.get('step')}; "
             f"{'saved' if saved else 'could not save'} before stopping",
             role=e.role, rank=e.rank, node_id=info.get("node_id", ""), kind=failure.PREEMPTED)])
 
-    def save_and_stop(self, primary: dict, bus, attempt: _Attempt) -> bool:
+    def save_and_stop(self, primary: dict, bus, attempt: Attempt) -> bool:
         """Have every task running user code save at one agreed step and stop (the save-now protocol in
         events.EventBuffer); True when they all stopped within checkpoint.interrupt_timeout_s."""
         timeout = self.cfg.checkpoint.interrupt_timeout_s
@@ -485,7 +264,7 @@ class Driver:
         self.watched = {}  # tasks block while the decision travels: not a hang
         return self._pump(primary, {}, bus, attempt, deadline=deadline)
 
-    def _final_save(self, primary: dict, bus, attempt: _Attempt) -> None:
+    def _final_save(self, primary: dict, bus, attempt: Attempt) -> None:
         log.warning("interrupted: saving a final checkpoint (Ctrl-C again to stop at once)")
         try:
             if not self.save_and_stop(primary, bus, attempt):
@@ -499,44 +278,23 @@ class Driver:
         """Other tasks failing within `grace_s` of the first: a dead task's peers error out within
         milliseconds, and whichever is seen first, the death is the cause worth reporting."""
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=grace_s) if pending else ([], [])
-        return [e for e in (self._outcome(r, pending[r]) for r in ready) if e is not None]
+        return [e for e in (self.group.outcome(r, pending[r]) for r in ready) if e is not None]
 
-    def _hang_errors(self, stale: list[int], attempt: _Attempt) -> list[WorkerError]:
+    def _hang_errors(self, stale: list[int], attempt: Attempt) -> list[WorkerError]:
         timeout = self.cfg.failure.hang_timeout_s
         errors = []
         for rank in stale:
-            info = next((i for i in self.tasks if i["rank"] == rank), {})
-            stacks = self._dump_stacks(info, attempt)
+            info = self.group.info(rank)
+            rel = f"logs/stacks-attempt{attempt.number}-{info.get('role')}{rank}.txt"
+            text = self.group.dump_stacks(rank)
+            log.error("stacks of %s %s (pid %s):\n%s", info.get("role"), rank, info.get("pid"), text)
+            self.run_dir.write_text(rel, text)
             errors.append(WorkerError(
-                f"no progress for {timeout:g}s (failure.hang_timeout_s); stacks in {stacks}",
+                f"no progress for {timeout:g}s (failure.hang_timeout_s); stacks in {self.run_dir.uri_of(rel)}",
                 role=info.get("role", ""), rank=rank, node_id=info.get("node_id", ""), kind=failure.HANG))
         return errors
 
-    def _dump_stacks(self, info: dict[str, Any], attempt: _Attempt) -> str:
-        """py-spy the stuck task's process from its own node; the text goes to the run directory's logs/."""
-        rel = f"logs/stacks-attempt{attempt.number}-{info.get('role')}{info.get('rank')}.txt"
-        try:
-            text = ray.get(_py_spy_dump.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-                info["node_id"], soft=False)).remote(info["pid"]), timeout=60)
-        except (RayError, KeyError) as e:
-            text = f"could not dump stacks: {e}"
-        log.error("stacks of %s %s (pid %s):\n%s", info.get("role"), info.get("rank"), info.get("pid"), text)
-        self.run_dir.write_text(rel, text)
-        return self.run_dir.uri_of(rel)
-
-    def _outcome(self, ref, t: TaskSpec) -> WorkerError | None:
-        node = next((i.get("node_id", "") for i in self.tasks if i["rank"] == t.rank), "")
-        try:
-            out = ray.get(ref)
-        except RayActorError as e:
-            return WorkerError(f"the task's actor died: {e}", role=t.role, rank=t.rank, node_id=node,
-                               kind="system")
-        except RayError as e:
-            return WorkerError(f"{type(e).__name__}: {e}", role=t.role, rank=t.rank, node_id=node,
-                               remote_traceback=str(e), kind="system")
-        return None if out.get("ok") else out["error"]
-
-    def _fail(self, attempt: _Attempt, errors: list[WorkerError]) -> TrainingFailedError:
+    def _fail(self, attempt: Attempt, errors: list[WorkerError]) -> TrainingFailedError:
         root = errors[failure.root_cause([e.kind for e in errors])]
         attempt.cause, attempt.error_type = root.kind, root.error_type
         attempt.rank, attempt.role, attempt.node_id = root.rank, root.role, root.node_id
@@ -578,28 +336,6 @@ class Driver:
             self.progress(e)
             if self.on_event is not None:
                 self.on_event(e)
-
-    def _teardown(self, actors: list, bus, pg) -> None:
-        """Kill every task and the bus, release the placement group, and wait until the names are
-        free again (a relaunch with the same run.name reuses them)."""
-        handles = [a for a in actors if a is not None] + ([bus] if bus is not None else [])
-        for a in handles:
-            try:
-                ray.kill(a, no_restart=True)
-            except RayError as e:
-                log.debug("kill: %s", e)
-        placement.release(pg)
-        names = [actor_name(self.cfg.run.name, t.role, t.rank) for t in self.plan.tasks[: len(actors)]]
-        if bus is not None:
-            names.append(actor_name(self.cfg.run.name, "events", 0))
-        deadline = time.monotonic() + 30
-        for name in names:
-            while time.monotonic() < deadline:
-                try:
-                    ray.get_actor(name)
-                except ValueError:
-                    break
-                time.sleep(0.05)  # polling the GCS for the name to be released, bounded by deadline
 
     # -- outputs -----------------------------------------------------------------------------
     def _log_tasks(self) -> None:

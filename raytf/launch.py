@@ -45,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2
-    from raytf import driver
+    from raytf import connect, driver
 
     signal.signal(signal.SIGTERM, _sigterm)
     started = False
     try:
-        started = driver.ensure_ray(cfg)
+        started = connect.ensure_ray(cfg)
         result = driver.fit(cfg, quiet=args.quiet)
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)

@@ -98,7 +98,7 @@ def test_unreachable_address_is_a_clear_error_not_a_hang():
 
 
 def test_address_precedence():
-    from raytf.driver import resolve_address
+    from raytf.connect import resolve_address
 
     base = {"train": {"entrypoint": "m:f"}}
     assert resolve_address(raytf.load_config(base), {}) is None

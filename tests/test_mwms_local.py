@@ -225,3 +225,19 @@ def test_interrupt_saves_a_final_checkpoint_at_an_agreed_step(fast_cfg, no_leaks
     rows = df[(df["attempt"] == again.attempts[-1]["attempt"]) & (df["kind"] == "step")]
     assert rows["step"].min() == step + 1
     assert again.final_metrics["step"] == 24
+
+
+def test_second_interrupt_skips_the_final_save(fast_cfg, no_leaks):
+    interrupts = []
+
+    def interrupt_always(e):
+        if e.kind in ("step", "heartbeat"):
+            interrupts.append(e.payload["step"])
+            raise KeyboardInterrupt
+
+    cfg = fast_cfg("run.name=twice", "train.epochs=50", "metrics.every_steps=1", "checkpoint.every_epochs=0")
+    with pytest.raises(KeyboardInterrupt):
+        raytf.fit(cfg, quiet=True, on_event=interrupt_always)
+    assert len(interrupts) == 2  # the second one, during the final save, ended it
+    result = raytf.load_result(f"{cfg.storage.path}/twice")
+    assert result.status == "interrupted"

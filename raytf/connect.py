@@ -1,0 +1,87 @@
+"""Which Ray to use and how the tasks find the user's code. Imports Ray, never TensorFlow."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import socket
+import sys
+from collections.abc import Mapping
+
+import ray
+
+from raytf.config import Config
+from raytf.errors import ConfigError, RaytfError
+
+log = logging.getLogger("raytf")
+
+
+def resolve_address(cfg: Config, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The Ray cluster to use: ray.address (the CLI's --address lands there), else RAY_ADDRESS, else None
+    for an embedded local Ray."""
+    return cfg.ray.address or environ.get("RAY_ADDRESS") or None
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, not minutes, when a host:port address has nothing listening."""
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise RaytfError(f"ray.address ({address!r}): nothing reachable there ({e}). Fix: start the cluster "
+                         "with `ray start --head` and pass its address, or ray.address=null for an embedded "
+                         "local Ray") from None
+
+
+def ensure_ray(cfg: Config) -> bool:
+    """Connect to (or start) Ray as configured; True when this call started an embedded Ray."""
+    if ray.is_initialized():
+        return False
+    r = cfg.ray
+    address = resolve_address(cfg)
+    try:
+        if address is None:
+            ray.init(address="local", num_cpus=r.num_cpus, include_dashboard=r.include_dashboard,
+                     log_to_driver=r.log_to_driver, configure_logging=False)
+            return True
+        check_reachable(address)
+        ray.init(address=address, log_to_driver=r.log_to_driver, configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise RaytfError(f"ray.address ({address!r}): cannot connect to Ray: {e}. Fix: start it with "
+                         "`ray start --head`, or set ray.address=null for an embedded local Ray") from None
+    return False
+
+
+def python_path(cfg: Config) -> list[str]:
+    """sys.path entries for the tasks: train.python_path, plus the driver's cwd on an embedded Ray."""
+    paths = [os.path.abspath(p) for p in cfg.train.python_path]
+    if resolve_address(cfg) is None:
+        # Embedded Ray runs on this machine: let tasks import what the driver's cwd can.
+        paths.append(os.getcwd())
+    return paths
+
+
+def check_entrypoint(cfg: Config, paths: list[str]) -> None:
+    """Fail before reserving anything when the entrypoint's module cannot be found (without importing
+    it: that would pull TensorFlow into the driver)."""
+    module = cfg.train.entrypoint.partition(":")[0]
+    saved = list(sys.path)
+    sys.path[:0] = [p for p in paths if p not in sys.path]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    finally:
+        sys.path[:] = saved
+    if found:
+        return
+    msg = (f"train.entrypoint ({cfg.train.entrypoint!r}): module {module!r} not found on the driver "
+           f"(searched sys.path and {paths}). Fix: run from the directory that holds it, or add it "
+           f"with train.python_path=[...]")
+    if resolve_address(cfg) is None:
+        raise ConfigError(msg)
+    log.warning("%s; assuming the cluster's nodes have it (ray.runtime_env.working_dir)", msg)

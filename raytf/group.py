@@ -1,0 +1,214 @@
+"""One attempt's task group: placement group, event bus and task actors, from reservation to teardown.
+
+Imports Ray, never TensorFlow.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+from raytf import events as ev
+from raytf import failure, placement, topology
+from raytf._actor import TASK_ENV, TaskActor
+from raytf.config import SINGLE_TASK_STRATEGIES, Config, Strategy
+from raytf.errors import StorageError, WorkerError
+from raytf.plan import EVALUATOR, PS, WORKER, Plan, TaskSpec
+from raytf.storage import RunDir
+
+log = logging.getLogger("raytf")
+
+_RemoteTask = ray.remote(TaskActor)
+# Threaded: drain(), wait_stop() and wait_control() block while tasks keep pushing.
+_RemoteBus = ray.remote(num_cpus=0)(ev.EventBuffer)
+
+
+@ray.remote(num_cpus=0)
+def _py_spy_dump(pid: int) -> str:
+    """Runs on the stuck task's node: py-spy (shipped with ray[default]) reads its Python stacks."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("py-spy")
+    if exe is None:
+        return "py-spy is not installed on this node"
+    proc = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+    return proc.stdout or proc.stderr
+
+
+def actor_name(run: str, role: str, rank: int) -> str:
+    return f"raytf:{run}:{role}:{rank}"
+
+
+def task_table(infos: list[dict[str, Any]], specs: tuple[TaskSpec, ...]) -> str:
+    """The start-up summary: one line per task with where it runs and what it holds."""
+    by_rank = {t.rank: t for t in specs}
+    rows = [("role", "rank", "node", "address", "cpus", "gpus", "CUDA_VISIBLE_DEVICES")]
+    for i in infos:
+        t = by_rank[i["rank"]]
+        rows.append((i["role"], str(i["rank"]), i["node_id"][:12], f"{i['host']}:{i['port']}", f"{t.cpus:g}",
+                     f"{t.gpus:g}", i.get("cuda_visible_devices") or "-"))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return "\n".join("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+
+
+class TaskGroup:
+    """Reserve, start and wire the tasks of one attempt; always `teardown()` afterwards.
+
+    Failures while starting raise WorkerError (kind "startup", or the task's own) or StorageError."""
+
+    def __init__(self, cfg: Config, plan: Plan, run_dir: RunDir, *, embedded: bool) -> None:
+        self.cfg, self.plan, self.run_dir, self.embedded = cfg, plan, run_dir, embedded
+        self.pg = None
+        self.bus = None
+        self.actors: list = []
+        self.infos: list[dict[str, Any]] = []
+
+    def is_server(self, t: TaskSpec) -> bool:
+        """ParameterServerStrategy ps and worker tasks run TF servers, not the user function."""
+        return self.cfg.cluster.strategy is Strategy.parameter_server and t.role in (WORKER, PS)
+
+    def info(self, rank: int) -> dict[str, Any]:
+        return next((i for i in self.infos if i["rank"] == rank), {})
+
+    def start(self) -> None:
+        cfg = self.cfg
+        self.pg = placement.reserve(self.plan, timeout_s=cfg.cluster.placement_timeout_s,
+                                    name=f"raytf:{cfg.run.name}", can_grow=not self.embedded)
+        # Every task may hold two blocking calls on the bus (control listener, serve), plus the driver's.
+        self.bus = _RemoteBus.options(name=actor_name(cfg.run.name, "events", 0),
+                                      max_concurrency=2 * len(self.plan.tasks) + 8).remote()
+        self.actors = [self._start_task(t, i) for i, t in enumerate(self.plan.tasks)]
+
+    def _start_task(self, t: TaskSpec, bundle_index: int):
+        cfg = self.cfg
+        runtime_env = copy.deepcopy(cfg.ray.runtime_env)
+        env_vars = dict(runtime_env.get("env_vars") or {})
+        for k, v in TASK_ENV.items():
+            env_vars.setdefault(k, v)
+        if cfg.cluster.strategy is Strategy.parameter_server:
+            # gRPC calls fail fast on an unreachable worker, so the coordinator can reschedule (TF's PSS guide).
+            env_vars.setdefault("GRPC_FAIL_FAST", "use_caller")
+        runtime_env["env_vars"] = env_vars
+        advertise = cfg.cluster.advertise_address or ("127.0.0.1" if self.embedded else None)
+        options: dict[str, Any] = dict(
+            name=actor_name(cfg.run.name, t.role, t.rank), num_cpus=t.cpus, num_gpus=t.gpus,
+            resources=t.custom or None, runtime_env=runtime_env, max_restarts=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle_index),
+        )
+        if t.memory_bytes:
+            options["memory"] = t.memory_bytes
+        return _RemoteTask.options(**options).remote(t, advertise)
+
+    def addresses(self) -> list[dict[str, Any]]:
+        """Each task's node, address and held port; also checks that every task sees the run directory."""
+        timeout = self.cfg.cluster.startup_timeout_s
+        marker = self.run_dir.write_storage_marker()
+        try:
+            self.infos = ray.get([a.address.remote(self.run_dir, marker) for a in self.actors], timeout=timeout)
+        except GetTimeoutError:
+            raise WorkerError(f"tasks did not start within cluster.startup_timeout_s={timeout:g}s",
+                              kind=failure.STARTUP) from None
+        except RayError as e:
+            raise WorkerError(f"a task failed to start: {e}", kind=failure.STARTUP) from None
+        finally:
+            self.run_dir.remove_storage_marker(marker)
+        blind = [i for i in self.infos if i["storage_visible"] is False]
+        if blind:
+            who = ", ".join(f"{i['role']} {i['rank']} on node {i['node_id'][:12]}" for i in blind)
+            raise StorageError(
+                f"storage.path ({self.cfg.storage.path!r}) is not visible from {who}: the driver wrote "
+                f"{self.run_dir.uri} but those nodes cannot read it (a local path on one machine is not shared "
+                "with the others). Fix: use shared storage: an NFS path mounted at the same place on every node, "
+                "or an object store URI such as s3://bucket/runs or gs://bucket/runs")
+        return self.infos
+
+    def launch(self, *, attempt: int, python_path: list[str], resume_from) -> tuple[dict, dict]:
+        """Start the training: (primary, background) refs to each task's call. The end of every primary
+        ref (MWMS workers, the PS chief) is the end of training; background ones are the PS servers'
+        serve() and the evaluator's run()."""
+        cfg, bus = self.cfg, self.bus
+        spec = topology.cluster_spec(
+            [topology.TaskAddress(i["role"], i["index"], i["host"], i["port"]) for i in self.infos])
+        common = dict(cfg=cfg, bus=bus, attempt=attempt, python_path=python_path)
+        primary: dict = {}
+        background: dict = {}
+        servers = [(a, t) for a, t in zip(self.actors, self.plan.tasks) if self.is_server(t)]
+        if servers:
+            self._start_servers(servers, spec, common)
+            for a, t in servers:
+                background[a.serve.remote(bus=bus)] = t
+        single = cfg.cluster.strategy in SINGLE_TASK_STRATEGIES
+        for a, t in zip(self.actors, self.plan.tasks):
+            if self.is_server(t):
+                continue
+            ref = a.run.remote(tf_config=None if single else topology.tf_config(spec, t.role, t.index),
+                               run_dir=self.run_dir, resume_from=resume_from,
+                               is_chief=topology.is_chief(spec, t.role, t.index), **common)
+            (background if t.role == EVALUATOR else primary)[ref] = t
+        return primary, background
+
+    def _start_servers(self, servers: list, spec: dict, common: dict) -> None:
+        """PS and worker servers must listen before the coordinator connects to them."""
+        timeout = self.cfg.cluster.startup_timeout_s
+        refs = {a.start_server.remote(tf_config=topology.tf_config(spec, t.role, t.index), **common): t
+                for a, t in servers}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        for ref in ready:
+            error = self.outcome(ref, refs[ref])
+            if error is not None:
+                raise error
+        if len(ready) < len(refs):
+            raise WorkerError(f"parameter-server tasks did not start within cluster.startup_timeout_s="
+                              f"{timeout:g}s", kind=failure.STARTUP)
+
+    def outcome(self, ref, t: TaskSpec) -> WorkerError | None:
+        """None when the task's call succeeded, else its WorkerError (a dead actor is a "system" failure)."""
+        node = self.info(t.rank).get("node_id", "")
+        try:
+            out = ray.get(ref)
+        except RayActorError as e:
+            return WorkerError(f"the task's actor died: {e}", role=t.role, rank=t.rank, node_id=node,
+                               kind=failure.SYSTEM)
+        except RayError as e:
+            return WorkerError(f"{type(e).__name__}: {e}", role=t.role, rank=t.rank, node_id=node,
+                               remote_traceback=str(e), kind=failure.SYSTEM)
+        return None if out.get("ok") else out["error"]
+
+    def dump_stacks(self, rank: int) -> str:
+        """py-spy the task's process from its own node."""
+        info = self.info(rank)
+        try:
+            return ray.get(_py_spy_dump.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+                info["node_id"], soft=False)).remote(info["pid"]), timeout=60)
+        except (RayError, KeyError) as e:
+            return f"could not dump stacks: {e}"
+
+    def teardown(self) -> None:
+        """Kill every task and the bus, release the placement group, and wait until the names are
+        free again (a relaunch with the same run.name reuses them)."""
+        handles = [*self.actors, *([self.bus] if self.bus is not None else [])]
+        for a in handles:
+            try:
+                ray.kill(a, no_restart=True)
+            except RayError as e:
+                log.debug("kill: %s", e)
+        placement.release(self.pg)
+        names = [actor_name(self.cfg.run.name, t.role, t.rank) for t in self.plan.tasks[: len(self.actors)]]
+        if self.bus is not None:
+            names.append(actor_name(self.cfg.run.name, "events", 0))
+        deadline = time.monotonic() + 30
+        for name in names:
+            while time.monotonic() < deadline:
+                try:
+                    ray.get_actor(name)
+                except ValueError:
+                    break
+                time.sleep(0.05)  # polling the GCS for the name to be released, bounded by deadline
+        self.actors, self.bus, self.pg = [], None, None
