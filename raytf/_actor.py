@@ -76,16 +76,20 @@ class _Emitter:
     def __init__(self, bus, role: str, rank: int, attempt: int) -> None:
         self.bus, self.role, self.rank, self.attempt = bus, role, rank, attempt
         self._inflight: list = []
+        self._lock = threading.Lock()  # the training thread and the checkpoint uploader both emit
 
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
-        self._inflight.append(self.bus.push.remote([ev.Event(kind, self.role, self.rank, self.attempt, payload)]))
-        if len(self._inflight) >= 64:
-            _, self._inflight = ray.wait(self._inflight, num_returns=len(self._inflight), timeout=0)
+        ref = self.bus.push.remote([ev.Event(kind, self.role, self.rank, self.attempt, payload)])
+        with self._lock:
+            self._inflight.append(ref)
+            if len(self._inflight) >= 64:
+                _, self._inflight = ray.wait(self._inflight, num_returns=len(self._inflight), timeout=0)
 
     def flush(self, timeout: float = 30.0) -> None:
-        if self._inflight:
-            ray.wait(self._inflight, num_returns=len(self._inflight), timeout=timeout)
-            self._inflight = []
+        with self._lock:
+            refs, self._inflight = self._inflight, []
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=timeout)
 
 
 class TaskActor:
@@ -209,15 +213,17 @@ class TaskActor:
                 bus=bus,
             )
             self._on_sigterm(lambda: emit(ev.PREEMPTED, {"step": ctx.step}))
+            stopped = False
             try:
                 fn(ctx)
             except TrainingStopped:
-                emit.flush()
-                return {"ok": True, "stopped": True, "epoch": ctx.epoch, "step": ctx.step}
+                stopped = True
+            try:
+                ctx.finish()  # the last checkpoint uploads land before the task reports success
             finally:
                 ctx.close()
             emit.flush()
-            return {"ok": True, "epoch": ctx.epoch, "step": ctx.step}
+            return {"ok": True, "stopped": stopped, "epoch": ctx.epoch, "step": ctx.step}
         except BaseException as e:  # report everything, SystemExit included, with its traceback
             emit.flush(timeout=5.0)
             return self._error(e)

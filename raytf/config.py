@@ -176,6 +176,18 @@ class FailureConfig:
 class StorageConfig:
     # A local path or a pyarrow.fs URI (file://, s3://, gs://, hdfs://).
     path: str = "./runs"
+    # s3:// only. Credentials come from the environment (AWS_ACCESS_KEY_ID, ...) unless set here; either
+    # way they are never written to config.yaml, result.json or the logs.
+    endpoint_override: str | None = None
+    scheme: str | None = None  # "http" for a plain-HTTP endpoint such as a local S3 server
+    region: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    # Checkpoint uploads run beside training: at most this many at once (a save waits for a free slot),
+    # each retried with exponential back-off.
+    max_inflight_uploads: int = 1
+    upload_retries: int = 5
+    upload_backoff_s: float = 0.5
 
 
 @dataclass
@@ -312,6 +324,16 @@ def validate(cfg: Config) -> Config:
                           f"({f.hang_timeout_s})")
     if f.collective_timeout_s is not None:
         _positive(f.collective_timeout_s, "failure.collective_timeout_s", "or null for none")
+    st = cfg.storage
+    if st.max_inflight_uploads < 1:
+        raise ConfigError(f"storage.max_inflight_uploads ({st.max_inflight_uploads}) must be at least 1")
+    _non_negative(st.upload_retries, "storage.upload_retries", "e.g. 5")
+    _non_negative(st.upload_backoff_s, "storage.upload_backoff_s", "e.g. 0.5")
+    if st.scheme not in (None, "http", "https"):
+        raise ConfigError(f"storage.scheme ({st.scheme!r}) must be http, https or null")
+    if (st.access_key is None) != (st.secret_key is None):
+        raise ConfigError("storage.access_key and storage.secret_key go together: set both, or neither to use "
+                          "the environment's credentials")
     if not cfg.storage.path:
         raise ConfigError("storage.path is empty: set a directory or URI, e.g. ./runs or s3://bucket/runs")
     if cfg.run.name is not None and not _RUN_NAME.match(cfg.run.name):
@@ -390,3 +412,24 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 
 def to_yaml(cfg: Config) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+SECRET = "***"
+_SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+
+
+def redacted(cfg: Config) -> Config:
+    """A copy safe to write or log: storage credentials and secret-looking runtime_env variables masked."""
+    import copy
+
+    out = copy.deepcopy(cfg)
+    if out.storage.access_key is not None:
+        out.storage.access_key = SECRET
+    if out.storage.secret_key is not None:
+        out.storage.secret_key = SECRET
+    env = out.ray.runtime_env.get("env_vars") if isinstance(out.ray.runtime_env, dict) else None
+    if isinstance(env, dict):
+        for k in env:
+            if _SECRET_NAME.search(str(k)):
+                env[k] = SECRET
+    return out

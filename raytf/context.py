@@ -14,7 +14,7 @@ from typing import Any
 from raytf import checkpoints
 from raytf import events as ev
 from raytf.config import Config
-from raytf.storage import RunDir
+from raytf.storage import CHECKPOINTS_DIR, RunDir
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,56 @@ def _scalars(metrics: Mapping[str, Any] | None) -> dict[str, float]:
         if f is not None:
             out[str(k)] = f
     return out
+
+
+class _Uploader:
+    """Uploads the chief's checkpoints one after the other, in order, beside training. Order matters:
+    pruning deletes partial checkpoints older than the newest committed one."""
+
+    def __init__(self, run_dir: RunDir, cfg: Config, emit, heartbeat, before_commit) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.run_dir, self.cfg, self.emit, self.heartbeat, self.before_commit = (
+            run_dir, cfg, emit, heartbeat, before_commit)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytf-upload")
+        self._slots = threading.Semaphore(cfg.storage.max_inflight_uploads)
+        self._pending: list = []
+        self._error: BaseException | None = None
+
+    def submit(self, local: str, epoch: int, step: int, meta: dict) -> str:
+        self._raise_if_failed()
+        # The bound on checkpoints in flight: wait for a slot, telling the driver we are alive.
+        while not self._slots.acquire(timeout=self.cfg.failure.heartbeat_s):
+            self.heartbeat()
+            self._raise_if_failed()
+        self._pending.append(self._pool.submit(self._upload, local, epoch, step, meta))
+        return self.run_dir.uri_of(CHECKPOINTS_DIR, checkpoints.checkpoint_name(epoch, step))
+
+    def _upload(self, local: str, epoch: int, step: int, meta: dict) -> None:
+        try:
+            uri = self.run_dir.upload_checkpoint(local, epoch, step, meta, before_commit=self.before_commit)
+            self.emit(ev.CHECKPOINT, {"epoch": epoch, "step": step, "uri": uri})
+            self.run_dir.prune_checkpoints(self.cfg.checkpoint.keep_last)
+        except BaseException as e:
+            self._error = e
+            raise
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+            self._slots.release()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        from concurrent.futures import wait
+
+        while self._pending:
+            _, not_done = wait(self._pending, timeout=self.cfg.failure.heartbeat_s)
+            self.heartbeat()
+            self._pending = list(not_done)
+        self._pool.shutdown(wait=True)
+        self._raise_if_failed()
 
 
 class TrainingStopped(BaseException):
@@ -140,6 +190,7 @@ class TrainContext:
         self._step_clock = (time.monotonic(), self.step)
         self._stepped = False
         self._last_beat = time.monotonic()
+        self._uploader: _Uploader | None = None
         self._control = None
         if bus is not None and role != "evaluator":
             self._control = _ControlListener(bus, rank, self)
@@ -222,23 +273,21 @@ class TrainContext:
 
     def save(self) -> str | None:
         """Write a checkpoint of the registered objects now. Every task must call it (the save is
-        collective); the chief's copy is uploaded and committed. Returns its URI on the chief."""
+        collective); the chief's copy is then uploaded and committed in the background (at most
+        storage.max_inflight_uploads at once). Returns the checkpoint's URI on the chief."""
         if self._writer is None:
             raise RuntimeError("ctx.save() before ctx.restore(model=..., ...): register what to checkpoint")
         local = self._writer.write(self.epoch, self.step)
         if not self.is_chief:
             return None
-        self.heartbeat()
-        try:
-            uri = self._run_dir.upload_checkpoint(
-                local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank},
-                before_commit=self._crash_seam,
-            )
-        finally:
-            shutil.rmtree(local, ignore_errors=True)
-        self._emit(ev.CHECKPOINT, {"epoch": self.epoch, "step": self.step, "uri": uri})
-        self._run_dir.prune_checkpoints(self.cfg.checkpoint.keep_last)
-        return uri
+        if self._uploader is None:
+            self._uploader = _Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, self._crash_seam)
+        return self._uploader.submit(local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank})
+
+    def finish(self) -> None:
+        """Wait for the checkpoint uploads still running (heartbeating meanwhile); raises if one failed."""
+        if self._uploader is not None:
+            self._uploader.close()
 
     def _crash_seam(self) -> None:
         # Test seam (RAYTF_TEST_CRASH_BEFORE_COMMIT="<epoch>:<attempt>"): die like a killed chief would, with
@@ -338,6 +387,8 @@ class TrainContext:
     def close(self) -> None:
         if self._control is not None:
             self._control.close()
+        if self._uploader is not None:
+            self._uploader._pool.shutdown(wait=False, cancel_futures=True)
 
     def keras_callbacks(self) -> list:
         """Callbacks for `model.fit` that report metrics and checkpoint like step_end/epoch_end."""

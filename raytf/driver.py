@@ -19,7 +19,7 @@ import ray
 from raytf import checkpoints, connect, failure, storage
 from raytf import events as ev
 from raytf.attempts import Attempt
-from raytf.config import Config, to_dict, to_yaml, validate
+from raytf.config import Config, redacted, to_dict, to_yaml, validate
 from raytf.errors import RaytfError, TrainingFailedError, WorkerError
 from raytf.group import TaskGroup, actor_name, task_table
 from raytf.metrics import MetricsTable
@@ -51,7 +51,7 @@ class Driver:
         self.cfg = cfg
         self.quiet = quiet
         self.on_event = on_event
-        self.run_dir = storage.RunDir(cfg.storage.path, cfg.run.name)
+        self.run_dir = storage.RunDir(cfg.storage, cfg.run.name)
         self.plan: Plan = make_plan(cfg)
         self.tasks: list[dict[str, Any]] = []
         self.attempts: list[Attempt] = []
@@ -85,7 +85,7 @@ class Driver:
         elif rd.exists(storage.CHECKPOINTS_DIR) and rd.list_checkpoints():
             log.warning("checkpoint.resume=false: starting %s from scratch despite its checkpoints",
                         cfg.run.name)
-        rd.write_text(storage.CONFIG_FILE, to_yaml(cfg))
+        rd.write_text(storage.CONFIG_FILE, to_yaml(redacted(cfg)))
         self.metrics = MetricsTable(cfg.run.name, previous_table)
         self.progress = Progress(epochs=cfg.train.epochs, steps_per_epoch=cfg.train.steps_per_epoch,
                                  batch_size=cfg.train.batch_size, quiet=self.quiet)
@@ -231,7 +231,10 @@ class Driver:
                 self._dispatch(ray.get(drain))
                 raise self._fail(attempt, self._hang_errors(stale, attempt))
             if self.metrics.dirty and time.monotonic() - last_flush >= self.cfg.metrics.flush_interval_s:
-                self._write_metrics()
+                try:
+                    self._write_metrics(retry=False)
+                except RaytfError as e:  # storage away for a while: the next flush (or the last) writes it
+                    log.warning("metrics.parquet not written this time: %s", e)
                 last_flush = time.monotonic()
         # The outstanding drain returns within poll_s; its events must not be lost.
         self._dispatch(ray.get(drain) + ray.get(bus.drain.remote(0)))
@@ -342,9 +345,9 @@ class Driver:
         log.info("tasks of %s (%s):\n%s", self.cfg.run.name, self.cfg.cluster.strategy.value,
                  task_table(self.tasks, self.plan.tasks))
 
-    def _write_metrics(self) -> None:
+    def _write_metrics(self, retry: bool = True) -> None:
         if self.metrics.rows:
-            self.run_dir.write_table(storage.METRICS_FILE, self.metrics.to_arrow())
+            self.run_dir.write_table(storage.METRICS_FILE, self.metrics.to_arrow(), retry=retry)
 
     def _checkpoint_uris(self) -> list[str]:
         return [self.run_dir.uri_of(storage.CHECKPOINTS_DIR, e.name)
@@ -384,7 +387,7 @@ class Driver:
             "ended_at": None if status == RUNNING else now,
             "duration_s": round(now - self.t0, 3),
             "first_step_s": None if self.first_step_at is None else round(self.first_step_at - self.t0, 3),
-            "config": to_dict(self.cfg),
+            "config": to_dict(redacted(self.cfg)),
         }
 
     def _write_result(self, status: str) -> None:

@@ -63,8 +63,9 @@ class Result:
 
 def load_result(run_dir: str) -> Result:
     """Read a finished (or running) run back from `<storage>/<run name>` (local path or URI)."""
-    parent, _, name = run_dir.rstrip("/").rpartition("/")
-    rd = storage.RunDir(parent or ".", name)
+    base, _, query = run_dir.partition("?")  # S3 options may ride in the query: s3://b/runs/x?scheme=http
+    parent, _, name = base.rstrip("/").rpartition("/")
+    rd = storage.RunDir((parent or ".") + (f"?{query}" if query else ""), name)
     summary = rd.read_json(storage.RESULT_FILE)
     cfg = load_config(_yaml_dict(rd.read_text(storage.CONFIG_FILE)))
     table = rd.read_table(storage.METRICS_FILE) if rd.exists(storage.METRICS_FILE) else pa.table({})

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import posixpath
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +17,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from raytf import checkpoints
+from raytf.config import StorageConfig
 from raytf.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -31,26 +34,59 @@ NODE_LOCAL_ROOT_ENV = "RAYTF_TEST_NODE_LOCAL_ROOT"
 STORAGE_CHECK_PREFIX = ".storage-check-"
 
 
-def resolve(path: str) -> tuple[pafs.FileSystem, str, str]:
+def resolve(path: str, options: StorageConfig | None = None) -> tuple[pafs.FileSystem, str, str]:
     """(filesystem, path inside it, canonical URI) for a local path or a pyarrow URI."""
     if "://" not in path:
         local = os.path.abspath(os.path.expanduser(path))
         seen_as = os.environ.get(NODE_LOCAL_ROOT_ENV, "") + local
         return pafs.LocalFileSystem(), seen_as, local
+    base, _, query = path.partition("?")
     try:
-        fs, inner = pafs.FileSystem.from_uri(path)
+        if path.startswith("s3://") and not query:
+            fs = _s3(options or StorageConfig(path=path))
+            inner = base.removeprefix("s3://")
+        else:  # other schemes, or S3 options given in the URI's query (?endpoint_override=...&scheme=http)
+            fs, inner = pafs.FileSystem.from_uri(path)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
         raise StorageError(f"storage.path ({path!r}) cannot be opened: {e}") from None
-    return fs, inner.rstrip("/"), path.rstrip("/")
+    return fs, inner.rstrip("/"), base.rstrip("/")
+
+
+def _s3(o: StorageConfig) -> pafs.S3FileSystem:
+    kwargs: dict[str, Any] = {"allow_bucket_creation": True}
+    for key in ("endpoint_override", "scheme", "region", "access_key", "secret_key"):
+        if getattr(o, key) is not None:
+            kwargs[key] = getattr(o, key)
+    # Our own retry loop (with back-off) decides; the SDK's would hide a dead endpoint for minutes.
+    kwargs.update(connect_timeout=5, request_timeout=30,
+                  retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=2))
+    return pafs.S3FileSystem(**kwargs)
+
+
+def with_retries(what: str, fn: Callable[[], Any], retries: int, backoff_s: float) -> Any:
+    """Run fn, retrying OSError (storage unreachable, throttled) with exponential back-off."""
+    for attempt in range(retries + 1):
+        try:
+            return fn()
+        except OSError as e:
+            if attempt == retries:
+                raise StorageError(f"{what} failed after {retries + 1} tries: {e}") from e
+            delay = backoff_s * 2**attempt
+            log.warning("%s failed (%s); retrying in %.1fs", what, e, delay)
+            time.sleep(delay)  # back-off between tries of a failing remote call
+    raise AssertionError("unreachable")
 
 
 class RunDir:
     """`<storage.path>/<run.name>/`: config, result, metrics and checkpoints of one run."""
 
-    def __init__(self, storage_path: str, run_name: str) -> None:
+    def __init__(self, storage: str | StorageConfig, run_name: str) -> None:
+        options = storage if isinstance(storage, StorageConfig) else StorageConfig(path=storage)
         self.run_name = run_name
-        self.fs, base, base_uri = resolve(storage_path)
-        # Canonical (absolute for local paths) so a task on another node resolves the same place.
+        self.fs, base, base_uri = resolve(options.path, options)
+        # Canonical (absolute for local paths) so a task on another node resolves the same place; a URI
+        # keeps its query (S3 options) for the tasks, while `uri` (shown and recorded) drops it.
+        self.options = dataclasses.replace(options, path=base_uri if "://" not in options.path else options.path)
         self.storage_path = base_uri
         self.root = posixpath.join(base, run_name)
         self.uri = posixpath.join(base_uri, run_name)
@@ -59,7 +95,7 @@ class RunDir:
     def __reduce__(self):
         # Filesystem handles are rebuilt from the URI on the other side (credentials come from the
         # environment there, never pickled into task arguments).
-        return (RunDir, (self.storage_path, self.run_name))
+        return (RunDir, (self.options, self.run_name))
 
     def path(self, *parts: str) -> str:
         return posixpath.join(self.root, *parts)
@@ -77,8 +113,14 @@ class RunDir:
     def exists(self, rel: str) -> bool:
         return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
 
-    def write_bytes(self, rel: str, data: bytes) -> None:
-        """Write a whole file so readers see the old content or the new one, never a part."""
+    def write_bytes(self, rel: str, data: bytes, *, retry: bool = True) -> None:
+        """Write a whole file so readers see the old content or the new one, never a part; retried with
+        back-off unless `retry` is false (a periodic write that the next one supersedes)."""
+        o = self.options
+        with_retries(f"writing {self.uri_of(rel)}", lambda: self._write_bytes(rel, data),
+                     o.upload_retries if retry else 0, o.upload_backoff_s)
+
+    def _write_bytes(self, rel: str, data: bytes) -> None:
         target = self.path(rel)
         self.fs.create_dir(posixpath.dirname(target), recursive=True)
         if not self._local:
@@ -104,10 +146,10 @@ class RunDir:
     def read_json(self, rel: str) -> Any:
         return json.loads(self.read_text(rel))
 
-    def write_table(self, rel: str, table: pa.Table) -> None:
+    def write_table(self, rel: str, table: pa.Table, *, retry: bool = True) -> None:
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
-        self.write_bytes(rel, sink.getvalue().to_pybytes())
+        self.write_bytes(rel, sink.getvalue().to_pybytes(), retry=retry)
 
     def read_table(self, rel: str) -> pa.Table:
         return pq.read_table(self.path(rel), filesystem=self.fs)
@@ -149,20 +191,25 @@ class RunDir:
 
     def upload_checkpoint(self, local_dir: str, epoch: int, step: int, meta: dict[str, Any],
                           before_commit: Callable[[], None] | None = None) -> str:
-        """Copy a finished local checkpoint up, then commit it by writing the marker last."""
+        """Copy a finished local checkpoint up (retried), then commit it by writing the marker last."""
+        o = self.options
         name = checkpoints.checkpoint_name(epoch, step)
-        dest = self.path(CHECKPOINTS_DIR, name)
-        if self.fs.get_file_info(dest).type != pafs.FileType.NotFound:
-            # A partial copy from an earlier, interrupted attempt: start it over.
-            self.fs.delete_dir(dest)
-        self.fs.create_dir(dest, recursive=True)
-        pafs.copy_files(local_dir, dest, source_filesystem=pafs.LocalFileSystem(),
-                        destination_filesystem=self.fs)
+        with_retries(f"uploading checkpoint {name}", lambda: self._copy_up(local_dir, name), o.upload_retries,
+                     o.upload_backoff_s)
         if before_commit is not None:
             before_commit()
         self.write_json(posixpath.join(CHECKPOINTS_DIR, name, checkpoints.COMMIT_MARKER),
                         {"epoch": epoch, "step": step, **meta})
         return self.uri_of(CHECKPOINTS_DIR, name)
+
+    def _copy_up(self, local_dir: str, name: str) -> None:
+        dest = self.path(CHECKPOINTS_DIR, name)
+        if self.fs.get_file_info(dest).type != pafs.FileType.NotFound:
+            # A partial copy from an earlier, interrupted try or attempt: start it over.
+            self.fs.delete_dir(dest)
+        self.fs.create_dir(dest, recursive=True)
+        pafs.copy_files(local_dir, dest, source_filesystem=pafs.LocalFileSystem(),
+                        destination_filesystem=self.fs, use_threads=True)
 
     def download_checkpoint(self, entry: checkpoints.CheckpointEntry, local_dir: str) -> str:
         """Copy a committed checkpoint into local_dir; returns the tf.train.Checkpoint prefix."""
