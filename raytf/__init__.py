@@ -15,6 +15,7 @@ from raytf.errors import (
     WorkerError,
 )
 from raytf.events import Event
+from raytf.plots import plot
 from raytf.result import Result, load_result
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "fit",
     "load_config",
     "load_result",
+    "plot",
 ]
 
 __version__ = "0.1.0"

@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from raytf import checkpoints, connect, failure, storage
+from raytf import checkpoints, connect, failure, plots, storage
 from raytf import events as ev
 from raytf.attempts import Attempt
 from raytf.config import Config, redacted, to_dict, to_yaml, validate
@@ -26,6 +26,7 @@ from raytf.metrics import MetricsTable
 from raytf.plan import EVALUATOR, WORKER, Plan, make_plan
 from raytf.progress import Progress
 from raytf.result import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Result
+from raytf.tensorboard import TensorBoardSink
 
 log = logging.getLogger("raytf")
 
@@ -87,6 +88,7 @@ class Driver:
                         cfg.run.name)
         rd.write_text(storage.CONFIG_FILE, to_yaml(redacted(cfg)))
         self.metrics = MetricsTable(cfg.run.name, previous_table)
+        self.tensorboard = TensorBoardSink(rd)
         self.progress = Progress(epochs=cfg.train.epochs, steps_per_epoch=cfg.train.steps_per_epoch,
                                  batch_size=cfg.train.batch_size, quiet=self.quiet)
         started = connect.ensure_ray(cfg)
@@ -128,6 +130,8 @@ class Driver:
             raise
         finally:
             self.progress.close()
+            self.tensorboard.close()
+            self._write_curves()
             self._write_metrics()
             self._write_result(status)
         return self.result(status)
@@ -337,6 +341,7 @@ class Driver:
                         self.versions[k] = e.payload[k]
             self.metrics.add(e)
             self.progress(e)
+            self.tensorboard(e)
             if self.on_event is not None:
                 self.on_event(e)
 
@@ -344,6 +349,15 @@ class Driver:
     def _log_tasks(self) -> None:
         log.info("tasks of %s (%s):\n%s", self.cfg.run.name, self.cfg.cluster.strategy.value,
                  task_table(self.tasks, self.plan.tasks))
+
+    def _write_curves(self) -> None:
+        """learning_curves.png in the run directory (a plot must never fail a run)."""
+        try:
+            curves = plots.learning_curves(self.metrics.to_arrow())
+            if not curves.empty:
+                self.run_dir.write_bytes(plots.CURVES_FILE, plots.png_bytes(curves, title=self.cfg.run.name))
+        except (RaytfError, OSError, ValueError) as e:
+            log.warning("learning curves not plotted: %s", e)
 
     def _write_metrics(self, retry: bool = True) -> None:
         if self.metrics.rows:

@@ -1,0 +1,94 @@
+"""Learning curves from a run's metrics table: the data (pure, pandas) and the figure (matplotlib)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from raytf.metrics import BASE_COLUMNS
+
+CURVES_FILE = "learning_curves.png"
+
+
+def learning_curves(metrics: pa.Table | pd.DataFrame) -> pd.DataFrame:
+    """One row per epoch: every epoch metric averaged over ranks, plus the evaluator's as `eval_<name>`.
+
+    Where an epoch was trained by several attempts (a failure, a resume), the last attempt's rows count:
+    they are the ones the final model descends from."""
+    df = metrics.to_pandas() if isinstance(metrics, pa.Table) else metrics
+    if df.empty or "kind" not in df:
+        return pd.DataFrame()
+    out = []
+    for kind, prefix in (("epoch", ""), ("eval", "eval_")):
+        rows = df[df["kind"] == kind]
+        if rows.empty:
+            continue
+        last = rows.groupby("epoch")["attempt"].transform("max")
+        rows = rows[rows["attempt"] == last]
+        values = [c for c in rows.columns if c not in BASE_COLUMNS and rows[c].notna().any()]
+        out.append(rows.groupby("epoch")[values].mean().add_prefix(prefix))
+    return pd.concat(out, axis=1).sort_index() if out else pd.DataFrame()
+
+
+def _panels(curves: pd.DataFrame) -> dict[str, list[str]]:
+    """Group columns by metric: loss with val_loss and eval_loss, accuracy with val_accuracy, ..."""
+    panels: dict[str, list[str]] = {}
+    for col in curves.columns:
+        base = col.removeprefix("eval_").removeprefix("val_")
+        panels.setdefault(base, []).append(col)
+    return panels
+
+
+def figure(curves: pd.DataFrame, title: str = ""):
+    """A matplotlib Figure with one panel per metric (train, validation and evaluator curves)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    panels = _panels(curves)
+    n = max(1, len(panels))
+    fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.6), squeeze=False)
+    for ax, (base, cols) in zip(axes[0], panels.items()):
+        for col in cols:
+            series = curves[col].dropna()
+            label = "validation" if col.startswith("val_") else "evaluator" if col.startswith("eval_") else "train"
+            ax.plot(series.index, series.values, marker="o", label=label)
+        ax.set_title(base)
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def png_bytes(curves: pd.DataFrame, title: str = "") -> bytes:
+    import io
+
+    import matplotlib.pyplot as plt
+
+    fig = figure(curves, title)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot(run: Any, out: str | None = None):
+    """Learning curves of a run (a Result, or a run directory path/URI); saved as PNG when `out` is given.
+
+    Returns the matplotlib Figure (a notebook shows it)."""
+    from raytf.result import Result, load_result
+
+    result = run if isinstance(run, Result) else load_result(str(run))
+    curves = learning_curves(result.metrics_table)
+    fig = figure(curves, title=result.summary.get("run", ""))
+    if out:
+        fig.savefig(out, format="png", dpi=100)
+    return fig

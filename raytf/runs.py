@@ -1,0 +1,98 @@
+"""`python -m raytf.runs ls|show|plot`: look at finished (and running) runs on any storage.
+
+  python -m raytf.runs ls [STORAGE]          one line per run: status, strategy, epochs, final metrics
+  python -m raytf.runs show RUN [--storage S] the run's summary: tasks, attempts, checkpoints, final metrics
+  python -m raytf.runs plot RUN [-o FILE]    learning curves as PNG (default: RUN's learning_curves.png here)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import posixpath
+import sys
+
+import pyarrow.fs as pafs
+
+from raytf import storage
+from raytf.errors import RaytfError
+
+
+def _run_path(run: str, storage_path: str) -> str:
+    return run if ("/" in run or "://" in run) else posixpath.join(storage_path.split("?", 1)[0], run)
+
+
+def _fmt_metrics(metrics: dict) -> str:
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(metrics.items()))
+
+
+def ls(storage_path: str) -> list[dict]:
+    fs, base, _ = storage.resolve(storage_path)
+    infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+    rows = []
+    for info in sorted(infos, key=lambda i: i.path):
+        if info.type != pafs.FileType.Directory:
+            continue
+        try:
+            with fs.open_input_stream(posixpath.join(info.path, storage.RESULT_FILE)) as f:
+                summary = json.loads(f.read())
+        except (OSError, ValueError):
+            continue  # not a run directory
+        rows.append(summary)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m raytf.runs", description="Inspect raytf runs.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p_ls = sub.add_parser("ls", help="list the runs under a storage path")
+    p_ls.add_argument("storage", nargs="?", default="./runs")
+    p_show = sub.add_parser("show", help="one run's summary")
+    p_show.add_argument("run", help="run name (under --storage) or run directory path/URI")
+    p_show.add_argument("--storage", default="./runs")
+    p_plot = sub.add_parser("plot", help="a run's learning curves as PNG")
+    p_plot.add_argument("run")
+    p_plot.add_argument("--storage", default="./runs")
+    p_plot.add_argument("-o", "--out", help="PNG file to write (default: <run name>_learning_curves.png)")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "ls":
+            rows = ls(args.storage)
+            if not rows:
+                print(f"no runs under {args.storage}")
+            for r in rows:
+                fm = r.get("final_metrics") or {}
+                print(f"{r.get('run', '?'):32} {r.get('status', '?'):11} {r.get('strategy', '?'):22} "
+                      f"attempts={len(r.get('attempts') or [])} {_fmt_metrics(fm)}")
+            return 0
+        from raytf.result import load_result
+
+        result = load_result(_run_path(args.run, args.storage))
+        if args.cmd == "show":
+            s = result.summary
+            print(f"run        {s.get('run')}   ({result.run_dir})")
+            print(f"status     {s.get('status')}   strategy {s.get('strategy')}   roles {s.get('roles')}")
+            print(f"final      {_fmt_metrics(s.get('final_metrics') or {})}")
+            print(f"checkpoint {s.get('last_checkpoint')}   resumed_from {s.get('resumed_from')}")
+            print(f"timings    duration {s.get('duration_s')}s   first step {s.get('first_step_s')}s")
+            for t in s.get("tasks") or []:
+                print(f"  task {t['role']:9} rank {t['rank']:<3} node {str(t['node_id'])[:12]}  {t['address']}")
+            for a in s.get("attempts") or []:
+                print(f"  attempt {a['attempt']}: {a['status']:11} cause={a.get('cause')} rank={a.get('rank')} "
+                      f"decision={a.get('decision')} recovery_s={a.get('recovery_s')} steps_lost={a.get('steps_lost')}")
+            if s.get("error"):
+                print(f"error      {s['error'].get('message')}")
+            return 0
+        from raytf.plots import plot
+
+        out = args.out or f"{result.summary.get('run', 'run')}_learning_curves.png"
+        plot(result, out=out)
+        print(out)
+        return 0
+    except (RaytfError, OSError, ValueError) as e:
+        print(f"raytf.runs: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
