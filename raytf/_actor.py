@@ -21,7 +21,7 @@ import ray
 
 from raytf import events as ev
 from raytf.config import Config
-from raytf.errors import WorkerError
+from raytf.errors import RaytfError, WorkerError
 from raytf.plan import TaskSpec
 from raytf.storage import RunDir
 
@@ -68,6 +68,58 @@ def _task_logging(tag: str) -> None:
         handler.setFormatter(logging.Formatter(f"[{tag}] %(name)s: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
+
+
+class _OutputCapture:
+    """Tee this process's stdout and stderr (fds 1 and 2: Python prints and TF's C++ logs alike) into a
+    per-rank log file, while Ray's own capture (worker logs, log_to_driver) keeps seeing everything.
+
+    On a local run directory the file is written in place (readable while the run goes); on an object
+    store it is written locally and uploaded by `close()`."""
+
+    def __init__(self, run_dir: RunDir, rel: str) -> None:
+        import pyarrow.fs as pafs
+
+        self.run_dir, self.rel = run_dir, rel
+        self.local = isinstance(run_dir.fs, pafs.LocalFileSystem)
+        path = run_dir.path(rel) if self.local else os.path.join(tempfile.mkdtemp(prefix="raytf-log-"), "task.log")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.path = path
+        self.file = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+        self._streams = []
+        for fd in (1, 2):
+            sys.stdout.flush() if fd == 1 else sys.stderr.flush()
+            read_end, write_end = os.pipe()
+            original = os.dup(fd)
+            os.dup2(write_end, fd)
+            os.close(write_end)
+            t = threading.Thread(target=self._pump, args=(read_end, original), daemon=True,
+                                 name=f"raytf-tee-{fd}")
+            t.start()
+            self._streams.append((fd, original, t))
+
+    def _pump(self, read_end: int, original: int) -> None:
+        while chunk := os.read(read_end, 65536):
+            os.write(original, chunk)
+            self.file.write(chunk)
+        os.close(read_end)
+
+    def close(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, original, t in self._streams:
+            os.dup2(original, fd)  # closes the pipe's last write end: the pump sees EOF
+            t.join(timeout=5)
+            os.close(original)
+        self._streams = []
+        self.file.close()
+        if not self.local:
+            try:
+                with open(self.path, "rb") as f:
+                    self.run_dir.write_bytes(self.rel, f.read(), retry=False)
+            except (OSError, RaytfError) as e:
+                log.warning("task log not uploaded to %s: %s", self.run_dir.uri_of(self.rel), e)
+            shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
 
 
 class _Emitter:
@@ -156,10 +208,19 @@ class TaskActor:
             f"{type(e).__name__}: {e}", role=self.spec.role, rank=self.spec.rank, node_id=self._node_id,
             remote_traceback=traceback.format_exc(), kind=kind, error_type=type(e).__name__)}
 
-    def start_server(self, *, tf_config: dict, cfg: Config, bus, attempt: int,
-                     python_path: list[str]) -> dict[str, Any]:
+    def _capture(self, run_dir: RunDir, attempt: int) -> None:
+        self._output = _OutputCapture(run_dir, f"logs/{self.spec.role}{self.spec.rank}-attempt{attempt}.log")
+
+    def _end_capture(self) -> None:
+        if getattr(self, "_output", None) is not None:
+            self._output.close()
+            self._output = None
+
+    def start_server(self, *, tf_config: dict, cfg: Config, bus, attempt: int, python_path: list[str],
+                     run_dir: RunDir) -> dict[str, Any]:
         """ParameterServerStrategy ps/worker task: start TF's gRPC server; returns once it listens."""
         spec = self.spec
+        self._capture(run_dir, attempt)
         _task_logging(f"{spec.role}{spec.index}")
         try:
             tf_runtime = self._prepare(tf_config, cfg, python_path)
@@ -176,6 +237,7 @@ class TaskActor:
         """Keep the server task alive until the driver says training is over. The call's result is
         how the driver learns that this task died (the ref fails with RayActorError)."""
         ray.get(bus.wait_stop.remote(None))
+        self._end_capture()
         return {"ok": True}
 
     def run(
@@ -194,6 +256,7 @@ class TaskActor:
         Returns an outcome dict; errors in user code come back as a WorkerError with the traceback."""
         spec = self.spec
         emit = _Emitter(bus, spec.role, spec.rank, attempt)
+        self._capture(run_dir, attempt)
         _task_logging(f"{spec.role}{spec.index}")
         try:
             tf_runtime = self._prepare(tf_config, cfg, python_path)
@@ -230,3 +293,4 @@ class TaskActor:
         finally:
             self._release_port()
             shutil.rmtree(self._scratch, ignore_errors=True)
+            self._end_capture()

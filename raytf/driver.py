@@ -188,6 +188,9 @@ class Driver:
         self._pump(primary, background, bus, attempt, deadline=None)
         # Training is over: release the servers' serve() calls and let the evaluator finish its last round.
         ray.get(bus.request_stop.remote())
+        servers = {r: t for r, t in background.items() if t.role != EVALUATOR}
+        if servers:  # they return at once, once their logs are saved; training is over either way
+            ray.wait(list(servers), num_returns=len(servers), timeout=10)
         evaluators = {r: t for r, t in background.items() if t.role == EVALUATOR}
         if evaluators:
             grace = self.cfg.cluster.evaluator.finish_timeout_s

@@ -157,7 +157,8 @@ class TaskGroup:
     def _start_servers(self, servers: list, spec: dict, common: dict) -> None:
         """PS and worker servers must listen before the coordinator connects to them."""
         timeout = self.cfg.cluster.startup_timeout_s
-        refs = {a.start_server.remote(tf_config=topology.tf_config(spec, t.role, t.index), **common): t
+        refs = {a.start_server.remote(tf_config=topology.tf_config(spec, t.role, t.index), run_dir=self.run_dir,
+                                      **common): t
                 for a, t in servers}
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         for ref in ready:

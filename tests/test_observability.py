@@ -78,3 +78,16 @@ def test_driver_never_imports_tensorflow(tmp_path):
             "print(r.status, 'tensorflow' in sys.modules, 'keras' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=240)
     assert out.stdout.strip().splitlines()[-1] == "succeeded False False", out.stderr[-2000:]
+
+
+def test_per_rank_logs_are_kept(fast_cfg, ps_cfg, no_leaks):
+    result = raytf.fit(fast_cfg("run.name=logs", "train.entrypoint=tests.train_fns:print_rank"), quiet=True)
+    assert result.status == "succeeded", result.error
+    logs = Path(result.run_dir) / "logs"
+    for rank in (0, 1):
+        text = (logs / f"worker{rank}-attempt1.log").read_text()
+        assert f"hello from worker {rank}" in text
+    ps = raytf.fit(ps_cfg("run.name=pslogs", "train.epochs=1"), quiet=True)
+    assert ps.status == "succeeded", ps.error
+    names = {p.name for p in (Path(ps.run_dir) / "logs").iterdir()}
+    assert {"chief0-attempt1.log", "worker1-attempt1.log", "worker2-attempt1.log", "ps3-attempt1.log"} <= names

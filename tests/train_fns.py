@@ -55,3 +55,8 @@ def fail_once_after_progress(ctx: raytf.TrainContext) -> None:
 
         ctx.step_end = step_end
     train(ctx)
+
+
+def print_rank(ctx: raytf.TrainContext) -> None:
+    print(f"hello from {ctx.role} {ctx.rank}", flush=True)
+    report_only(ctx)
