@@ -35,6 +35,7 @@ def main() -> None:
     setups = {
         "metrics every step + epoch ckpt": ["metrics.every_steps=1", "checkpoint.every_epochs=1"],
         "metrics every step": ["metrics.every_steps=1", "checkpoint.every_epochs=0"],
+        "metrics every 10 steps (default)": ["metrics.every_steps=10", "checkpoint.every_epochs=0"],
         "metrics per epoch only": ["metrics.every_steps=0", "checkpoint.every_epochs=0",
                                    "failure.heartbeat_s=1000", "failure.hang_timeout_s=2000"],
     }
@@ -49,7 +50,7 @@ def main() -> None:
     print(f"\n{'setup':34} {'step ms (median)':>17} {'ratio':>7}  runs")
     for name, ts in times.items():
         m = statistics.median(ts)
-        print(f"{name:34} {m * 1000:17.2f} {m / base:7.3f}  {[round(t * 1000, 2) for t in ts]}")
+        print(f"{name:34} {m * 1000:17.2f} {m / base:7.3f}  {[round(float(t) * 1000, 2) for t in ts]}")
 
 
 if __name__ == "__main__":

@@ -85,3 +85,21 @@ def test_rundir_pickles_by_uri(tmp_path):
 
     rd = pickle.loads(pickle.dumps(RunDir(str(tmp_path), "r")))
     assert rd.uri == os.path.join(str(tmp_path), "r")
+
+
+def test_rundir_file_uri(tmp_path):
+    rd = RunDir(f"file://{tmp_path}", "r")
+    assert rd.uri == f"file://{tmp_path}/r"
+    rd.write_json("result.json", {"ok": True})
+    assert (tmp_path / "r" / "result.json").exists() and rd.read_json("result.json") == {"ok": True}
+
+
+def test_redaction_masks_credentials_and_secret_env():
+    from raytf.config import SECRET, load_config, redacted, to_yaml
+
+    cfg = load_config({"train": {"entrypoint": "m:f"}},
+                      ["storage.access_key=AKIA123", "storage.secret_key=shh",
+                       "ray.runtime_env.env_vars.DB_PASSWORD=pw", "ray.runtime_env.env_vars.LOG_LEVEL=debug"])
+    text = to_yaml(redacted(cfg))
+    assert "AKIA123" not in text and "shh" not in text and "pw\n" not in text and "debug" in text
+    assert redacted(cfg).storage.secret_key == SECRET and cfg.storage.secret_key == "shh"  # the original is intact
