@@ -17,6 +17,7 @@ from raytf.errors import (
 from raytf.events import Event
 from raytf.plots import plot
 from raytf.result import Result, load_result
+from raytf.sweep import sweep
 
 __all__ = [
     "Config",
@@ -33,6 +34,7 @@ __all__ = [
     "load_config",
     "load_result",
     "plot",
+    "sweep",
 ]
 
 __version__ = "0.1.0"

@@ -282,7 +282,7 @@ class TaskActor:
             except TrainingStopped:
                 stopped = True
             try:
-                ctx.finish()  # the last checkpoint uploads land before the task reports success
+                ctx.finish(completed=not stopped)  # uploads land before the task reports success
             finally:
                 ctx.close()
             emit.flush()

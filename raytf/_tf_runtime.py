@@ -101,6 +101,8 @@ class CheckpointWriter:
 
     def __init__(self, trackables: dict, *, is_chief: bool, scratch_root: str) -> None:
         self.checkpoint = tf.train.Checkpoint(**trackables)
+        model = trackables.get("model")
+        self.model = model if isinstance(model, tf.keras.Model) else None
         self.is_chief = is_chief
         self.scratch_root = scratch_root
 
@@ -116,3 +118,15 @@ class CheckpointWriter:
         if not self.is_chief:
             shutil.rmtree(local, ignore_errors=True)
         return local
+
+    def export_model(self) -> str | None:
+        """Save the Keras model (every task takes part, as model.save is collective under MWMS); returns the
+        chief's local SavedModel directory, None elsewhere."""
+        if self.model is None:
+            return None
+        local = tempfile.mkdtemp(prefix="model-", dir=self.scratch_root)
+        self.model.save(os.path.join(local, "model"))
+        if not self.is_chief:
+            shutil.rmtree(local, ignore_errors=True)
+            return None
+        return os.path.join(local, "model")

@@ -142,6 +142,9 @@ class CheckpointConfig:
     keep_last: int = 3
     # Relaunching with the same run.name resumes from the latest committed checkpoint.
     resume: bool = True
+    # After training, the Keras model given to ctx.restore(model=...) is saved (tf-keras SavedModel) to
+    # <run>/model/, loadable without raytf: tf_keras.models.load_model(...) or Result.load_model().
+    export_model: bool = True
     # On Ctrl-C / SIGTERM of the driver, every task saves at an agreed step before teardown (a second
     # Ctrl-C skips it); at most interrupt_timeout_s.
     on_interrupt: bool = True

@@ -284,8 +284,16 @@ class TrainContext:
             self._uploader = _Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, self._crash_seam)
         return self._uploader.submit(local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank})
 
-    def finish(self) -> None:
-        """Wait for the checkpoint uploads still running (heartbeating meanwhile); raises if one failed."""
+    def finish(self, completed: bool = True) -> None:
+        """After the training function: export the model (when training completed), then wait for the
+        uploads still running (heartbeating meanwhile); raises if one failed."""
+        if completed and self.cfg.checkpoint.export_model and self._writer is not None:
+            self.heartbeat()
+            local = self._writer.export_model()
+            if local is not None:
+                uri = self._run_dir.upload_model(local)
+                shutil.rmtree(os.path.dirname(local), ignore_errors=True)
+                log.info("model exported to %s", uri)
         if self._uploader is not None:
             self._uploader.close()
 

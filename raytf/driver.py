@@ -397,6 +397,8 @@ class Driver:
                              if self.resumed_from else None),
             "final_metrics": self.metrics.final(),
             "last_checkpoint": ckpts[-1] if ckpts else None,
+            "model": (self.run_dir.uri_of(storage.MODEL_DIR)
+                      if self.run_dir.exists(f"{storage.MODEL_DIR}/{checkpoints.COMMIT_MARKER}") else None),
             "checkpoints": ckpts,
             "versions": self.versions,
             "error": err,

@@ -51,6 +51,52 @@ class Result:
     def attempts(self) -> list[dict[str, Any]]:
         return list(self.summary.get("attempts") or [])
 
+    @property
+    def model_path(self) -> str | None:
+        """The exported SavedModel (<run>/model), if training completed with a Keras model registered."""
+        return self.summary.get("model")
+
+    @property
+    def best_checkpoint(self) -> str | None:
+        """The committed checkpoint whose epoch had the lowest val_loss (else loss) on rank 0."""
+        if not self.checkpoints:
+            return None
+        df = self.metrics_table.to_pandas() if self.metrics_table.num_rows else None
+        if df is None or "kind" not in df:
+            return self.last_checkpoint
+        col = "val_loss" if "val_loss" in df else "loss" if "loss" in df else None
+        epochs = df[(df["kind"] == "epoch") & (df["rank"] == df["rank"].min())]
+        if col is None or epochs.empty:
+            return self.last_checkpoint
+        score = epochs.groupby("step")[col].last()
+        scored = [(score.get(int(c.rsplit("-s", 1)[1])), c) for c in self.checkpoints]
+        scored = [(v, c) for v, c in scored if v is not None]
+        return min(scored)[1] if scored else self.last_checkpoint
+
+    def load_model(self, strategy=None):
+        """The trained model with plain tf_keras (no raytf strategy); within `strategy.scope()` if given,
+        as the seed tutorial does. Imports TensorFlow into this process."""
+        import tempfile
+
+        import tf_keras
+
+        if not self.model_path:
+            raise FileNotFoundError(f"{self.run_dir} has no exported model (checkpoint.export_model, and "
+                                    "ctx.restore(model=...) in the training function)")
+        import dataclasses
+
+        from raytf.config import SECRET
+
+        options = self.config.storage
+        if options.secret_key == SECRET:  # masked in config.yaml: use the environment's credentials
+            options = dataclasses.replace(options, access_key=None, secret_key=None)
+        rd = storage.RunDir(options, self.run_dir.rpartition("/")[2])
+        local = rd.download_dir(storage.MODEL_DIR, tempfile.mkdtemp(prefix="raytf-model-"))
+        if strategy is None:
+            return tf_keras.models.load_model(local)
+        with strategy.scope():
+            return tf_keras.models.load_model(local)
+
     def raise_for_status(self) -> Result:
         if self.error is not None:
             raise self.error

@@ -26,6 +26,7 @@ CONFIG_FILE = "config.yaml"
 RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.parquet"
 CHECKPOINTS_DIR = "checkpoints"
+MODEL_DIR = "model"
 
 
 # Test seam: a one-machine test cluster cannot show a node whose local disk differs from the driver's. A raylet
@@ -210,6 +211,28 @@ class RunDir:
         self.fs.create_dir(dest, recursive=True)
         pafs.copy_files(local_dir, dest, source_filesystem=pafs.LocalFileSystem(),
                         destination_filesystem=self.fs, use_threads=True)
+
+    def upload_model(self, local_dir: str) -> str:
+        """The exported SavedModel to <run>/model/ (replacing an older export), marker written last."""
+        o = self.options
+
+        def copy() -> None:
+            dest = self.path(MODEL_DIR)
+            if self.fs.get_file_info(dest).type != pafs.FileType.NotFound:
+                self.fs.delete_dir(dest)
+            self.fs.create_dir(dest, recursive=True)
+            pafs.copy_files(local_dir, dest, source_filesystem=pafs.LocalFileSystem(),
+                            destination_filesystem=self.fs, use_threads=True)
+
+        with_retries("uploading the model", copy, o.upload_retries, o.upload_backoff_s)
+        self.write_json(posixpath.join(MODEL_DIR, checkpoints.COMMIT_MARKER), {"format": "tf_keras SavedModel"})
+        return self.uri_of(MODEL_DIR)
+
+    def download_dir(self, rel: str, local_dir: str) -> str:
+        os.makedirs(local_dir, exist_ok=True)
+        pafs.copy_files(self.path(rel), local_dir, source_filesystem=self.fs,
+                        destination_filesystem=pafs.LocalFileSystem())
+        return local_dir
 
     def download_checkpoint(self, entry: checkpoints.CheckpointEntry, local_dir: str) -> str:
         """Copy a committed checkpoint into local_dir; returns the tf.train.Checkpoint prefix."""

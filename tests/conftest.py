@@ -20,12 +20,22 @@ def ray_local():
     ray.shutdown()
 
 
+def state_address() -> str:
+    """Our cluster's address for ray.util.state (which would otherwise guess, and fail when other Ray
+    instances run on this machine)."""
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+
+
 def leftovers() -> dict:
     from ray.util.state import list_actors, list_placement_groups
 
+    address = state_address()
     return {
-        "actors": [a.name or a.class_name for a in list_actors(filters=[("state", "!=", "DEAD")])],
-        "placement_groups": [p.name for p in list_placement_groups(filters=[("state", "!=", "REMOVED")])],
+        "actors": [a.name or a.class_name for a in list_actors(address=address, filters=[("state", "!=", "DEAD")])],
+        "placement_groups": [p.name for p in list_placement_groups(
+            address=address, filters=[("state", "!=", "REMOVED")])],
     }
 
 

@@ -11,6 +11,7 @@ import ray
 
 import raytf
 from raytf import events as ev
+from tests.conftest import state_address
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
@@ -156,7 +157,8 @@ def test_preempted_worker_saves_first_and_nothing_is_lost(fast_cfg, no_leaks):
 
     def preempt_rank1(e: ev.Event) -> None:
         if e.kind == ev.STEP and e.attempt == 1 and e.rank == 0 and e.payload["step"] >= 6 and not sent:
-            (actor,) = list_actors(filters=[("name", "=", "raytf:preempt:worker:1"), ("state", "=", "ALIVE")])
+            (actor,) = list_actors(address=state_address(),
+                                   filters=[("name", "=", "raytf:preempt:worker:1"), ("state", "=", "ALIVE")])
             os.kill(actor.pid, signal.SIGTERM)
             sent.append(e.payload["step"])
 

@@ -1,0 +1,169 @@
+"""Experiment sweeps: every trial a full raytf run (its own placement group), scheduled by Ray Tune."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from raytf.config import Config, load_config, to_dict
+from raytf.errors import ConfigError
+
+log = logging.getLogger("raytf")
+
+# Trials queue for their placement groups (all or nothing, so they cannot deadlock); give them time to.
+QUEUED_PLACEMENT_TIMEOUT_S = 3600.0
+
+
+def _is_domain(value: Any) -> bool:
+    from ray.tune.search.sample import Domain
+
+    return isinstance(value, Domain)
+
+
+def param_space(space: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted config keys -> Tune's param space: a list is a grid axis, a Tune domain is sampled."""
+    from ray import tune
+
+    if not space:
+        raise ConfigError("sweep space is empty: map dotted config keys to lists of values, e.g. "
+                          "{'train.params.learning_rate': [0.01, 0.001]}")
+    out = {}
+    for key, values in space.items():
+        if _is_domain(values) or (isinstance(values, dict) and "grid_search" in values):
+            out[key] = values
+        elif isinstance(values, (list, tuple)):
+            if not values:
+                raise ConfigError(f"sweep space {key!r} has no values: give at least one")
+            out[key] = tune.grid_search(list(values))
+        else:
+            raise ConfigError(f"sweep space {key!r} ({values!r}) must be a list of values or a Ray Tune domain "
+                              "(tune.uniform, tune.choice, ...)")
+    return out
+
+
+def _trial(config: dict[str, Any], *, base: dict[str, Any], sweep_name: str) -> None:
+    """One Tune trial: a raytf run of the base config with this trial's values; epoch metrics of rank 0 are
+    reported to Tune as they come (so schedulers such as ASHA can stop a trial early)."""
+    from ray import tune
+
+    from raytf import driver, events
+
+    trial_id = tune.get_context().get_trial_id()
+    overrides = {**config, "run.name": f"{sweep_name}-{trial_id}"}
+    cfg = load_config(base, overrides)
+
+    def report(e: events.Event) -> None:
+        if e.kind == events.EPOCH and e.rank == 0:
+            tune.report({**e.payload.get("metrics", {}), "epoch": e.payload["epoch"], "step": e.payload["step"]})
+
+    result = driver.fit(cfg, quiet=True, on_event=report)
+    final = {k: v for k, v in result.final_metrics.items() if isinstance(v, (int, float))}
+    tune.report({**final, "raytf_status": result.status, "run_dir": result.run_dir,
+                 "error": str(result.error) if result.error else None, "done": True})
+
+
+def sweep(
+    cfg: Config | str | Mapping[str, Any],
+    space: Mapping[str, Any],
+    *,
+    max_concurrent: int = 1,
+    num_samples: int = 1,
+    metric: str | None = None,
+    mode: str = "min",
+    scheduler: Any = None,
+    search_alg: Any = None,
+    name: str | None = None,
+) -> pd.DataFrame:
+    """Run one raytf training per point of `space` through Ray Tune and return one row per trial.
+
+    Args:
+        cfg: the base configuration (a Config, a YAML path or a dict).
+        space: dotted config keys to a list of values (a grid: `{"train.epochs": [1, 2],
+            "cluster.num_workers": [1, 2]}` is 4 trials) or to a Ray Tune domain (`tune.uniform(...)`).
+        max_concurrent: trials running at once; the rest queue (each reserves its own placement group).
+        num_samples: repeats of the grid (random search: samples of the domains).
+        metric, mode: what schedulers and search algorithms optimise (e.g. "val_loss", "min").
+        scheduler, search_alg: any Ray Tune scheduler (e.g. ASHAScheduler) or search algorithm.
+        name: the sweep's name; trials' runs are `<storage.path>/<name>-<trial id>/`.
+
+    Returns:
+        A DataFrame, one row per trial: the swept values, status ("succeeded"/"failed"/"stopped"), error,
+        final metrics (`final_<name>`), best epoch metrics (`best_<name>`), and run_dir; failed trials included.
+    """
+    from ray import tune
+
+    from raytf.connect import ensure_ray
+
+    if max_concurrent < 1:
+        raise ConfigError(f"max_concurrent ({max_concurrent}) must be at least 1")
+    base_cfg = cfg if isinstance(cfg, Config) else load_config(cfg)
+    base_cfg = copy.deepcopy(base_cfg)
+    # Trials run in other processes (other working directories): pin what the driver's cwd means.
+    if "://" not in base_cfg.storage.path:
+        base_cfg.storage.path = os.path.abspath(base_cfg.storage.path)
+    base_cfg.train.python_path = [*map(os.path.abspath, base_cfg.train.python_path), os.getcwd()]
+    base_cfg.cluster.placement_timeout_s = max(base_cfg.cluster.placement_timeout_s, QUEUED_PLACEMENT_TIMEOUT_S)
+    base_cfg.run.name = None
+    base = to_dict(base_cfg)
+    space_tune = param_space(space)
+    # Fail on a bad key or value now, not in every trial.
+    for point in _grid_points(space):
+        load_config(base, point)
+    sweep_name = name or f"sweep-{pd.Timestamp.now():%Y%m%d-%H%M%S}"
+    ensure_ray(base_cfg)
+    tune_dir = tempfile.mkdtemp(prefix="raytf-tune-")
+    trainable = tune.with_parameters(_trial, base=base, sweep_name=sweep_name)
+    tuner = tune.Tuner(
+        # The trial is only its run's driver: no CPU (its tasks reserve their own bundles), a token of memory
+        # because Tune wants every trial to reserve something.
+        tune.with_resources(trainable, {"cpu": 0, "memory": 64 * 1024**2}),
+        param_space=space_tune,
+        tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent, num_samples=num_samples,
+                                    metric=metric, mode=mode if metric else None, scheduler=scheduler,
+                                    search_alg=search_alg),
+        run_config=tune.RunConfig(name=sweep_name, storage_path=tune_dir, verbose=0),
+    )
+    grid = tuner.fit()
+    return pd.DataFrame([_row(r, list(space), metric, mode) for r in grid])
+
+
+def _grid_points(space: Mapping[str, Any]) -> list[dict[str, Any]]:
+    lists = {k: v for k, v in space.items() if isinstance(v, (list, tuple))}
+    if not lists:
+        return []
+    keys = list(lists)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(lists[k] for k in keys))]
+
+
+def _row(r, keys: list[str], metric: str | None, mode: str) -> dict[str, Any]:
+    last = dict(r.metrics or {})
+    row: dict[str, Any] = {k: r.config.get(k) for k in keys}
+    if r.error is not None:
+        status, error = "failed", f"{type(r.error).__name__}: {r.error}"
+    elif last.get("done"):
+        status, error = last.get("raytf_status", "succeeded"), last.get("error")
+    else:
+        status, error = "stopped", None  # a scheduler ended it early
+    row.update(status=status, error=error, run_dir=last.get("run_dir"))
+    skip = {"done", "raytf_status", "run_dir", "error", "epoch", "step", "trial_id", "time_this_iter_s",
+            "time_total_s", "timestamp", "training_iteration", "date", "hostname", "node_ip", "pid",
+            "time_since_restore", "iterations_since_restore", "checkpoint_dir_name", "config"}
+    for k, v in last.items():
+        if k not in skip and isinstance(v, (int, float)) and not isinstance(v, bool):
+            row[f"final_{k}"] = v
+    history = r.metrics_dataframe
+    if history is not None and not history.empty:
+        for k in history.columns:
+            if k in skip or k.startswith("config") or not pd.api.types.is_numeric_dtype(history[k]):
+                continue
+            better_low = "loss" in k or (metric == k and mode == "min")
+            row[f"best_{k}"] = history[k].min() if better_low else history[k].max()
+        row["epochs"] = int(history["epoch"].max()) if "epoch" in history else None
+    return row
