@@ -200,6 +200,21 @@ class RunConfig:
 
 
 @dataclass
+class SweepConfig:
+    """`python -m raytf.launch conf/sweep.yaml`: a non-empty space makes the launch a sweep (raytf.sweep)."""
+
+    # Dotted config keys -> lists of values (a grid).
+    space: dict[str, Any] = field(default_factory=dict)
+    max_concurrent: int = 1
+    num_samples: int = 1
+    # What early stopping optimises, e.g. val_loss / min; scheduler: null (run all) or asha.
+    metric: str | None = None
+    mode: str = "min"
+    scheduler: str | None = None
+    name: str | None = None
+
+
+@dataclass
 class Config:
     ray: RayConfig = field(default_factory=RayConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -209,6 +224,7 @@ class Config:
     failure: FailureConfig = field(default_factory=FailureConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
 
 
 def load_config(
@@ -327,6 +343,16 @@ def validate(cfg: Config) -> Config:
                           f"({f.hang_timeout_s})")
     if f.collective_timeout_s is not None:
         _positive(f.collective_timeout_s, "failure.collective_timeout_s", "or null for none")
+    sw = cfg.sweep
+    if sw.space:
+        if sw.max_concurrent < 1:
+            raise ConfigError(f"sweep.max_concurrent ({sw.max_concurrent}) must be at least 1")
+        if sw.mode not in ("min", "max"):
+            raise ConfigError(f"sweep.mode ({sw.mode!r}) must be min or max")
+        if sw.scheduler not in (None, "asha"):
+            raise ConfigError(f"sweep.scheduler ({sw.scheduler!r}) must be null or asha")
+        if sw.scheduler and not sw.metric:
+            raise ConfigError("sweep.scheduler (asha) needs sweep.metric, e.g. val_loss")
     st = cfg.storage
     if st.max_inflight_uploads < 1:
         raise ConfigError(f"storage.max_inflight_uploads ({st.max_inflight_uploads}) must be at least 1")

@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     started = False
     try:
         started = connect.ensure_ray(cfg)
+        if cfg.sweep.space:
+            return _sweep(cfg)
         result = driver.fit(cfg, quiet=args.quiet)
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
@@ -77,6 +79,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raytf: {result.error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _sweep(cfg) -> int:
+    """A config with a `sweep:` section: one raytf run per point; prints the table; 1 if any trial failed."""
+    import pandas as pd
+
+    from raytf.sweep import sweep
+
+    sw = cfg.sweep
+    scheduler = None
+    if sw.scheduler == "asha":
+        from ray.tune.schedulers import ASHAScheduler
+
+        scheduler = ASHAScheduler(max_t=cfg.train.epochs, time_attr="epoch")
+    table = sweep(cfg, sw.space, max_concurrent=sw.max_concurrent, num_samples=sw.num_samples, metric=sw.metric,
+                  mode=sw.mode, scheduler=scheduler, name=sw.name)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table.drop(columns=[c for c in table.columns if c.startswith("best_")]).to_string(index=False))
+    return 0 if (table["status"] != "failed").all() else 1
 
 
 if __name__ == "__main__":

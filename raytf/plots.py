@@ -43,9 +43,12 @@ def _panels(curves: pd.DataFrame) -> dict[str, list[str]]:
 
 def figure(curves: pd.DataFrame, title: str = ""):
     """A matplotlib Figure with one panel per metric (train, validation and evaluator curves)."""
+    import sys
+
     import matplotlib
 
-    matplotlib.use("Agg", force=False)
+    if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend; elsewhere no display is needed
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
@@ -88,7 +91,10 @@ def plot(run: Any, out: str | None = None):
 
     result = run if isinstance(run, Result) else load_result(str(run))
     curves = learning_curves(result.metrics_table)
+    import matplotlib.pyplot as plt
+
     fig = figure(curves, title=result.summary.get("run", ""))
     if out:
         fig.savefig(out, format="png", dpi=100)
+    plt.close(fig)  # returned, not left open: a notebook then shows it once (as the cell's value)
     return fig

@@ -18,7 +18,8 @@ class Progress:
         self.batch_size = batch_size  # per replica
         self.replicas = 1
         self.rank = rank
-        self.bars = not quiet and sys.stderr.isatty()
+        # A terminal, or a notebook (tqdm.auto draws a widget there).
+        self.bars = not quiet and (sys.stderr.isatty() or "ipykernel" in sys.modules)
         self._bar = None
         self._epoch = None
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import itertools
 import logging
 import os
 import tempfile
@@ -111,11 +110,10 @@ def sweep(
     base_cfg.train.python_path = [*map(os.path.abspath, base_cfg.train.python_path), os.getcwd()]
     base_cfg.cluster.placement_timeout_s = max(base_cfg.cluster.placement_timeout_s, QUEUED_PLACEMENT_TIMEOUT_S)
     base_cfg.run.name = None
+    base_cfg.sweep = type(base_cfg.sweep)()  # each trial is a plain run
     base = to_dict(base_cfg)
     space_tune = param_space(space)
-    # Fail on a bad key or value now, not in every trial.
-    for point in _grid_points(space):
-        load_config(base, point)
+    _check_keys(base, space)
     sweep_name = name or f"sweep-{pd.Timestamp.now():%Y%m%d-%H%M%S}"
     ensure_ray(base_cfg)
     tune_dir = tempfile.mkdtemp(prefix="raytf-tune-")
@@ -134,12 +132,15 @@ def sweep(
     return pd.DataFrame([_row(r, list(space), metric, mode) for r in grid])
 
 
-def _grid_points(space: Mapping[str, Any]) -> list[dict[str, Any]]:
-    lists = {k: v for k, v in space.items() if isinstance(v, (list, tuple))}
-    if not lists:
-        return []
-    keys = list(lists)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(lists[k] for k in keys))]
+def _check_keys(base: dict[str, Any], space: Mapping[str, Any]) -> None:
+    """A misspelt key would fail every trial: refuse it now. A bad *value* fails only its own trial, which
+    is then reported in the table with its error."""
+    for key in space:
+        try:
+            load_config(base, {key: None})
+        except ConfigError as e:
+            if "not in" in str(e):
+                raise ConfigError(f"sweep space key {key!r}: {e}") from None
 
 
 def _row(r, keys: list[str], metric: str | None, mode: str) -> dict[str, Any]:

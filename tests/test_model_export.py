@@ -38,3 +38,18 @@ def test_exported_model_matches_the_reported_accuracy(fast_cfg, no_leaks):
     scored = json.loads(out.stdout.strip().splitlines()[-1])
     assert scored["raytf_imported"] is False
     assert scored["accuracy"] == pytest.approx(result.final_metrics["val_accuracy"], abs=1e-6)
+
+
+def test_result_load_model_in_and_out_of_a_strategy_scope(fast_cfg, no_leaks):
+    result = raytf.fit(fast_cfg("run.name=export2", "train.epochs=1"), quiet=True)
+    assert result.status == "succeeded", result.error
+    code = f"""
+import raytf, tensorflow as tf
+r = raytf.load_result({result.run_dir!r})
+plain = r.load_model()
+scoped = r.load_model(strategy=tf.distribute.MirroredStrategy())
+print(type(plain).__module__.split('.')[0], plain.count_params() == scoped.count_params())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "tf_keras True"
