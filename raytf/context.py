@@ -6,15 +6,16 @@ import logging
 import numbers
 import os
 import shutil
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from raytf import checkpoints
 from raytf import events as ev
+from raytf._control import ControlListener
+from raytf._upload import Uploader
 from raytf.config import Config
-from raytf.storage import CHECKPOINTS_DIR, RunDir
+from raytf.storage import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -42,97 +43,10 @@ def _scalars(metrics: Mapping[str, Any] | None) -> dict[str, float]:
     return out
 
 
-class _Uploader:
-    """Uploads the chief's checkpoints one after the other, in order, beside training. Order matters:
-    pruning deletes partial checkpoints older than the newest committed one."""
-
-    def __init__(self, run_dir: RunDir, cfg: Config, emit, heartbeat, before_commit) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.run_dir, self.cfg, self.emit, self.heartbeat, self.before_commit = (
-            run_dir, cfg, emit, heartbeat, before_commit)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytf-upload")
-        self._slots = threading.Semaphore(cfg.storage.max_inflight_uploads)
-        self._pending: list = []
-        self._error: BaseException | None = None
-
-    def submit(self, local: str, epoch: int, step: int, meta: dict) -> str:
-        self._raise_if_failed()
-        # The bound on checkpoints in flight: wait for a slot, telling the driver we are alive.
-        while not self._slots.acquire(timeout=self.cfg.failure.heartbeat_s):
-            self.heartbeat()
-            self._raise_if_failed()
-        self._pending.append(self._pool.submit(self._upload, local, epoch, step, meta))
-        return self.run_dir.uri_of(CHECKPOINTS_DIR, checkpoints.checkpoint_name(epoch, step))
-
-    def _upload(self, local: str, epoch: int, step: int, meta: dict) -> None:
-        try:
-            uri = self.run_dir.upload_checkpoint(local, epoch, step, meta, before_commit=self.before_commit)
-            self.emit(ev.CHECKPOINT, {"epoch": epoch, "step": step, "uri": uri})
-            self.run_dir.prune_checkpoints(self.cfg.checkpoint.keep_last)
-        except BaseException as e:
-            self._error = e
-            raise
-        finally:
-            shutil.rmtree(local, ignore_errors=True)
-            self._slots.release()
-
-    def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def close(self) -> None:
-        from concurrent.futures import wait
-
-        while self._pending:
-            _, not_done = wait(self._pending, timeout=self.cfg.failure.heartbeat_s)
-            self.heartbeat()
-            self._pending = list(not_done)
-        self._pool.shutdown(wait=True)
-        self._raise_if_failed()
-
-
 class TrainingStopped(BaseException):
     """Raised out of step_end after a requested save when the driver asked to stop (Ctrl-C with
     checkpoint.on_interrupt, or a preemption notice). A BaseException so `except Exception` in user code
     does not swallow it."""
-
-
-class _ControlListener(threading.Thread):
-    """Follows the driver's save-now requests (events.EventBuffer) so step_end only reads attributes."""
-
-    def __init__(self, bus, rank: int, ctx: TrainContext) -> None:
-        super().__init__(name="raytf-control", daemon=True)
-        self.bus, self.rank, self.ctx = bus, rank, ctx
-        self.pending = False  # a pause was requested: block at the next step end until decided
-        self.decided = threading.Event()
-        self.save_at: int | None = None
-        self.stop_after = False
-        self._closed = threading.Event()
-
-    def run(self) -> None:
-        import ray
-
-        known: tuple[int, str | None] = (0, None)
-        while not self._closed.is_set():
-            try:
-                c = ray.get(self.bus.wait_control.remote(known, 5.0))
-            except Exception as e:  # the bus is gone with its driver: nothing more to follow
-                log.debug("control listener: %s", e)
-                return
-            if (c["version"], c["phase"]) == known:
-                continue
-            known = (c["version"], c["phase"])
-            if c["phase"] == "pause":
-                self.decided.clear()
-                self.pending = True
-                self.bus.report_step.remote(c["version"], self.rank, self.ctx.step)
-            elif c["phase"] == "decided":
-                self.save_at, self.stop_after = c["save_at"], c["stop"]
-                self.decided.set()
-
-    def close(self) -> None:
-        self._closed.set()
 
 
 class TrainContext:
@@ -190,10 +104,10 @@ class TrainContext:
         self._step_clock = (time.monotonic(), self.step)
         self._stepped = False
         self._last_beat = time.monotonic()
-        self._uploader: _Uploader | None = None
+        self._uploader: Uploader | None = None
         self._control = None
         if bus is not None and role != "evaluator":
-            self._control = _ControlListener(bus, rank, self)
+            self._control = ControlListener(bus, rank, self)
             self._control.start()
 
     # -- the run's settings ------------------------------------------------------------------
@@ -281,7 +195,7 @@ class TrainContext:
         if not self.is_chief:
             return None
         if self._uploader is None:
-            self._uploader = _Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, self._crash_seam)
+            self._uploader = Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, self._crash_seam)
         return self._uploader.submit(local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank})
 
     def finish(self, completed: bool = True) -> None:

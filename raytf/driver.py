@@ -19,7 +19,7 @@ import ray
 from raytf import checkpoints, connect, failure, plots, storage
 from raytf import events as ev
 from raytf.attempts import Attempt
-from raytf.config import Config, redacted, to_dict, to_yaml, validate
+from raytf.config import Config, redacted, to_dict, to_yaml
 from raytf.errors import RaytfError, TrainingFailedError, WorkerError
 from raytf.group import TaskGroup, actor_name, task_table
 from raytf.metrics import MetricsTable
@@ -27,6 +27,7 @@ from raytf.plan import EVALUATOR, WORKER, Plan, make_plan
 from raytf.progress import Progress
 from raytf.result import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Result
 from raytf.tensorboard import TensorBoardSink
+from raytf.validation import validate
 
 log = logging.getLogger("raytf")
 
