@@ -46,27 +46,26 @@ def no_leaks(ray_local):
     assert leftovers() == {"actors": [], "placement_groups": []}
 
 
-@pytest.fixture
-def fast_cfg(tmp_path):
-    """A small, quick 2-worker MWMS config writing under tmp_path."""
+def _small(conf: str, tmp_path, defaults: list[str]):
+    """A config factory: `conf` with quick settings and storage under tmp_path, plus the test's overrides."""
     import raytf
 
     def make(*overrides: str):
-        return raytf.load_config(ROOT / "conf/local.yaml", [
-            f"storage.path={tmp_path / 'runs'}", "train.epochs=2", "train.steps_per_epoch=8",
-            "train.batch_size=16", "metrics.every_steps=4", "metrics.flush_interval_s=0", *overrides])
+        return raytf.load_config(ROOT / conf, [f"storage.path={tmp_path / 'runs'}", *defaults,
+                                               "metrics.flush_interval_s=0", *overrides])
 
     return make
+
+
+@pytest.fixture
+def fast_cfg(tmp_path):
+    """A small, quick 2-worker MWMS config writing under tmp_path."""
+    return _small("conf/local.yaml", tmp_path, ["train.epochs=2", "train.steps_per_epoch=8", "train.batch_size=16",
+                                                "metrics.every_steps=4"])
 
 
 @pytest.fixture
 def ps_cfg(tmp_path):
     """A small ParameterServerStrategy config (chief, 2 workers, 1 ps on 2 CPUs) under tmp_path."""
-    import raytf
-
-    def make(*overrides: str):
-        return raytf.load_config(ROOT / "conf/ps_local.yaml", [
-            f"storage.path={tmp_path / 'runs'}", "train.epochs=3", "train.steps_per_epoch=10",
-            "train.batch_size=16", "metrics.every_steps=5", "metrics.flush_interval_s=0", *overrides])
-
-    return make
+    return _small("conf/ps_local.yaml", tmp_path, ["train.epochs=3", "train.steps_per_epoch=10",
+                                                   "train.batch_size=16", "metrics.every_steps=5"])

@@ -23,38 +23,36 @@ def fail_always(ctx: raytf.TrainContext) -> None:
     raise RuntimeError(f"{ctx.role} {ctx.rank} fails on purpose")
 
 
+def _on_rank1_first_attempt(ctx: raytf.TrainContext, at_step: int, action) -> None:
+    """Train examples.keras_cnn, running `action()` after rank 1's step `at_step` (and later ones) in
+    attempt 1 only."""
+    from examples.keras_cnn import train
+
+    if ctx.rank == 1 and ctx.attempt == 1:
+        original = ctx.step_end
+
+        def step_end(metrics=None, *, steps=1):
+            original(metrics, steps=steps)
+            if ctx.step >= at_step:
+                action()
+
+        ctx.step_end = step_end
+    train(ctx)
+
+
 def hang_on_rank1_first_attempt(ctx: raytf.TrainContext) -> None:
     """Rank 1 blocks forever at its 3rd step of attempt 1 (rank 0 then waits in the collective)."""
     import threading
 
-    from examples.keras_cnn import train
-
-    if ctx.rank == 1 and ctx.attempt == 1:
-        original = ctx.step_end
-
-        def step_end(metrics=None, *, steps=1):
-            original(metrics, steps=steps)
-            if ctx.step >= 3:
-                threading.Event().wait()
-
-        ctx.step_end = step_end
-    train(ctx)
+    _on_rank1_first_attempt(ctx, 3, lambda: threading.Event().wait())
 
 
 def fail_once_after_progress(ctx: raytf.TrainContext) -> None:
     """Rank 1 raises at its 5th step of attempt 1 only: a transient error worth a retry."""
-    from examples.keras_cnn import train
+    def fail():
+        raise OSError("transient: the data server went away")
 
-    if ctx.rank == 1 and ctx.attempt == 1:
-        original = ctx.step_end
-
-        def step_end(metrics=None, *, steps=1):
-            original(metrics, steps=steps)
-            if ctx.step >= 5:
-                raise OSError("transient: the data server went away")
-
-        ctx.step_end = step_end
-    train(ctx)
+    _on_rank1_first_attempt(ctx, 5, fail)
 
 
 def print_rank(ctx: raytf.TrainContext) -> None:
