@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from raytf.config import Config, load_config
-from raytf.context import TrainContext
 from raytf.errors import (
     ConfigError,
     PlacementError,
@@ -15,9 +15,29 @@ from raytf.errors import (
     WorkerError,
 )
 from raytf.events import Event
-from raytf.plots import plot
-from raytf.result import Result, load_result
-from raytf.sweep import sweep
+from raytf.reporting import report
+
+if TYPE_CHECKING:
+    from raytf.context import TrainContext
+    from raytf.plots import plot
+    from raytf.result import Result, load_result
+    from raytf.sweep import sweep
+
+# Imported on first use: they pull in pyarrow, pandas and matplotlib, which a script run by raytf (that
+# only calls raytf.report) and the CLI's start-up do not need.
+_LAZY = {"TrainContext": "raytf.context", "plot": "raytf.plots", "Result": "raytf.result",
+         "load_result": "raytf.result", "sweep": "raytf.sweep"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'raytf' has no attribute {name!r}")
+
 
 __all__ = [
     "Config",
@@ -34,6 +54,7 @@ __all__ = [
     "load_config",
     "load_result",
     "plot",
+    "report",
     "sweep",
 ]
 

@@ -20,6 +20,7 @@ from typing import Any
 import ray
 
 from raytf import events as ev
+from raytf import failure
 from raytf.config import Config
 from raytf.errors import RaytfError, WorkerError
 from raytf.plan import TaskSpec
@@ -34,8 +35,6 @@ log = logging.getLogger(__name__)
 TASK_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_GRPC_REUSE_PORT": "true", "TF_CPP_MIN_LOG_LEVEL": "1"}
 
 
-# TF errors raised on the surviving tasks when another task dies or stalls.
-_PEER_ERRORS = frozenset({"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"})
 
 
 def reserve_port() -> socket.socket:
@@ -202,7 +201,7 @@ class TaskActor:
         return _tf_runtime
 
     def _error(self, e: BaseException, kind: str = "user") -> dict[str, Any]:
-        if kind == "user" and type(e).__name__ in _PEER_ERRORS and type(e).__module__.startswith("tensorflow"):
+        if kind == "user" and type(e).__name__ in failure.PEER_ERRORS and type(e).__module__.startswith("tensorflow"):
             kind = "peer"  # a collective or RPC lost its peer: the symptom, not the cause
         return {"ok": False, "error": WorkerError(
             f"{type(e).__name__}: {e}", role=self.spec.role, rank=self.spec.rank, node_id=self._node_id,
@@ -239,6 +238,57 @@ class TaskActor:
         ray.get(bus.wait_stop.remote(None))
         self._end_capture()
         return {"ok": True}
+
+    def run_script(
+        self,
+        *,
+        tf_config: dict | None,
+        cfg: Config,
+        run_dir: RunDir,
+        bus,
+        attempt: int,
+        resume_from,
+        python_path: list[str],
+        is_chief: bool,
+        stream: bool,
+    ) -> dict[str, Any]:
+        """Script mode: run the user's program (train.script / train.module) in a child process with this
+        task's TF_CONFIG; its exit code is the outcome. The port stays held until the child exits: its TF
+        server binds it whenever the script creates its strategy (TF_GRPC_REUSE_PORT is inherited)."""
+        from raytf._script_host import ScriptHost, child_env
+
+        spec = self.spec
+        emit = _Emitter(bus, spec.role, spec.rank, attempt)
+        self._capture(run_dir, attempt)
+        _task_logging(f"{spec.role}{spec.index}")
+        try:
+            host = ScriptHost(cfg=cfg, spec=spec, run_dir=run_dir, emit=emit, attempt=attempt, is_chief=is_chief,
+                              scratch=self._scratch, log_file=self._output.file, stream=stream)
+            host.restore(resume_from)
+            num_workers = len((tf_config or {}).get("cluster", {}).get("worker", [])) or 1
+            env = child_env(base=dict(os.environ), tf_config=tf_config, spec=spec, cfg=cfg, run_uri=run_dir.uri,
+                            attempt=attempt, is_chief=is_chief, num_workers=num_workers,
+                            checkpoint_dir=host.checkpoint_dir, resume_from=resume_from, python_path=python_path)
+            self._on_sigterm(lambda: emit(ev.PREEMPTED, {"step": host._position["step"]}))
+            code, tail = host.run(env)
+            emit.flush()
+            if code == 0:
+                return {"ok": True, "stopped": False, **host._position}
+            kind, error_type = failure.exit_failure(code, tail)
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            log_uri = run_dir.uri_of(f"logs/{spec.role}{spec.rank}-attempt{attempt}.log")
+            last = "\n".join(f"  | {line}" for line in tail) or "  | (nothing on stderr)"
+            return {"ok": False, "error": WorkerError(
+                f"the script {how}; the last lines of its stderr:\n{last}\n(all of it: {log_uri})",
+                role=spec.role, rank=spec.rank, node_id=self._node_id, remote_traceback="\n".join(tail),
+                kind=kind, error_type=error_type)}
+        except BaseException as e:
+            emit.flush(timeout=5.0)
+            return self._error(e, kind="system")
+        finally:
+            self._release_port()
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._end_capture()
 
     def run(
         self,

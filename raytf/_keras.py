@@ -1,4 +1,5 @@
-"""The Keras callback behind TrainContext.keras_callbacks(): one path with custom loops."""
+"""The Keras callbacks: RaytfCallback behind TrainContext.keras_callbacks() (one path with custom loops), and
+ScriptCallback, which script mode adds to every Model.fit of an unmodified script."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ class RaytfCallback(tf.keras.callbacks.Callback):
         # them on the steps it actually reports.
         self._supports_tf_logs = True
 
-    def on_train_begin(self, logs=None) -> None:
+    def _set_scale(self) -> None:
         # Under a multi-replica strategy Keras sums the replicas' batch logs ("auto" reduction means
         # "sum" off TPU); divide so step rows show per-replica means like the epoch rows do.
         method = getattr(self.model, "distribute_reduction_method", None) or "auto"
         self._scale = 1.0 / self.ctx.num_replicas if method in ("auto", "sum") else 1.0
+
+    def on_train_begin(self, logs=None) -> None:
+        self._set_scale()
         # Keras restarts a resumed run at the beginning of initial_epoch; line the step counter up
         # with that (a mid-epoch checkpoint's extra steps are trained again).
         spe = self.ctx.steps_per_epoch
@@ -42,6 +46,21 @@ class RaytfCallback(tf.keras.callbacks.Callback):
         self.ctx.epoch_end(logs)
 
 
+class ScriptCallback(RaytfCallback):
+    """Script mode: added last to the callbacks of every `Model.fit`, so it sees each epoch after the
+    script's own callbacks (a ModelCheckpoint has written its file when the epoch's sync runs). Learns the
+    replica count, epochs and steps from the fit itself; `ctx` is a reporting.ScriptReporter."""
+
+    def on_train_begin(self, logs=None) -> None:
+        self.ctx.fit_started(replicas=int(self.model.distribute_strategy.num_replicas_in_sync),
+                             epochs=self.params.get("epochs"), steps_per_epoch=self.params.get("steps"))
+        self._set_scale()
+
+    def on_epoch_begin(self, epoch, logs=None) -> None:
+        super().on_epoch_begin(epoch, logs)
+        self.ctx.epoch_begin(epoch)
+
+
 class _LazyScaled(Mapping):
     """Batch logs read (and scaled) only when the context reports them. Under ParameterServerStrategy the
     logs are one RemoteValue of a dict: fetching it waits for that step's closure, so only do it then."""
@@ -53,7 +72,7 @@ class _LazyScaled(Mapping):
 
     def _values(self) -> dict:
         if self._read is None:
-            from raytf.context import _scalar
+            from raytf.reporting import _scalar
 
             logs = self._logs.fetch() if hasattr(self._logs, "fetch") else self._logs
             self._read = {}

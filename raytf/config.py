@@ -67,6 +67,14 @@ class CrossDeviceOps(str, enum.Enum):
     reduction_to_one = "reduction_to_one"
 
 
+class StreamOutput(str, enum.Enum):
+    """Which script-mode tasks' stdout/stderr the driver prints (every rank's is kept in logs/ either way)."""
+
+    rank0 = "rank0"
+    all = "all"
+    none = "none"
+
+
 class Partitioner(str, enum.Enum):
     none = "none"
     min_size_max_shards = "min_size_max_shards"
@@ -120,7 +128,15 @@ class ClusterConfig:
 @dataclass
 class TrainConfig:
     # The user's training function, as "package.module:function".
-    entrypoint: str = ""
+    entrypoint: str | None = ""
+    # Or an existing tf.distribute program, run unmodified on every task that runs user code (all MWMS
+    # workers; the ParameterServerStrategy chief): a file (`script`) or a module run like `python -m`
+    # (`module`), with command-line `args`. Exactly one of entrypoint, script and module is set.
+    script: str | None = ""
+    module: str | None = ""
+    args: list[str] = field(default_factory=list)
+    # Script mode: whose stdout/stderr the driver prints, prefixed with role and rank (CLI: --all-ranks).
+    stream_output: StreamOutput = StreamOutput.rank0
     # The evaluator's function (cluster.evaluator.enabled), as "package.module:function".
     eval_entrypoint: str = ""
     epochs: int = 1
@@ -225,6 +241,11 @@ class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
     run: RunConfig = field(default_factory=RunConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+
+
+def script_mode(cfg: Config) -> bool:
+    """The tasks run an existing program (train.script or train.module), not a training function."""
+    return bool(cfg.train.script or cfg.train.module)
 
 
 def load_config(

@@ -65,10 +65,31 @@ def python_path(cfg: Config) -> list[str]:
     return paths
 
 
+def check_script(cfg: Config) -> None:
+    """Script mode: make train.script absolute where the tasks can use the driver's path (an embedded Ray, or
+    a cluster without ray.runtime_env.working_dir, whose nodes then share the driver's filesystem); with a
+    working_dir it stays relative to it. Fails before reserving anything when the file is missing."""
+    script = cfg.train.script
+    if cfg.ray.runtime_env.get("working_dir"):
+        return
+    if os.path.isfile(script):
+        cfg.train.script = os.path.abspath(script)
+        return
+    msg = (f"train.script ({script!r}): no such file (relative to {os.getcwd()}). Fix: give its path from the "
+           "directory you launch in, or an absolute path")
+    if resolve_address(cfg) is None:
+        raise ConfigError(msg)
+    log.warning("%s; assuming the cluster's nodes have it", msg)
+
+
 def check_entrypoint(cfg: Config, paths: list[str]) -> None:
-    """Fail before reserving anything when the entrypoint's module cannot be found (without importing
-    it: that would pull TensorFlow into the driver)."""
-    module = cfg.train.entrypoint.partition(":")[0]
+    """Fail before reserving anything when the entrypoint's (or train.module's) module cannot be found
+    (without importing it: that would pull TensorFlow into the driver)."""
+    if cfg.train.script:
+        check_script(cfg)
+        return
+    key = "train.module" if cfg.train.module else "train.entrypoint"
+    module = cfg.train.module or cfg.train.entrypoint.partition(":")[0]
     saved = list(sys.path)
     sys.path[:0] = [p for p in paths if p not in sys.path]
     try:
@@ -79,7 +100,7 @@ def check_entrypoint(cfg: Config, paths: list[str]) -> None:
         sys.path[:] = saved
     if found:
         return
-    msg = (f"train.entrypoint ({cfg.train.entrypoint!r}): module {module!r} not found on the driver "
+    msg = (f"{key} ({cfg.train.module or cfg.train.entrypoint!r}): module {module!r} not found on the driver "
            f"(searched sys.path and {paths}). Fix: run from the directory that holds it, or add it "
            f"with train.python_path=[...]")
     if resolve_address(cfg) is None:

@@ -3,44 +3,23 @@
 from __future__ import annotations
 
 import logging
-import numbers
 import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from raytf import checkpoints
+from raytf import checkpoints, reporting
 from raytf import events as ev
 from raytf._control import ControlListener
 from raytf._upload import Uploader
 from raytf.config import Config
+from raytf.reporting import Cadence, _scalars
 from raytf.storage import RunDir
 
 log = logging.getLogger(__name__)
 
 CRASH_SEAM_ENV = "RAYTF_TEST_CRASH_BEFORE_COMMIT"
-
-
-def _scalar(value: Any) -> float | None:
-    """A metric value as a float (tensors and numpy scalars included), or None if not a scalar."""
-    if isinstance(value, numbers.Number):
-        return float(value)
-    try:
-        if hasattr(value, "fetch"):  # a ParameterServerStrategy RemoteValue: waits for its closure
-            value = value.fetch()
-        return float(value.numpy() if hasattr(value, "numpy") else value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _scalars(metrics: Mapping[str, Any] | None) -> dict[str, float]:
-    out = {}
-    for k, v in (metrics or {}).items():
-        f = _scalar(v)
-        if f is not None:
-            out[str(k)] = f
-    return out
 
 
 class TrainingStopped(BaseException):
@@ -101,14 +80,14 @@ class TrainContext:
         self._writer = None
         self.epoch = resume_from.epoch if resume_from else 0  # completed epochs
         self.step = resume_from.step if resume_from else 0  # completed global steps
-        self._step_clock = (time.monotonic(), self.step)
-        self._stepped = False
+        self._cadence = Cadence(cfg.metrics.every_steps, self.step)
         self._last_beat = time.monotonic()
         self._uploader: Uploader | None = None
         self._control = None
         if bus is not None and role != "evaluator":
             self._control = ControlListener(bus, rank, self)
             self._control.start()
+        reporting.set_sink(self)  # raytf.report(...) in the training function lands here
 
     # -- the run's settings ------------------------------------------------------------------
     @property
@@ -264,19 +243,11 @@ class TrainContext:
         metrics.every_steps steps (values may be tensors: they are only read when reported) and
         writes step checkpoints when due."""
         before, self.step = self.step, self.step + steps
-        every = self.cfg.metrics.every_steps
-        first = not self._stepped  # the first step of an attempt is always reported: launch-to-first-step
-        self._stepped = True
-        if first or checkpoints.crossed(before, self.step, every):
-            now = time.monotonic()
-            t0, s0 = self._step_clock
-            row = _scalars(metrics)
-            if now > t0:
-                row["steps_per_s"] = (self.step - s0) / (now - t0)
-            self._step_clock = (now, self.step)
-            self.report(row)
-        else:
+        row = self._cadence.row(metrics, before, self.step)
+        if row is None:
             self.heartbeat()
+        else:
+            self.report(row)
         if self._checkpointing() and checkpoints.crossed(before, self.step, self.cfg.checkpoint.every_steps):
             self.save()
         if self._control is not None and self._control.pending:
@@ -307,6 +278,7 @@ class TrainContext:
             self.save()
 
     def close(self) -> None:
+        reporting.set_sink(None)
         if self._control is not None:
             self._control.close()
         if self._uploader is not None:

@@ -19,7 +19,7 @@ import ray
 from raytf import checkpoints, connect, failure, plots, storage
 from raytf import events as ev
 from raytf.attempts import Attempt
-from raytf.config import Config, redacted, to_dict, to_yaml
+from raytf.config import Config, redacted, script_mode, to_dict, to_yaml
 from raytf.errors import RaytfError, TrainingFailedError, WorkerError
 from raytf.group import TaskGroup, actor_name, task_table
 from raytf.metrics import MetricsTable
@@ -90,8 +90,11 @@ class Driver:
         rd.write_text(storage.CONFIG_FILE, to_yaml(redacted(cfg)))
         self.metrics = MetricsTable(cfg.run.name, previous_table)
         self.tensorboard = TensorBoardSink(rd)
-        self.progress = Progress(epochs=cfg.train.epochs, steps_per_epoch=cfg.train.steps_per_epoch,
-                                 batch_size=cfg.train.batch_size, quiet=self.quiet)
+        # A script's epochs, steps and batch size are its own: its first Model.fit tells the first two.
+        script = script_mode(cfg)
+        self.progress = Progress(epochs=None if script else cfg.train.epochs,
+                                 steps_per_epoch=None if script else cfg.train.steps_per_epoch,
+                                 batch_size=None if script else cfg.train.batch_size, quiet=self.quiet)
         started = connect.ensure_ray(cfg)
         # Only a Ray this process started is known to be one machine with no autoscaler.
         self.embedded = started or connect.resolve_address(cfg) is None
@@ -262,6 +265,10 @@ class Driver:
     def save_and_stop(self, primary: dict, bus, attempt: Attempt) -> bool:
         """Have every task running user code save at one agreed step and stop (the save-now protocol in
         events.EventBuffer); True when they all stopped within checkpoint.interrupt_timeout_s."""
+        if script_mode(self.cfg):
+            # A script owns its checkpoints: raytf cannot ask it to save at a step (its last synced one stands).
+            log.warning("train.script: no save-at-a-step for scripts; the last synced checkpoint stands")
+            return False
         timeout = self.cfg.checkpoint.interrupt_timeout_s
         deadline = time.monotonic() + timeout
         version = ray.get(bus.request_save.remote())
@@ -311,7 +318,7 @@ class Driver:
         attempt.rank, attempt.role, attempt.node_id = root.rank, root.role, root.node_id
         level = logging.WARNING if root.kind == failure.PREEMPTED else logging.ERROR
         log.log(level, "attempt %d: %s failed: %s", attempt.number, root.role or "run", root)
-        if root.remote_traceback:
+        if root.remote_traceback and root.remote_traceback.splitlines()[-1] not in root.message:
             log.error("remote traceback (%s %d):\n%s", root.role, root.rank, root.remote_traceback)
         return TrainingFailedError(f"run {self.cfg.run.name} failed: {root}",
                                    {(e.role, e.rank): e for e in sorted(errors, key=lambda e: e is not root)})
@@ -323,7 +330,8 @@ class Driver:
             if e.kind in PROGRESS and e.attempt == attempt.number:
                 if e.rank in self.watched:
                     self.watched[e.rank] = now
-                if e.kind != ev.CHECKPOINT and attempt.first_step_at is None:
+                # Only a step counts as training progress (a script's heartbeats may just be its printing).
+                if e.kind in (ev.STEP, ev.EPOCH) and attempt.first_step_at is None:
                     attempt.first_step_at = e.time
                     previous = self.attempts[-2] if len(self.attempts) > 1 else None
                     if previous is not None and previous.ended is not None:

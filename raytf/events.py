@@ -14,6 +14,7 @@ EPOCH = "epoch"  # an epoch finished; payload: epoch, step, metrics
 HEARTBEAT = "heartbeat"  # progress without metrics, at most every failure.heartbeat_s; payload: epoch, step
 EVAL = "eval"  # the evaluator scored a checkpoint; payload: epoch, step, metrics
 CHECKPOINT = "checkpoint"  # a checkpoint was committed; payload: epoch, step, uri
+OUTPUT = "output"  # script mode: a streamed rank's stdout/stderr; payload: lines [[out|err, text], ...]
 PREEMPTED = "preempted"  # the task's process got SIGTERM (preemption notice); payload: step
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 from raytf.config import FailureConfig
@@ -71,3 +72,22 @@ def stale_ranks(last_progress: dict[int, float], now: float, timeout_s: float) -
     """Ranks with no progress for longer than timeout_s (last_progress holds each watched rank's deadline
     base: its last heartbeat, or the attempt's start plus the start-up allowance before its first one)."""
     return sorted(r for r, t in last_progress.items() if now - t > timeout_s)
+
+
+# TF's errors on the surviving tasks when another task dies or stalls.
+PEER_ERRORS = frozenset({"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"})
+_EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?::|$)")
+
+
+def exit_failure(returncode: int, stderr_tail: list[str]) -> tuple[str, str]:
+    """(kind, error_type) of a script that exited non-zero: a signal is a death ("system"); otherwise the
+    last exception named in its stderr decides (a lost peer's UnavailableError & co. are "peer"), and
+    an exit without one (sys.exit(3)) is a "user" failure of type "exit <code>"."""
+    if returncode < 0:
+        return SYSTEM, ""
+    for line in reversed(stderr_tail):
+        m = _EXC_LINE.match(line.strip())
+        if m:
+            name = m.group(1)
+            return (PEER if name in PEER_ERRORS else USER), name
+    return USER, f"exit {returncode}"

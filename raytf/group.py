@@ -17,7 +17,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from raytf import events as ev
 from raytf import failure, placement, topology
 from raytf._actor import TASK_ENV, TaskActor
-from raytf.config import SINGLE_TASK_STRATEGIES, Config, Strategy
+from raytf.config import SINGLE_TASK_STRATEGIES, Config, Strategy, StreamOutput, script_mode
 from raytf.errors import StorageError, WorkerError
 from raytf.plan import EVALUATOR, PS, WORKER, Plan, TaskSpec
 from raytf.storage import RunDir
@@ -40,6 +40,11 @@ def _py_spy_dump(pid: int) -> str:
         return "py-spy is not installed on this node"
     proc = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
     return proc.stdout or proc.stderr
+
+
+def streamed(choice: StreamOutput, rank: int) -> bool:
+    """Whether the driver prints this rank's script output (rank 0 by default, so N workers do not flood it)."""
+    return choice is StreamOutput.all or (choice is StreamOutput.rank0 and rank == 0)
 
 
 def actor_name(run: str, role: str, rank: int) -> str:
@@ -148,9 +153,13 @@ class TaskGroup:
         for a, t in zip(self.actors, self.plan.tasks):
             if self.is_server(t):
                 continue
-            ref = a.run.remote(tf_config=None if single else topology.tf_config(spec, t.role, t.index),
-                               run_dir=self.run_dir, resume_from=resume_from,
-                               is_chief=topology.is_chief(spec, t.role, t.index), **common)
+            kwargs = dict(tf_config=None if single else topology.tf_config(spec, t.role, t.index),
+                          run_dir=self.run_dir, resume_from=resume_from,
+                          is_chief=topology.is_chief(spec, t.role, t.index), **common)
+            if script_mode(cfg):
+                ref = a.run_script.remote(stream=streamed(cfg.train.stream_output, t.rank), **kwargs)
+            else:
+                ref = a.run.remote(**kwargs)
             (background if t.role == EVALUATOR else primary)[ref] = t
         return primary, background
 

@@ -20,6 +20,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="YAML config file (e.g. conf/local.yaml)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.epochs=5 run.name=exp1")
     p.add_argument("--quiet", action="store_true", help="no progress bars, log lines only")
+    p.add_argument("--all-ranks", action="store_true",
+                   help="script mode: print every rank's output, not only rank 0's (train.stream_output=all)")
     p.add_argument("--address", help="Ray cluster to join (auto, host:port, ray://host:port); "
                    "same as ray.address=..., which otherwise falls back to $RAY_ADDRESS")
     return p
@@ -41,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
                         datefmt="%H:%M:%S")
     try:
         overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
+        overrides += ["train.stream_output=all"] if args.all_ranks else []
         cfg = load_config(args.config, overrides)
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)

@@ -46,7 +46,9 @@ class MetricsTable:
         fields = [pa.field(c, _BASE_TYPES[c]) for c in BASE_COLUMNS]
         fields += [pa.field(m, pa.float64()) for m in metric_names]
         schema = pa.schema(fields)
-        columns = {f.name: [r.get(f.name) for r in self.rows] for f in fields}
+        # In the order they happened: a task's events can reach the (threaded) bus out of order.
+        rows = sorted(self.rows, key=lambda r: r["time"])
+        columns = {f.name: [r.get(f.name) for r in rows] for f in fields}
         return pa.table(columns, schema=schema)
 
     def final(self, rank: int = 0) -> dict[str, float]:

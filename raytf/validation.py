@@ -27,6 +27,7 @@ def _non_negative(value: float, key: str, fix: str) -> None:
 
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -42,12 +43,8 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(f"cluster.threads ({c.threads}) must be at least 1, or null for the CPU share")
     if c.collective is Collective.nccl and c.worker.gpus <= 0:
         raise ConfigError("cluster.collective (nccl) needs GPUs: set cluster.worker.gpus or use auto/ring")
+    _validate_program(cfg)
     _validate_roles(cfg)
-    if not t.entrypoint:
-        raise ConfigError("train.entrypoint is empty: set it to package.module:function, e.g. "
-                          "examples.keras_cnn:train")
-    if not _ENTRYPOINT.match(t.entrypoint):
-        raise ConfigError(f"train.entrypoint ({t.entrypoint!r}) must look like package.module:function")
     if t.epochs < 1:
         raise ConfigError(f"train.epochs ({t.epochs}) must be at least 1")
     if t.steps_per_epoch is not None and t.steps_per_epoch < 1:
@@ -101,6 +98,34 @@ def validate(cfg: Config) -> Config:
     if addr is not None and addr != "auto" and not addr.startswith("ray://") and ":" not in addr:
         raise ConfigError(f"ray.address ({addr!r}) must be null (embedded), auto, host:port or ray://host:port")
     return cfg
+
+
+def _validate_program(cfg: Config) -> None:
+    """Exactly one of train.entrypoint, train.script and train.module."""
+    t = cfg.train
+    chosen = [k for k in ("entrypoint", "script", "module") if getattr(t, k)]
+    if len(chosen) > 1:
+        raise ConfigError(f"train.{chosen[0]} and train.{chosen[1]} are both set: set exactly one of "
+                          "train.entrypoint (a function), train.script (a file) or train.module (python -m)")
+    if not chosen:
+        raise ConfigError("train.entrypoint is empty: set it to package.module:function, e.g. "
+                          "examples.keras_cnn:train, or run an existing program with train.script=path/to/train.py")
+    if t.entrypoint and not _ENTRYPOINT.match(t.entrypoint):
+        raise ConfigError(f"train.entrypoint ({t.entrypoint!r}) must look like package.module:function")
+    if t.module and not _MODULE.match(t.module):
+        raise ConfigError(f"train.module ({t.module!r}) must be a dotted module name like pkg.train (what "
+                          "`python -m` takes); for a file use train.script")
+    for i, a in enumerate(t.args or []):
+        if not isinstance(a, (str, int, float)):
+            raise ConfigError(f"train.args[{i}] ({a!r}) is not a string: YAML read an unquoted {{...}} as a "
+                              "mapping. Fix: quote it, e.g. \"{checkpoint_dir}\"")
+    if t.args and not (t.script or t.module):
+        raise ConfigError("train.args is set but train.script and train.module are not: args are command-line "
+                          "arguments of a script; a training function reads train.params")
+    if (t.script or t.module) and cfg.cluster.evaluator.enabled:
+        raise ConfigError("cluster.evaluator.enabled=true with train.script/train.module: the evaluator runs a "
+                          "training function (train.eval_entrypoint). Fix: set cluster.evaluator.enabled=false, "
+                          "or evaluate inside the script")
 
 
 def _validate_roles(cfg: Config) -> None:

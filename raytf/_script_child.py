@@ -1,0 +1,150 @@
+"""What a script-mode task's child process runs (`python -m raytf._script_child`): set up what an unmodified
+script cannot do for itself, then run it as `__main__` with its own argv, and exit with its exit code.
+
+Before the script: die with the host (no orphans when Ray kills the actor), keep raytf's TF_CONFIG even if
+the script assigns its own, cap TensorFlow's threads to the task's CPU share, and add raytf's metrics
+callback to every Keras `Model.fit`. TF_USE_LEGACY_KERAS=1 is already in the environment (the actor's
+runtime_env), so `tf.keras` is tf-keras here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import inspect
+import json
+import os
+import runpy
+import signal
+import sys
+import traceback
+
+SPEC_ENV = "RAYTF_SCRIPT_SPEC"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when its host dies (ray.kill, a lost node): Linux's parent-death signal. Set
+    here rather than in Popen(preexec_fn=...), which is unsafe in the threaded actor process."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the host kills us on its way out instead
+        return
+    if os.getppid() != parent_pid:  # the host died before the signal was armed
+        os._exit(137)
+
+
+class _GuardedEnviron(os._Environ):
+    """os.environ that keeps raytf's TF_CONFIG. A script written for launching by hand assigns its own
+    (hard-coded hosts and ports); raytf's is built from the addresses the tasks actually hold, so it wins,
+    and the script is told which line was ignored."""
+
+    _warned: set = set()
+
+    def _refuse(self, what: str) -> None:
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_code.co_filename.endswith(("os.py", "_collections_abc.py",
+                                                                         "_collections_abc>")):
+            frame = frame.f_back  # os.environ.update(...) and friends: name the script's line
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "the script"
+        if where not in self._warned:
+            self._warned.add(where)
+            print(f"raytf: {where} {what} TF_CONFIG: ignored. raytf's TF_CONFIG (built from the tasks' "
+                  "actual addresses) stays in effect; that line is only needed when launching by hand",
+                  file=sys.stderr, flush=True)
+
+    def __setitem__(self, key, value):
+        if key == "TF_CONFIG" and "TF_CONFIG" in self and value != self["TF_CONFIG"]:
+            self._refuse("sets")
+            return
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        if key == "TF_CONFIG":
+            self._refuse("deletes")
+            return
+        super().__delitem__(key)
+
+
+def _patch_keras_fit(reporter) -> None:
+    """Every tf-keras Model.fit gets raytf's callback, last, unless the script added one itself."""
+    import tf_keras
+
+    from raytf._keras import ScriptCallback
+
+    model_cls = tf_keras.Model
+    original = model_cls.fit
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fit(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        callbacks = bound.arguments.get("callbacks")
+        if isinstance(callbacks, tf_keras.callbacks.CallbackList):
+            if not any(isinstance(c, ScriptCallback) for c in callbacks.callbacks):
+                callbacks.append(ScriptCallback(reporter))
+        else:
+            callbacks = list(callbacks or [])
+            if not any(isinstance(c, ScriptCallback) for c in callbacks):
+                callbacks.append(ScriptCallback(reporter))
+            bound.arguments["callbacks"] = callbacks
+        return original(*bound.args, **bound.kwargs)
+
+    model_cls.fit = fit
+
+
+def _exit_code(code) -> int:
+    """sys.exit's argument as a process exit code, the way Python itself maps it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _run(spec: dict) -> None:
+    if spec["module"]:
+        sys.argv = [spec["module"], *spec["args"]]
+        runpy.run_module(spec["module"], run_name="__main__", alter_sys=True)
+    else:
+        script = spec["script"]
+        sys.argv = [script, *spec["args"]]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python script.py` does
+        runpy.run_path(script, run_name="__main__")
+
+
+def main() -> int:
+    spec = json.loads(os.environ.pop(SPEC_ENV))
+    _die_with_parent(spec["parent_pid"])
+    from raytf import reporting
+
+    reporter = reporting.ScriptReporter(
+        spec["events_fd"], every_steps=spec["every_steps"], heartbeat_s=spec["heartbeat_s"],
+        is_chief=spec["is_chief"], checkpoint_dir=spec["checkpoint_dir"], scratch=spec["scratch"],
+        epoch=spec["epoch"], step=spec["step"])
+    reporting.set_sink(reporter)
+    if "TF_CONFIG" in os.environ:
+        os.environ.__class__ = _GuardedEnviron
+    from raytf import _tf_runtime  # imports TensorFlow
+
+    _tf_runtime.configure(spec["threads"], spec["gpu_memory_growth"])
+    _patch_keras_fit(reporter)
+    code = 0
+    try:
+        _run(spec)
+    except SystemExit as e:
+        code = _exit_code(e.code)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    try:
+        reporter.close(ok=code == 0)
+    except OSError as e:
+        print(f"raytf: the final checkpoint sync failed: {e}", file=sys.stderr)
+        code = code or 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

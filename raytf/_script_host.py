@@ -1,0 +1,236 @@
+"""Script mode, the host side: inside a task's actor, run the user's unmodified program as a child process
+(`raytf._script_child`) and relay what it does.
+
+- its stdout/stderr, line by line, into the task's log file, and to the driver as OUTPUT events when this
+  rank's output is streamed (train.stream_output); the last stderr lines are kept for the error message;
+- its metrics rows and heartbeats (JSON lines on a pipe) as events on the bus, plus heartbeats while it
+  prints, so a script that only logs is not taken for a hung one;
+- its checkpoint snapshots (chief) uploaded to <run>/checkpoints/ like a training function's;
+- on resume, the latest committed checkpoint downloaded into its $RAYTF_CHECKPOINT_DIR first.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from raytf import checkpoints
+from raytf import events as ev
+from raytf._script_child import SPEC_ENV
+from raytf._upload import Uploader
+from raytf.config import Config
+from raytf.plan import TaskSpec
+from raytf.storage import RunDir
+
+log = logging.getLogger(__name__)
+
+STDERR_TAIL = 20  # lines of a failed task's stderr quoted in its error
+_FLUSH_S = 0.2  # how often streamed output is sent to the driver
+_MAX_BUFFERED = 2000  # streamed lines held between flushes; beyond that they are counted, not sent
+
+
+# TensorFlow's C++ start-up chatter (absl INFO lines): kept in the log, left out of an error's stderr tail.
+_NOISE = re.compile(r"^(I\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl::InitializeLog)")
+
+
+def _display(raw: bytes) -> str:
+    """A line as a terminal would show it: carriage-return updates (progress bars) keep their last state."""
+    text = raw.decode(errors="replace").rstrip("\r\n")
+    return text.rsplit("\r", 1)[-1]
+
+
+_PLACEHOLDER = re.compile(r"\{(checkpoint_dir|rank|role|index|attempt|run_dir)\}")
+
+
+def expand_args(args: list, values: dict[str, str]) -> list[str]:
+    """train.args with this task's {checkpoint_dir}, {rank}, {role}, {index}, {attempt}, {run_dir} filled in,
+    for scripts that take their directories as flags (`--model_dir {checkpoint_dir}`). Pure."""
+    return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], str(a)) for a in args]
+
+
+def child_env(*, base: dict[str, str], tf_config: dict | None, spec: TaskSpec, cfg: Config, run_uri: str,
+              attempt: int, is_chief: bool, num_workers: int, checkpoint_dir: str, resume_from,
+              python_path: list[str]) -> dict[str, str]:
+    """The script's environment: the actor's (CUDA_VISIBLE_DEVICES, TF_USE_LEGACY_KERAS, ...) plus TF_CONFIG
+    and the RAYTF_* variables that tell it where it runs. Pure."""
+    env = dict(base)
+    if tf_config is None:  # single-task strategies: no cluster
+        env.pop("TF_CONFIG", None)
+    else:
+        env["TF_CONFIG"] = json.dumps(tf_config)
+    import raytf
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(raytf.__file__)))  # raytf itself, even uninstalled
+    paths = [*python_path, here, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env.update({
+        "RAYTF_RUN_NAME": cfg.run.name or "",
+        "RAYTF_RUN_DIR": run_uri,
+        "RAYTF_ROLE": spec.role,
+        "RAYTF_TASK_INDEX": str(spec.index),
+        "RAYTF_RANK": str(spec.rank),
+        "RAYTF_IS_CHIEF": "1" if is_chief else "0",
+        "RAYTF_NUM_WORKERS": str(num_workers),
+        "RAYTF_ATTEMPT": str(attempt),
+        "RAYTF_CHECKPOINT_DIR": checkpoint_dir,
+        "RAYTF_RESUMED_FROM": resume_from.name if resume_from else "",
+        "RAYTF_INITIAL_EPOCH": str(resume_from.epoch if resume_from else 0),
+        "RAYTF_INITIAL_STEP": str(resume_from.step if resume_from else 0),
+    })
+    return env
+
+
+class ScriptHost:
+    """Runs one task's child process to its end; `run()` returns its exit code and stderr tail."""
+
+    def __init__(self, *, cfg: Config, spec: TaskSpec, run_dir: RunDir, emit, attempt: int, is_chief: bool,
+                 scratch: str, log_file, stream: bool) -> None:
+        self.cfg, self.spec, self.run_dir, self.emit = cfg, spec, run_dir, emit
+        self.attempt, self.is_chief, self.scratch = attempt, is_chief, scratch
+        self.log_file, self.stream = log_file, stream
+        self.checkpoint_dir = os.path.join(scratch, "checkpoints")
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
+        self._lines: list[list[str]] = []
+        self._dropped = 0
+        self._lock = threading.Lock()
+        self._active = False  # output since the last heartbeat
+        self._last_beat = time.monotonic()
+        self._position = {"epoch": 0, "step": 0}
+        self._uploader: Uploader | None = None
+        self._done = threading.Event()
+        self.proc: subprocess.Popen | None = None
+        self.error: BaseException | None = None  # a failed checkpoint upload, raised by run()
+
+    def restore(self, resume_from) -> None:
+        """Every task starts from the latest committed checkpoint's files in its $RAYTF_CHECKPOINT_DIR
+        (under MWMS all workers must restore the same state)."""
+        os.makedirs(self.checkpoint_dir, exist_ok=True)
+        if resume_from is not None:
+            self.run_dir.download_checkpoint(resume_from, self.checkpoint_dir)
+            marker = os.path.join(self.checkpoint_dir, checkpoints.COMMIT_MARKER)
+            if os.path.exists(marker):
+                os.remove(marker)
+            self._position = {"epoch": resume_from.epoch, "step": resume_from.step}
+
+    def run(self, env: dict[str, str]) -> tuple[int, list[str]]:
+        read_fd, write_fd = os.pipe()
+        c = self.cfg
+        spec = {
+            "parent_pid": os.getpid(), "events_fd": write_fd, "script": c.train.script, "module": c.train.module,
+            "args": expand_args(list(c.train.args), {
+                "checkpoint_dir": self.checkpoint_dir, "rank": str(self.spec.rank), "role": self.spec.role,
+                "index": str(self.spec.index), "attempt": str(self.attempt), "run_dir": self.run_dir.uri}),
+            "threads": c.cluster.threads or self.spec.threads,
+            "gpu_memory_growth": c.cluster.gpu_memory_growth, "every_steps": c.metrics.every_steps,
+            "heartbeat_s": c.failure.heartbeat_s, "is_chief": self.is_chief, "checkpoint_dir": self.checkpoint_dir,
+            "scratch": self.scratch, **self._position,
+        }
+        try:
+            # -u: the script's prints reach the driver as they happen, not when a buffer fills.
+            self.proc = subprocess.Popen(
+                [sys.executable, "-u", "-m", "raytf._script_child"], env={**env, SPEC_ENV: json.dumps(spec)},
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,))
+        finally:
+            os.close(write_fd)  # the child holds the only write end: EOF when it exits
+        threads = [threading.Thread(target=self._read_output, args=(self.proc.stdout, "out"), daemon=True),
+                   threading.Thread(target=self._read_output, args=(self.proc.stderr, "err"), daemon=True),
+                   threading.Thread(target=self._read_events, args=(read_fd,), daemon=True)]
+        ticker = threading.Thread(target=self._tick, daemon=True, name="raytf-script-ticker")
+        for t in [*threads, ticker]:
+            t.start()
+        try:
+            code = self.proc.wait()
+            for t in threads:
+                t.join()
+        finally:
+            if self.proc.poll() is None:  # the host is being torn down: take the child with it
+                self.proc.kill()
+                self.proc.wait()
+            self._done.set()
+            ticker.join()
+            self._flush()
+        if self._uploader is not None:
+            self._uploader.close()  # the last snapshots land before the task reports success
+        if self.error is not None:
+            raise self.error
+        return code, list(self.stderr_tail)
+
+    # -- the child's output ------------------------------------------------------------------
+    def _read_output(self, pipe, stream: str) -> None:
+        for raw in iter(pipe.readline, b""):
+            self.log_file.write(raw)
+            text = _display(raw)
+            with self._lock:
+                self._active = True
+                if stream == "err" and not _NOISE.match(text):
+                    self.stderr_tail.append(text)
+                if self.stream:
+                    if len(self._lines) < _MAX_BUFFERED:
+                        self._lines.append([stream, text])
+                    else:
+                        self._dropped += 1
+        pipe.close()
+
+    def _flush(self) -> None:
+        with self._lock:
+            lines, self._lines = self._lines, []
+            dropped, self._dropped = self._dropped, 0
+        if dropped:
+            lines.append(["err", f"[raytf: {dropped} lines not streamed (too fast); all are in the task's log]"])
+        if lines:
+            self.emit(ev.OUTPUT, {"lines": lines})
+
+    def _tick(self) -> None:
+        """Send streamed output every _FLUSH_S; turn printing into heartbeats (at most every heartbeat_s)."""
+        while not self._done.wait(_FLUSH_S):
+            self._flush()
+            now = time.monotonic()
+            with self._lock:
+                active = self._active
+            if active and now - self._last_beat >= self.cfg.failure.heartbeat_s:
+                with self._lock:
+                    self._active = False
+                self._last_beat = now
+                self.emit(ev.HEARTBEAT, {"epoch": self._position["epoch"] + 1, "step": self._position["step"]})
+
+    # -- the child's events ------------------------------------------------------------------
+    def _read_events(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as f:
+            for raw in f:
+                try:
+                    msg = json.loads(raw)
+                except ValueError:
+                    log.warning("unreadable event from the script: %r", raw[:200])
+                    continue
+                try:
+                    self._on_event(msg)
+                except Exception as e:  # keep draining the pipe, or the script blocks writing to it
+                    self.error = self.error or e
+
+    def _on_event(self, msg: dict[str, Any]) -> None:
+        kind = msg.pop("kind")
+        if "step" in msg:
+            self._position = {"epoch": int(msg.get("epoch", 0)) - (1 if kind != ev.EPOCH else 0),
+                              "step": int(msg["step"])}
+        self._last_beat = time.monotonic()
+        if kind == "fit":
+            self.emit(ev.STARTED, {"replicas": msg["replicas"], "epochs": msg["epochs"],
+                                   "steps_per_epoch": msg["steps_per_epoch"]})
+        elif kind == "sync":
+            if self._uploader is None:
+                self._uploader = Uploader(self.run_dir, self.cfg, self.emit, self._beat, None)
+            self._uploader.submit(msg["path"], int(msg["epoch"]), int(msg["step"]),
+                                  {"attempt": self.attempt, "rank": self.spec.rank, "source": "script"})
+        elif kind in (ev.STEP, ev.EPOCH, ev.HEARTBEAT):
+            self.emit(kind, msg)
+
+    def _beat(self) -> None:
+        self.emit(ev.HEARTBEAT, {"epoch": self._position["epoch"] + 1, "step": self._position["step"]})

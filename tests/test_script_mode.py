@@ -1,0 +1,279 @@
+"""Script mode (train.script / train.module): existing tf.distribute programs run unmodified on every task."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import raytf
+from raytf import events as ev
+from raytf import failure
+from raytf._script_host import _display, child_env, expand_args
+from raytf.config import StreamOutput
+from raytf.errors import ConfigError
+from raytf.group import streamed
+from raytf.plan import TaskSpec
+from raytf.reporting import ScriptReporter
+from tests.conftest import ROOT
+
+
+def _cfg(*overrides):
+    return raytf.load_config(ROOT / "conf/script.yaml", list(overrides))
+
+
+# -- pure parts ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides, message", [
+    (["train.entrypoint=examples.keras_cnn:train"], "train.entrypoint and train.script are both set"),
+    (["train.script=", "train.args=[]"], "train.entrypoint is empty"),
+    (["train.script=", "train.module=tests.scripts.resume_probe", "train.entrypoint=x:y"], "both set"),
+    (["train.script=", "train.module=not a module"], "train.module ('not a module') must be a dotted"),
+    (["train.script=", "train.entrypoint=examples.keras_cnn:train"], "train.args is set but"),
+    (["cluster.evaluator.enabled=true"], "cluster.evaluator.enabled=true with train.script"),
+    (["train.args=[--dir,{checkpoint_dir}]"], "train.args[1] ({'checkpoint_dir': None}) is not a string"),
+    (["train.stream_output=some"], "train.stream_output"),
+])
+def test_script_config_errors_name_the_key(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        from raytf.validation import validate
+
+        validate(_cfg(*overrides))
+    assert message in str(e.value)
+
+
+def test_script_config_loads_with_its_defaults():
+    cfg = _cfg()
+    assert cfg.train.script == "examples/mwms_script.py" and cfg.train.stream_output is StreamOutput.rank0
+    assert "{checkpoint_dir}" in cfg.train.args
+
+
+def test_exit_classification():
+    assert failure.exit_failure(3, ["worker 1: giving up"]) == ("user", "exit 3")
+    assert failure.exit_failure(-9, ["anything"]) == ("system", "")
+    tail = ["Traceback (most recent call last):", '  File "t.py", line 3',
+            "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed"]
+    assert failure.exit_failure(1, tail) == ("peer", "UnavailableError")
+    assert failure.exit_failure(1, ["ModuleNotFoundError: No module named 'x'"]) == ("user", "ModuleNotFoundError")
+    # A deterministic error in a script is not retried, like in a training function.
+    verdict = failure.decide(kind="user", error_type="ModuleNotFoundError", attempt=2, progressed=True,
+                             failures_so_far=0, cfg=raytf.Config().failure)
+    assert verdict.decision is failure.Decision.RAISE
+
+
+def test_args_placeholders_and_terminal_lines():
+    values = {"checkpoint_dir": "/c", "rank": "1", "role": "worker", "index": "1", "attempt": "2",
+              "run_dir": "s3://b/r"}
+    assert expand_args(["--model_dir={checkpoint_dir}/m", 7, '{"a": 1}', "{other}", "{rank}-{attempt}"],
+                       values) == ["--model_dir=/c/m", "7", '{"a": 1}', "{other}", "1-2"]
+    assert _display(b"10/20 [===>...]\r20/20 [=====] - loss: 1\n") == "20/20 [=====] - loss: 1"
+    assert _display(b"plain\r\n") == "plain"
+
+
+def test_streamed_ranks():
+    assert [streamed(StreamOutput.rank0, r) for r in (0, 1)] == [True, False]
+    assert [streamed(StreamOutput.all, r) for r in (0, 1)] == [True, True]
+    assert not streamed(StreamOutput.none, 0)
+
+
+def test_child_env(tmp_path):
+    cfg = _cfg("run.name=r1")
+    spec = TaskSpec(role="worker", index=1, rank=1, cpus=1, gpus=0)
+    tf_config = {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": 1}}
+    env = child_env(base={"PYTHONPATH": "/theirs", "TF_CONFIG": "stale", "CUDA_VISIBLE_DEVICES": "1"},
+                    tf_config=tf_config, spec=spec, cfg=cfg, run_uri="/runs/r1", attempt=2, is_chief=False,
+                    num_workers=2, checkpoint_dir=str(tmp_path), resume_from=None, python_path=["/code"])
+    assert json.loads(env["TF_CONFIG"]) == tf_config
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"  # the devices Ray gave the actor
+    assert (env["RAYTF_ROLE"], env["RAYTF_RANK"], env["RAYTF_IS_CHIEF"], env["RAYTF_ATTEMPT"]) == ("worker", "1",
+                                                                                                 "0", "2")
+    assert env["RAYTF_CHECKPOINT_DIR"] == str(tmp_path) and env["RAYTF_RUN_DIR"] == "/runs/r1"
+    paths = env["PYTHONPATH"].split(os.pathsep)
+    assert paths[0] == "/code" and paths[-1] == "/theirs" and str(ROOT) in paths
+    single = child_env(base={"TF_CONFIG": "stale"}, tf_config=None, spec=spec, cfg=cfg, run_uri="/r", attempt=1,
+                       is_chief=True, num_workers=1, checkpoint_dir="/c", resume_from=None, python_path=[])
+    assert "TF_CONFIG" not in single
+
+
+def _read_messages(fd):
+    os.set_blocking(fd, False)
+    data = b""
+    try:
+        while chunk := os.read(fd, 65536):
+            data += chunk
+    except BlockingIOError:
+        pass
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def test_script_reporter_cadence_and_checkpoint_sync(tmp_path):
+    r, w = os.pipe()
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    rep = ScriptReporter(w, every_steps=4, heartbeat_s=60, is_chief=True, checkpoint_dir=str(ckpt),
+                         scratch=str(tmp_path))
+    rep.fit_started(replicas=2, epochs=2, steps_per_epoch=8)
+    rep.epoch_begin(0)
+    for _ in range(8):
+        rep.step_end({"loss": 1.0})
+    (ckpt / "ckpt-1.index").write_text("one")
+    rep.epoch_end({"loss": 0.5})
+    rep.epoch_begin(1)
+    for _ in range(8):
+        rep.step_end({"loss": 0.4})
+    rep.epoch_end({"loss": 0.3})  # nothing new written: no sync
+    msgs = _read_messages(r)
+    assert msgs[0] == {"kind": "fit", "replicas": 2, "epochs": 2, "steps_per_epoch": 8}
+    assert [m["step"] for m in msgs if m["kind"] == "step"] == [1, 4, 8, 12, 16]
+    assert [(m["epoch"], m["step"]) for m in msgs if m["kind"] == "epoch"] == [(1, 8), (2, 16)]
+    syncs = [m for m in msgs if m["kind"] == "sync"]
+    assert [(m["epoch"], m["step"]) for m in syncs] == [(1, 8)]
+    assert (Path(syncs[0]["path"]) / "ckpt-1.index").read_text() == "one"  # a copy the script cannot change
+    (ckpt / "final.keras").write_text("model")
+    rep.close(ok=True)  # files written after the last epoch are synced at exit
+    assert [m["kind"] for m in _read_messages(r)] == ["sync"]
+
+    # Custom loops: raytf.report with explicit steps; other ranks never sync.
+    other = ScriptReporter(w, every_steps=10, heartbeat_s=60, is_chief=False, checkpoint_dir=str(ckpt),
+                           scratch=str(tmp_path))
+    (ckpt / "more").write_text("x")
+    other.report_explicit({"loss": 2.0}, step=None, epoch=None, kind="step", checkpoint=True)
+    other.report_explicit({"loss": 1.0}, step=7, epoch=None, kind="step", checkpoint=False)
+    other.report_explicit({"acc": 0.9}, step=None, epoch=1, kind="epoch", checkpoint=False)
+    msgs = _read_messages(r)
+    assert [(m["kind"], m["step"]) for m in msgs] == [("step", 1), ("step", 7), ("epoch", 7)]
+    assert msgs[0]["metrics"]["loss"] == 2.0 and msgs[2]["epoch"] == 1 and msgs[2]["metrics"] == {"acc": 0.9}
+    os.close(r)
+    os.close(w)
+
+
+def test_report_outside_raytf_is_a_no_op():
+    raytf.report({"loss": 1.0}, step=3)  # a script run by hand calls it too
+    with pytest.raises(ValueError, match="kind"):
+        raytf.report({"loss": 1.0}, kind="eval")
+
+
+def test_tf_config_guard_keeps_ours():
+    code = ("import os, json\n"
+            "os.environ['TF_CONFIG'] = 'ours'\n"
+            "from raytf._script_child import _GuardedEnviron\n"
+            "os.environ.__class__ = _GuardedEnviron\n"
+            "os.environ['TF_CONFIG'] = json.dumps({'cluster': {}})\n"
+            "os.environ.update({'TF_CONFIG': 'x', 'OTHER': 'y'})\n"
+            "del os.environ['TF_CONFIG']\n"
+            "print(os.environ['TF_CONFIG'], os.environ['OTHER'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.stdout.strip() == "ours y"
+    assert "<string>:5 sets TF_CONFIG: ignored" in out.stderr
+    assert "<string>:6 sets TF_CONFIG" in out.stderr and "<string>:7 deletes TF_CONFIG" in out.stderr
+
+
+# -- real runs --------------------------------------------------------------------------------
+def _children() -> list[int]:
+    """Script-mode child processes still alive on this machine (Linux /proc)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if b"raytf._script_child" in cmdline.read_bytes():
+                pids.append(int(cmdline.parent.name))
+        except OSError:  # exited while we looked
+            continue
+    return pids
+
+
+@pytest.fixture
+def script_cfg(tmp_path):
+    def make(*overrides):
+        return raytf.load_config(ROOT / "conf/script.yaml", [f"storage.path={tmp_path / 'runs'}",
+                                                             "metrics.flush_interval_s=0", *overrides])
+    return make
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_seed_style_mwms_script_runs_unmodified(script_cfg, tmp_path, no_leaks):
+    tb = tmp_path / "tb"
+    cfg = script_cfg("run.name=seed", "metrics.every_steps=5", "checkpoint.keep_last=0",
+                     f"train.args=[--epochs,'2',--steps-per-epoch,'10',--model-dir,'{{checkpoint_dir}}',--log-dir,{tb}]")
+    seen = []
+    result = raytf.fit(cfg, quiet=True, on_event=seen.append)
+    assert result.status == "succeeded", result.error
+    df = result.metrics
+    for rank in (0, 1):
+        epochs = df[(df["kind"] == "epoch") & (df["rank"] == rank)].sort_values("epoch")
+        assert list(epochs["epoch"]) == [1, 2] and list(epochs["step"]) == [10, 20]
+        assert {"loss", "accuracy"} <= set(epochs.dropna(axis=1).columns)
+    assert result.summary["num_replicas_in_sync"] == 2
+    # The script's ModelCheckpoint files, synced after each epoch from the chief.
+    names = [Path(c).name for c in result.checkpoints]
+    assert names == ["ckpt-e000001-s0000000010", "ckpt-e000002-s0000000020"]
+    assert (Path(result.checkpoints[-1]) / "ckpt-2.index").exists()
+    assert json.loads((Path(result.checkpoints[-1]) / "_COMMITTED.json").read_text())["source"] == "script"
+    assert list(tb.rglob("events.out.tfevents.*"))  # its TensorBoard callback worked
+    # Rank 0's output streamed (prefixed on the driver), rank 1's only kept in its log.
+    streamed_lines = [(e.rank, line) for e in seen if e.kind == ev.OUTPUT for _, line in e.payload["lines"]]
+    assert {r for r, _ in streamed_lines} == {0}
+    assert any("Epoch 2/2" in line for _, line in streamed_lines)
+    log1 = (Path(result.run_dir) / "logs/worker1-attempt1.log").read_text()
+    assert "Epoch 2/2" in log1
+    assert _children() == []
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_script_exiting_3_on_rank_1_fails_the_run(script_cfg, no_leaks):
+    cfg = script_cfg("run.name=exit3", "train.script=tests/scripts/exit_on_rank1.py", "train.args=[]",
+                     "train.stream_output=all")
+    seen = []
+    result = raytf.fit(cfg, quiet=True, on_event=seen.append)
+    assert result.status == "failed"
+    err = result.error.failures[("worker", 1)]
+    assert err.kind == "user" and err.error_type == "exit 3"
+    assert "exited with code 3" in str(result.error) and "worker 1" in str(result.error)
+    assert "giving up, no data shard for me" in str(result.error)  # the last stderr lines
+    assert len(result.attempts) == 1  # failed before any step: not retried
+    assert result.summary["error"]["rank"] == 1
+    # The script's own TF_CONFIG line was refused with a warning naming it (ours kept the index right).
+    lines = [line for e in seen if e.kind == ev.OUTPUT for _, line in e.payload["lines"]]
+    assert any("exit_on_rank1.py:8 sets TF_CONFIG: ignored" in line for line in lines)
+    assert _children() == []  # worker 0's blocked child died with its actor
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_parameter_server_script(script_cfg, no_leaks):
+    cfg = script_cfg("run.name=ps-script", "cluster.strategy=parameter_server", "cluster.num_ps=1",
+                     "cluster.chief.cpus=0.5", "cluster.worker.cpus=0.5", "cluster.ps.cpus=0.5",
+                     "train.script=examples/ps_script.py", "metrics.every_steps=5",
+                     "train.args=[--epochs,'2',--steps-per-epoch,'10',--working-dir,'{checkpoint_dir}']")
+    seen = []
+    result = raytf.fit(cfg, quiet=True, on_event=seen.append)
+    assert result.status == "succeeded", result.error
+    assert result.summary["roles"] == {"chief": 1, "worker": 2, "ps": 1}
+    df = result.metrics
+    epochs = df[df["kind"] == "epoch"]
+    assert list(epochs["rank"]) == [0, 0] and list(epochs["epoch"]) == [1, 2]
+    assert (Path(result.checkpoints[-1]) / "ckpt.index").exists()
+    lines = [line for e in seen if e.kind == ev.OUTPUT for _, line in e.payload["lines"]]
+    assert any(line.startswith("final weights norm:") for line in lines)
+    assert _children() == []
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_module_script_resumes_from_its_synced_checkpoint(script_cfg, no_leaks):
+    cfg = script_cfg("run.name=probe", "cluster.strategy=mirrored", "cluster.num_workers=1", "train.script=",
+                     "train.module=tests.scripts.resume_probe", "train.args=[]")
+    first = raytf.fit(cfg, quiet=True)
+    assert first.status == "succeeded", first.error
+    second = raytf.fit(cfg, quiet=True)  # same run.name: resumes from the synced state
+    assert second.status == "succeeded", second.error
+    assert second.summary["resumed_from"].endswith("ckpt-e000001-s0000000003")
+    state = json.loads((Path(second.last_checkpoint) / "state.json").read_text())
+    assert state == {"launches": 2}
+    df = second.metrics
+    steps = df[df["kind"] == "step"]
+    assert list(steps["step"]) == [1, 2, 3, 4, 5, 6] and list(steps["launches"]) == [1, 1, 1, 2, 2, 2]
+    log = (Path(second.run_dir) / "logs/worker0-attempt2.log").read_text()
+    assert "resumed_from=ckpt-e000001-s0000000003 launches_before=1" in log
