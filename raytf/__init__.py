@@ -16,17 +16,19 @@ from raytf.errors import (
 )
 from raytf.events import Event
 from raytf.reporting import report
+from raytf.scaling import scaling
+from raytf.sweep import sweep
 
 if TYPE_CHECKING:
     from raytf.context import TrainContext
     from raytf.plots import plot
     from raytf.result import Result, load_result
-    from raytf.sweep import sweep
 
 # Imported on first use: they pull in pyarrow, pandas and matplotlib, which a script run by raytf (that
-# only calls raytf.report) and the CLI's start-up do not need.
+# only calls raytf.report) and the CLI's start-up do not need. (sweep and scaling are imported above: a
+# submodule's import would otherwise shadow the function of the same name; their modules stay light.)
 _LAZY = {"TrainContext": "raytf.context", "plot": "raytf.plots", "Result": "raytf.result",
-         "load_result": "raytf.result", "sweep": "raytf.sweep"}
+         "load_result": "raytf.result"}
 
 
 def __getattr__(name: str):
@@ -55,6 +57,7 @@ __all__ = [
     "load_result",
     "plot",
     "report",
+    "scaling",
     "sweep",
 ]
 

@@ -67,6 +67,9 @@ def _task_logging(tag: str) -> None:
         handler.setFormatter(logging.Formatter(f"[{tag}] %(name)s: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
+        # Our handler prints it; a root handler that the user's code or a library set up (basicConfig) would
+        # print every line a second time, as "INFO:raytf.context:...".
+        logger.propagate = False
 
 
 class _OutputCapture:

@@ -63,6 +63,24 @@ def task_table(infos: list[dict[str, Any]], specs: tuple[TaskSpec, ...]) -> str:
     return "\n".join("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
 
 
+def task_runtime_env(cfg: Config, t: TaskSpec) -> dict[str, Any]:
+    """The task actor's runtime_env: the user's, plus what must be set before TensorFlow is imported in
+    that process (the user's own env_vars win). Pure."""
+    runtime_env = copy.deepcopy(cfg.ray.runtime_env)
+    env_vars = dict(runtime_env.get("env_vars") or {})
+    for k, v in TASK_ENV.items():
+        env_vars.setdefault(k, v)
+    # oneDNN's OpenMP pool sizes itself from OMP_NUM_THREADS, not from tf.config.threading: keep the two
+    # equal (Ray's own default follows num_cpus only, and cluster.threads may differ). With 2 OpenMP threads
+    # each, two workers on 2 cores measured ~5% slower per step (benchmarks/RESULTS.md).
+    env_vars.setdefault("OMP_NUM_THREADS", str(cfg.cluster.threads or t.threads))
+    if cfg.cluster.strategy is Strategy.parameter_server:
+        # gRPC calls fail fast on an unreachable worker, so the coordinator can reschedule (TF's PSS guide).
+        env_vars.setdefault("GRPC_FAIL_FAST", "use_caller")
+    runtime_env["env_vars"] = env_vars
+    return runtime_env
+
+
 class TaskGroup:
     """Reserve, start and wire the tasks of one attempt; always `teardown()` afterwards.
 
@@ -93,14 +111,7 @@ class TaskGroup:
 
     def _start_task(self, t: TaskSpec, bundle_index: int):
         cfg = self.cfg
-        runtime_env = copy.deepcopy(cfg.ray.runtime_env)
-        env_vars = dict(runtime_env.get("env_vars") or {})
-        for k, v in TASK_ENV.items():
-            env_vars.setdefault(k, v)
-        if cfg.cluster.strategy is Strategy.parameter_server:
-            # gRPC calls fail fast on an unreachable worker, so the coordinator can reschedule (TF's PSS guide).
-            env_vars.setdefault("GRPC_FAIL_FAST", "use_caller")
-        runtime_env["env_vars"] = env_vars
+        runtime_env = task_runtime_env(cfg, t)
         advertise = cfg.cluster.advertise_address or ("127.0.0.1" if self.embedded else None)
         options: dict[str, Any] = dict(
             name=actor_name(cfg.run.name, t.role, t.rank), num_cpus=t.cpus, num_gpus=t.gpus,

@@ -22,6 +22,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bars, log lines only")
     p.add_argument("--all-ranks", action="store_true",
                    help="script mode: print every rank's output, not only rank 0's (train.stream_output=all)")
+    p.add_argument("--scaling", metavar="N,N,...",
+                   help="run the job at each worker count (per-replica batch fixed) and report examples/s, "
+                        "speedup and efficiency as a table and a plot, e.g. --scaling 1,2,4")
     p.add_argument("--address", help="Ray cluster to join (auto, host:port, ray://host:port); "
                    "same as ray.address=..., which otherwise falls back to $RAY_ADDRESS")
     return p
@@ -45,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
         overrides += ["train.stream_output=all"] if args.all_ranks else []
         cfg = load_config(args.config, overrides)
+        if args.scaling:
+            from raytf.scaling import parse_workers
+
+            scaling_counts = parse_workers(args.scaling)
+            if cfg.sweep.space:
+                raise ConfigError("--scaling and sweep.space both given: a scaling report runs one job at each "
+                                  "worker count; drop the sweep: section (or sweep.space=null) or --scaling")
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2
@@ -56,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         started = connect.ensure_ray(cfg)
         if cfg.sweep.space:
             return _sweep(cfg)
+        if args.scaling:
+            return _scaling(cfg, scaling_counts, quiet=args.quiet)
         result = driver.fit(cfg, quiet=args.quiet)
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
@@ -101,6 +113,19 @@ def _sweep(cfg) -> int:
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.drop(columns=[c for c in table.columns if c.startswith("best_")]).to_string(index=False))
     return 0 if (table["status"] != "failed").all() else 1
+
+
+def _scaling(cfg, counts: list[int], quiet: bool) -> int:
+    """--scaling: one run per worker count; prints the table; 1 if any count failed or could not be placed."""
+    import pandas as pd
+
+    from raytf.scaling import scaling
+
+    table = scaling(cfg, counts, quiet=quiet)
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3g}".format):
+        print(table.to_string(index=False))
+    print(f"raytf: scaling plot: {table.attrs['plot']}")
+    return 0 if (table["status"] == "succeeded").all() else 1
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pandas as pd
@@ -43,8 +44,6 @@ def _panels(curves: pd.DataFrame) -> dict[str, list[str]]:
 
 def figure(curves: pd.DataFrame, title: str = ""):
     """A matplotlib Figure with one panel per metric (train, validation and evaluator curves)."""
-    import sys
-
     import matplotlib
 
     if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend; elsewhere no display is needed
@@ -72,15 +71,52 @@ def figure(curves: pd.DataFrame, title: str = ""):
 
 
 def png_bytes(curves: pd.DataFrame, title: str = "") -> bytes:
+    return fig_png(figure(curves, title))
+
+
+def fig_png(fig) -> bytes:
+    """A figure as PNG bytes (then closed)."""
     import io
 
     import matplotlib.pyplot as plt
 
-    fig = figure(curves, title)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
+
+
+def scaling_figure(table: pd.DataFrame, title: str = ""):
+    """Throughput against workers (with the ideal line from the smallest count) and scaling efficiency."""
+    import matplotlib
+
+    if "ipykernel" not in sys.modules:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = table.dropna(subset=["examples_per_s"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+    if not ok.empty:
+        w0, e0 = ok["workers"].iloc[0], ok["examples_per_s"].iloc[0]
+        left.plot(ok["workers"], ok["examples_per_s"], marker="o", label="measured")
+        left.plot(ok["workers"], e0 * ok["workers"] / w0, linestyle="--", color="gray", label="linear")
+        # Evenly spaced bars labelled by count (string x values make matplotlib log a "categorical" notice).
+        positions = list(range(len(ok)))
+        right.bar(positions, 100 * ok["efficiency"])
+        right.set_xticks(positions, [str(w) for w in ok["workers"]])
+    left.set_xlabel("workers")
+    left.set_ylabel("examples/s")
+    left.set_xticks(list(table["workers"]))
+    left.grid(alpha=0.3)
+    left.legend()
+    right.set_xlabel("workers")
+    right.set_ylabel("scaling efficiency %")
+    right.axhline(100, linestyle="--", color="gray")
+    right.grid(alpha=0.3, axis="y")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
 
 
 def plot(run: Any, out: str | None = None):

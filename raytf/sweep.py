@@ -7,12 +7,13 @@ import logging
 import os
 import tempfile
 from collections.abc import Mapping
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from raytf.config import Config, load_config, to_dict
 from raytf.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("raytf")
 
@@ -114,6 +115,8 @@ def sweep(
     base = to_dict(base_cfg)
     space_tune = param_space(space)
     _check_keys(base, space)
+    import pandas as pd  # here, not at import time: `import raytf` stays light
+
     sweep_name = name or f"sweep-{pd.Timestamp.now():%Y%m%d-%H%M%S}"
     ensure_ray(base_cfg)
     tune_dir = tempfile.mkdtemp(prefix="raytf-tune-")
@@ -161,6 +164,8 @@ def _row(r, keys: list[str], metric: str | None, mode: str) -> dict[str, Any]:
             row[f"final_{k}"] = v
     history = r.metrics_dataframe
     if history is not None and not history.empty:
+        import pandas as pd
+
         for k in history.columns:
             if k in skip or k.startswith("config") or not pd.api.types.is_numeric_dtype(history[k]):
                 continue

@@ -131,7 +131,9 @@ def test_defaults_need_an_entrypoint():
 
 @pytest.mark.parametrize("args", [["conf/local.yaml", "cluster.num_worker=2"],
                                   ["conf/local.yaml", "train.epochs=zero"],
-                                  ["conf/nope.yaml"]])
+                                  ["conf/nope.yaml"],
+                                  ["conf/local.yaml", "--scaling", "1,two"],
+                                  ["conf/sweep.yaml", "--scaling", "1,2"]])
 def test_cli_bad_config_exits_2_with_one_line(args):
     proc = subprocess.run([sys.executable, "-m", "raytf.launch", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)

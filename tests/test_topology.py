@@ -101,3 +101,18 @@ def test_ps_tf_configs_from_plan():
 def test_mwms_plan_has_no_chief_or_ps():
     plan = make_plan(load_config({"train": {"entrypoint": "m:f"}}, ["cluster.num_workers=2"]))
     assert {t.role for t in plan.tasks} == {"worker"}
+
+
+def test_task_env_sets_keras_and_openmp_before_tf_and_the_users_env_wins():
+    from raytf.group import task_runtime_env
+
+    cfg = _ps_cfg("ray.runtime_env.env_vars.LOG_LEVEL=debug")
+    chief, ps = make_plan(cfg).tasks[0], make_plan(cfg).tasks[-1]
+    env = task_runtime_env(cfg, chief)["env_vars"]
+    assert env["TF_USE_LEGACY_KERAS"] == "1" and env["LOG_LEVEL"] == "debug"
+    assert env["OMP_NUM_THREADS"] == "2" and env["GRPC_FAIL_FAST"] == "use_caller"
+    assert task_runtime_env(cfg, ps)["env_vars"]["OMP_NUM_THREADS"] == "1"  # 0.5 CPU: still one thread
+    mine = _ps_cfg("cluster.threads=3", "ray.runtime_env.env_vars.OMP_NUM_THREADS='8'")
+    assert task_runtime_env(mine, chief)["env_vars"]["OMP_NUM_THREADS"] == "8"
+    assert task_runtime_env(_ps_cfg("cluster.threads=3"), ps)["env_vars"]["OMP_NUM_THREADS"] == "3"
+    assert "env_vars" not in cfg.ray.runtime_env or "OMP_NUM_THREADS" not in cfg.ray.runtime_env["env_vars"]

@@ -1,0 +1,381 @@
+"""raytf against the same TF program launched by hand and by Ray Train, side by side on this machine.
+
+Run:  python -m benchmarks.run [--repeats 5] [--cold-repeats 3] [--workers 2] [--epochs 3] [--steps 50] [--batch 64]
+      python -m benchmarks.run --smoke        (one short trial of each contender: the CI check that it runs)
+
+Every contender runs benchmarks/workload.py's program (same model, data, per-replica batch, thread cap), and
+the rounds are interleaved (A B C ... A B C ...) so the machine's drift hits all alike; the table shows medians
+over rounds, and ratios taken within each round (then their median) to the hand-launched floor and to Ray Train.
+
+Two phases. Cold: each launcher starts from a bare process, as a user's command does on one machine (the raytf
+CLI with its embedded Ray, a Ray Train script that calls ray.init), so Ray's start and stop count. Warm: one Ray
+instance, already running, serves every Ray-based contender, as a cluster does. Hand-launched TF runs in both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOAD = ROOT / "benchmarks" / "workload.py"
+# OMP_NUM_THREADS: Ray sets it to each actor's CPU count (1 here), and oneDNN's OpenMP pool follows it, not
+# tf.config.threading; unset, each hand-launched process would start 2 OpenMP threads on 2 cores, and the
+# floor would be ~5% slower per step than the same program under Ray for a reason that is not the launcher.
+TF_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "BENCH_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+@dataclass
+class Trial:
+    contender: str
+    wall_s: float
+    first_step_s: float | None = None
+    step_ms: float | None = None  # median step, after the first epoch
+    steady_ms: float | None = None  # (end of training - end of epoch 1) / steps: what callbacks and saves add
+    examples_per_s: float | None = None
+    peak_rss_mb: float | None = None
+    raytf_ms: float | None = None  # per step, inside raytf's Keras callbacks (function mode), after epoch 1
+    error: str | None = None
+    phase: str = ""  # "cold" (each launcher starts from a bare process) or "warm" (one Ray already running)
+    round: int = 0
+
+
+@dataclass
+class Setup:
+    workers: int
+    epochs: int
+    steps: int
+    batch: int
+    scratch: Path
+    trials: list[Trial] = field(default_factory=list)
+
+
+def _measure(name: str, t0: float, wall: float, out: Path, examples_per_step: int) -> Trial:
+    """A trial from the timing files the workload's processes wrote (rank 0 for times, all for memory)."""
+    files = sorted(out.glob("timing-*.json"))
+    if not files:
+        return Trial(name, wall, error="no timing written")
+    timings = [json.loads(f.read_text()) for f in files]
+    r0 = min(timings, key=lambda t: t["rank"])
+    spe = r0["steps_per_epoch"]
+    steps = r0["step_s"][spe - 1:] or r0["step_s"]  # skip the first epoch (tracing, warm-up)
+    step_ms = 1000 * statistics.median(steps)
+    steady = r0.get("steady_s")
+    steady_ms = 1000 * steady if steady else None
+    per_step_s = (steady_ms or step_ms) / 1000
+    in_loop = r0.get("raytf_s")
+    return Trial(name, wall, first_step_s=r0["first_step_at"] - t0, step_ms=step_ms, steady_ms=steady_ms,
+                 examples_per_s=examples_per_step / per_step_s, peak_rss_mb=max(t["peak_rss_mb"] for t in timings),
+                 raytf_ms=None if in_loop is None else 1000 * in_loop)
+
+
+def _free_port() -> int:
+    # The seeds' way: pick a port, close it, hand it to TF (racy: tensorflow#21492; fine on an idle machine).
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def hand(s: Setup, out: Path) -> Trial:
+    """N processes started by hand, each with its TF_CONFIG: the floor."""
+    hosts = [f"127.0.0.1:{_free_port()}" for _ in range(s.workers)]
+    t0 = time.time()
+    procs = []
+    for i in range(s.workers):
+        env = {**os.environ, **TF_ENV, "TF_CONFIG": json.dumps({"cluster": {"worker": hosts},
+                                                                "task": {"type": "worker", "index": i}})}
+        procs.append(subprocess.Popen(
+            [sys.executable, str(WORKLOAD), "--out", str(out), "--epochs", str(s.epochs), "--steps", str(s.steps),
+             "--batch", str(s.batch)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    errors = [p.communicate(timeout=900)[1] for p in procs]
+    wall = time.time() - t0
+    if any(p.returncode for p in procs):
+        bad = next(e for p, e in zip(procs, errors) if p.returncode)
+        return Trial("hand-launched TF", wall, error=bad.decode(errors="replace")[-300:])
+    return _measure("hand-launched TF", t0, wall, out, s.batch * s.workers)
+
+
+def _raytf(name: str, s: Setup, out: Path, conf: str, overrides: list[str], examples_per_step: int) -> Trial:
+    import raytf
+
+    cfg = raytf.load_config(ROOT / conf, [
+        f"storage.path={s.scratch / 'runs'}", f"run.name=bench-{out.name}", f"train.epochs={s.epochs}",
+        f"train.steps_per_epoch={s.steps}", f"train.batch_size={s.batch}", f"cluster.num_workers={s.workers}",
+        "checkpoint.resume=false", *overrides])
+    t0 = time.time()
+    result = raytf.fit(cfg, quiet=True)
+    wall = time.time() - t0
+    if result.status != "succeeded":
+        return Trial(name, wall, error=str(result.error)[:300])
+    return _measure(name, t0, wall, out, examples_per_step)
+
+
+_LEAN = ["checkpoint.every_epochs=0", "checkpoint.export_model=false", "metrics.every_steps=0"]
+
+
+def raytf_script(s: Setup, out: Path) -> Trial:
+    """The very same script, launched by raytf (train.script)."""
+    args = f"[--out,{out},--epochs,'{s.epochs}',--steps,'{s.steps}',--batch,'{s.batch}']"
+    return _raytf("raytf MWMS, train.script", s, out, "conf/local.yaml",
+                  ["train.entrypoint=", f"train.script={WORKLOAD}", f"train.args={args}", "train.stream_output=none",
+                   *_LEAN],
+                  s.batch * s.workers)
+
+
+def raytf_function(s: Setup, out: Path) -> Trial:
+    return _raytf("raytf MWMS, function", s, out, "conf/local.yaml",
+                  ["train.entrypoint=benchmarks.workload:train", f"train.params.out={out}", *_LEAN],
+                  s.batch * s.workers)
+
+
+def raytf_function_observed(s: Setup, out: Path) -> Trial:
+    """Checkpoint every epoch (uploaded, committed) and step metrics every 10 steps from every rank."""
+    return _raytf("raytf MWMS, function + ckpt/metrics", s, out, "conf/local.yaml",
+                  ["train.entrypoint=benchmarks.workload:train", f"train.params.out={out}",
+                   "checkpoint.every_epochs=1", "checkpoint.export_model=false", "metrics.every_steps=10"],
+                  s.batch * s.workers)
+
+
+def raytf_ps(s: Setup, out: Path) -> Trial:
+    """ParameterServerStrategy, same number of workers (+ chief and 1 ps); a step is one batch on one worker."""
+    share = 2 / (s.workers + 2)  # chief + workers + ps on this machine's 2 CPUs
+    return _raytf("raytf PS (chief + workers + 1 ps)", s, out, "conf/ps_local.yaml",
+                  ["train.entrypoint=benchmarks.workload:train", f"train.params.out={out}", *_LEAN,
+                   f"cluster.chief.cpus={share}", f"cluster.worker.cpus={share}", f"cluster.ps.cpus={share}"],
+                  s.batch)
+
+
+def _ray_train_fit(out, scratch, workers, epochs, steps, batch) -> None:
+    """Ray Train's TensorflowTrainer; tf-keras through its workers' runtime_env (its own os.environ fix comes
+    after TensorFlow is imported, too late)."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.tensorflow import TensorflowTrainer
+
+    from benchmarks.workload import ray_train_loop
+
+    trainer = TensorflowTrainer(
+        ray_train_loop, train_loop_config={"out": str(out), "epochs": int(epochs), "steps": int(steps),
+                                           "batch": int(batch)},
+        scaling_config=ScalingConfig(num_workers=int(workers), resources_per_worker={"CPU": 1}),
+        run_config=RunConfig(name=f"bench-{Path(out).name}", storage_path=str(Path(scratch) / "ray-train"),
+                             worker_runtime_env={"env_vars": dict(TF_ENV)}))
+    trainer.fit()
+
+
+def ray_train(s: Setup, out: Path) -> Trial:
+    t0 = time.time()
+    try:
+        _ray_train_fit(out, s.scratch, s.workers, s.epochs, s.steps, s.batch)
+    except Exception as e:  # a benchmark row, not a crash of the whole table
+        return Trial("Ray Train TensorflowTrainer", time.time() - t0, error=f"{type(e).__name__}: {e}"[:300])
+    return _measure("Ray Train TensorflowTrainer", t0, time.time() - t0, out, s.batch * s.workers)
+
+
+def _lean_function(s: Setup, out: Path) -> list[str]:
+    return [f"storage.path={s.scratch / 'runs'}", f"run.name=bench-{out.name}", f"train.epochs={s.epochs}",
+            f"train.steps_per_epoch={s.steps}", f"train.batch_size={s.batch}", f"cluster.num_workers={s.workers}",
+            "checkpoint.resume=false", "train.entrypoint=benchmarks.workload:train", f"train.params.out={out}",
+            *_LEAN]
+
+
+def _child(name: str, cmd: list[str], s: Setup, out: Path) -> Trial:
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True,
+                          text=True, timeout=900)
+    wall = time.time() - t0
+    if proc.returncode:
+        return Trial(name, wall, error=f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}")
+    return _measure(name, t0, wall, out, s.batch * s.workers)
+
+
+def raytf_cli_cold(s: Setup, out: Path) -> Trial:
+    """The user's command on one machine: `python -m raytf.launch conf/local.yaml ...`, which starts (and stops)
+    its own embedded Ray: Python start-up, ray.init and ray.shutdown included."""
+    return _child("raytf CLI, embedded Ray (cold)",
+                  [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", *_lean_function(s, out)], s, out)
+
+
+def ray_train_cold(s: Setup, out: Path) -> Trial:
+    """A Ray Train script run the same way: a fresh Python that starts its own local Ray."""
+    code = ("import sys, ray; from benchmarks.run import _ray_train_fit; "
+            "ray.init(address='local', num_cpus=2, include_dashboard=False, log_to_driver=False); "
+            "_ray_train_fit(*sys.argv[1:]); ray.shutdown()")
+    return _child("Ray Train TensorflowTrainer (cold)",
+                  [sys.executable, "-c", code, str(out), str(s.scratch), str(s.workers), str(s.epochs), str(s.steps),
+                   str(s.batch)], s, out)
+
+
+COLD = {"hand": hand, "cli": raytf_cli_cold, "raytrain_cold": ray_train_cold}
+CONTENDERS = {"hand": hand, "script": raytf_script, "function": raytf_function,
+              "observed": raytf_function_observed, "raytrain": ray_train, "ps": raytf_ps}
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _fmt(v, spec: str = ".1f") -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def _paired(trials: list[Trial], name: str, base: str, key: str):
+    """Median over rounds of (name's value ÷ base's value in the same phase and round): each ratio compares two
+    runs minutes apart, so the machine's slow drift cancels; None without a pair."""
+    by = {(t.phase, t.round): t for t in trials if t.contender == base and t.error is None}
+    ratios = []
+    for t in trials:
+        b = by.get((t.phase, t.round))
+        if t.contender == name and t.error is None and b is not None and getattr(t, key) and getattr(b, key):
+            ratios.append(getattr(t, key) / getattr(b, key))
+    return statistics.median(ratios) if ratios else None
+
+
+HAND, FUNCTION = "hand-launched TF", "raytf MWMS, function"
+RAY_TRAIN, RAY_TRAIN_COLD = "Ray Train TensorflowTrainer", "Ray Train TensorflowTrainer (cold)"
+
+
+def table(trials: list[Trial]) -> tuple[str, dict[str, dict]]:
+    """The markdown table of medians per contender, with ratios to hand-launched TF (paired by round) and to
+    Ray Train (the warm one for warm rows, the cold one for cold rows)."""
+    names = list(dict.fromkeys(t.contender for t in trials))
+    med: dict[str, dict] = {}
+    for n in names:
+        ok = [t for t in trials if t.contender == n and t.error is None]
+        med[n] = {k: _median([getattr(t, k) for t in ok]) for k in
+                  ("first_step_s", "step_ms", "steady_ms", "examples_per_s", "wall_s", "peak_rss_mb", "raytf_ms")}
+        med[n]["runs"] = f"{len(ok)}/{sum(t.contender == n for t in trials)}"
+        med[n]["phase"] = next((t.phase for t in ok), "")
+        med[n]["step_vs_hand"] = _paired(trials, n, HAND, "step_ms")
+        med[n]["wall_vs_hand"] = _paired(trials, n, HAND, "wall_s")
+        rt = RAY_TRAIN_COLD if med[n]["phase"] == "cold" else RAY_TRAIN
+        med[n]["wall_vs_ray_train"] = _paired(trials, n, rt, "wall_s")
+        med[n]["steady_vs_function"] = _paired(trials, n, FUNCTION, "steady_ms")
+
+    rows = ["| contender | Ray | first step s | step ms (median) | step ms (steady mean) | examples/s | wall s | "
+            "peak RSS MB/process | raytf in-loop ms/step | step ÷ hand | wall ÷ hand | wall ÷ Ray Train | runs ok |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for n in names:
+        m = med[n]
+        ray_col = {"cold": "own, started+stopped", "warm": "running"}.get(m["phase"], "")
+        if n == HAND:
+            ray_col = "none"
+        rows.append(f"| {n} | {ray_col} | {_fmt(m['first_step_s'])} | {_fmt(m['step_ms'], '.2f')} | "
+                    f"{_fmt(m['steady_ms'], '.2f')} | {_fmt(m['examples_per_s'], '.0f')} | {_fmt(m['wall_s'])} | "
+                    f"{_fmt(m['peak_rss_mb'], '.0f')} | {_fmt(m['raytf_ms'], '.3f')} | "
+                    f"{_fmt(m['step_vs_hand'], '.3f')} | "
+                    f"{_fmt(m['wall_vs_hand'], '.2f')} | {_fmt(m['wall_vs_ray_train'], '.2f')} | {m['runs']} |")
+    return "\n".join(rows), med
+
+
+def targets(med: dict[str, dict]) -> list[str]:
+    """The issue's targets, each as met or missed with the numbers (paired ratios)."""
+    lines = []
+
+    def check(label, value, limit):
+        if value is not None:
+            lines.append(f"- {label}: {value:.3f} (target ≤ {limit}) — {'met' if value <= limit else 'MISSED'}")
+
+    fn, cli = med.get(FUNCTION, {}), med.get("raytf CLI, embedded Ray (cold)", {})
+    obs = med.get("raytf MWMS, function + ckpt/metrics", {})
+    check("raytf step time ÷ hand-launched (warm)", fn.get("step_vs_hand"), 1.03)
+    check("raytf wall time ÷ hand-launched, Ray already running", fn.get("wall_vs_hand"), 1.2)
+    check("raytf wall time ÷ hand-launched, CLI starting its own Ray", cli.get("wall_vs_hand"), 1.2)
+    check("raytf wall time ÷ Ray Train, Ray already running", fn.get("wall_vs_ray_train"), 0.4)
+    check("raytf wall time ÷ Ray Train, each starting its own Ray", cli.get("wall_vs_ray_train"), 0.4)
+    check("checkpoint every epoch + metrics every 10 steps, steady step time ÷ without (end to end, paired)",
+          obs.get("steady_vs_function"), 1.05)
+    if obs.get("raytf_ms") is not None and obs.get("steady_ms"):
+        # Measured inside the run, so the machine's drift between runs does not enter.
+        check("the same, from the time spent inside raytf's callbacks: steady ÷ (steady - in-loop)",
+              obs["steady_ms"] / (obs["steady_ms"] - obs["raytf_ms"]), 1.05)
+    return lines
+
+
+def _rounds(phase: str, chosen: list[str], contenders: dict, setup: Setup, repeats: int) -> None:
+    for r in range(repeats):
+        for c in chosen:
+            out = setup.scratch / f"{phase}-{c}-{r}"
+            trial = contenders[c](setup, out)
+            trial.phase, trial.round = phase, r
+            setup.trials.append(trial)
+            print(f"{phase} round {r + 1}/{repeats} {trial.contender}: wall {trial.wall_s:.1f}s "
+                  f"step {_fmt(trial.step_ms, '.2f')}ms" + (f" ERROR {trial.error}" if trial.error else ""),
+                  flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved rounds with Ray running")
+    ap.add_argument("--cold-repeats", type=int, default=3, help="interleaved rounds of the cold launches")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=50, help="per epoch")
+    ap.add_argument("--batch", type=int, default=64, help="per replica (global = batch x workers)")
+    every = [*COLD, *(c for c in CONTENDERS if c not in COLD)]
+    ap.add_argument("--only", default=",".join(every), help=f"comma-separated, of {','.join(every)}")
+    ap.add_argument("--smoke", action="store_true", help="one short trial of each: checks the benchmark runs")
+    ap.add_argument("--json", help="also write every trial here")
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.repeats, a.cold_repeats, a.epochs, a.steps = 1, 1, 2, 5
+    chosen = [c.strip() for c in a.only.split(",") if c.strip()]
+    unknown = set(chosen) - set(every)
+    if unknown:
+        ap.error(f"--only: unknown contender(s) {sorted(unknown)}; choose from {','.join(every)}")
+    os.chdir(ROOT)  # raytf's tasks import benchmarks.workload from the driver's working directory
+    scratch = Path(tempfile.mkdtemp(prefix="raytf-bench-"))
+    setup = Setup(a.workers, a.epochs, a.steps, a.batch, scratch)
+    ray_start = None
+    try:
+        # Cold first, before this process starts its Ray: each cold launcher starts and stops its own.
+        cold = [c for c in chosen if c in COLD and (c != "hand" or any(x in chosen for x in ("cli", "raytrain_cold")))]
+        if any(c != "hand" for c in cold):
+            _rounds("cold", cold, COLD, setup, a.cold_repeats)
+        warm = [c for c in chosen if c in CONTENDERS]
+        if any(c != "hand" for c in warm) or not cold:
+            import ray
+
+            t = time.perf_counter()
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+            ray_start = time.perf_counter() - t
+            try:
+                _rounds("warm", warm, CONTENDERS, setup, a.repeats)
+            finally:
+                ray.shutdown()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    md, med = table(setup.trials)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # only its version is wanted here
+    import ray
+    import tensorflow as tf
+
+    phases = {t.phase for t in setup.trials}
+    rounds = " + ".join(f"{n} {p}" for p, n in (("cold", a.cold_repeats), ("warm", a.repeats)) if p in phases)
+
+    print(f"\n{a.workers} workers, per-replica batch {a.batch} (global {a.batch * a.workers}), {a.epochs} epochs x "
+          f"{a.steps} steps; {rounds} interleaved rounds; {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}, TF {tf.__version__}, Ray {ray.__version__}"
+          + (f"; the warm rounds' ray.init: {ray_start:.1f}s" if ray_start is not None else "") + "\n")
+    print(md)
+    print("\n" + "\n".join(targets(med)))
+    if a.json:
+        Path(a.json).write_text(json.dumps([t.__dict__ for t in setup.trials], indent=1))
+    failed = [t for t in setup.trials if t.error]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The scaling report (raytf.scaling / --scaling) and the benchmark's smoke mode."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import raytf
+from raytf.errors import ConfigError
+from raytf.scaling import parse_workers, steady_steps_per_s, with_speedup
+from tests.conftest import ROOT
+
+
+def test_parse_workers():
+    assert parse_workers("4,1,2,2") == [1, 2, 4]
+    for bad in ("", "1,x", "0,2", "-1"):
+        with pytest.raises(ConfigError, match="--scaling"):
+            parse_workers(bad)
+
+
+def test_speedup_and_efficiency_from_the_smallest_count_that_ran():
+    rows = [{"workers": 1, "status": "infeasible", "run": "a"},
+            {"workers": 2, "examples_per_s": 1000.0, "status": "succeeded", "run": "b"},
+            {"workers": 4, "examples_per_s": 1500.0, "status": "succeeded", "run": "c"}]
+    t = with_speedup(rows)
+    assert list(t["speedup"].round(3)[1:]) == [1.0, 1.5]
+    assert list(t["efficiency"].round(3)[1:]) == [1.0, 0.75]
+    assert pd.isna(t["speedup"][0])
+
+
+def test_steady_rate_skips_the_first_report_and_epoch():
+    df = pd.DataFrame({"kind": ["step", "step", "step", "step", "epoch"], "rank": [0, 0, 0, 1, 0],
+                       "epoch": [1, 1, 2, 2, 1], "step": [1, 5, 10, 10, 5],
+                       "steps_per_s": [1.0, 5.0, 9.0, 100.0, None]})
+    assert steady_steps_per_s(df) == 9.0
+    assert steady_steps_per_s(df[df["epoch"] == 1]) == 5.0
+
+
+def test_scaling_refuses_scripts_and_single_task_strategies():
+    with pytest.raises(ConfigError, match="training function"):
+        raytf.scaling(ROOT / "conf/script.yaml", [1, 2])
+    with pytest.raises(ConfigError, match="one task"):
+        raytf.scaling(ROOT / "conf/local.yaml", [1], ["cluster.strategy=mirrored", "cluster.num_workers=1"])
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(400)
+def test_scaling_report_runs_each_count(fast_cfg, no_leaks):
+    cfg = fast_cfg("run.name=scale", "cluster.worker.cpus=0.5", "checkpoint.every_epochs=0",
+                   "checkpoint.export_model=false")
+    table = raytf.scaling(cfg, [1, 2, 8])  # 8 x 0.5 CPUs cannot be placed on 2 CPUs
+    assert list(table["workers"]) == [1, 2, 8]
+    assert list(table["status"]) == ["succeeded", "succeeded", "infeasible"]
+    assert list(table["replicas"][:2]) == [1, 2] and list(table["global_batch"][:2]) == [16, 32]
+    assert (table["examples_per_s"][:2] > 0).all() and table["speedup"][0] == 1.0
+    assert Path(table.attrs["plot"]).stat().st_size > 1000
+    assert list(pd.read_csv(table.attrs["csv"])["workers"]) == [1, 2, 8]
+
+
+@pytest.mark.timeout(900)
+def test_benchmark_smoke_mode_runs():
+    """One short trial of every contender, so the benchmark cannot rot (its numbers are not checked here)."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.run", "--smoke"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=880)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for name in ("hand-launched TF", "raytf CLI, embedded Ray (cold)", "Ray Train TensorflowTrainer (cold)",
+                 "raytf MWMS, train.script", "raytf MWMS, function", "Ray Train TensorflowTrainer |", "raytf PS"):
+        assert f"| {name}" in out.stdout
+    assert "wall ÷ hand" in out.stdout and "raytf wall time ÷ Ray Train" in out.stdout
