@@ -59,6 +59,7 @@ def test_scaling_report_runs_each_count(fast_cfg, no_leaks):
     assert list(pd.read_csv(table.attrs["csv"])["workers"]) == [1, 2, 8]
 
 
+@pytest.mark.ray
 @pytest.mark.timeout(900)
 def test_benchmark_smoke_mode_runs():
     """One short trial of every contender, so the benchmark cannot rot (its numbers are not checked here)."""
