@@ -42,14 +42,22 @@ def _panels(curves: pd.DataFrame) -> dict[str, list[str]]:
     return panels
 
 
-def figure(curves: pd.DataFrame, title: str = ""):
-    """A matplotlib Figure with one panel per metric (train, validation and evaluator curves)."""
+def _pyplot():
+    """matplotlib.pyplot, imported on first use (it is slow to import)."""
     import matplotlib
 
     if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend; elsewhere no display is needed
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def figure(curves: pd.DataFrame, title: str = ""):
+    """A matplotlib Figure with one panel per metric (train, validation and evaluator curves)."""
     from matplotlib.ticker import MaxNLocator
+
+    plt = _pyplot()
 
     panels = _panels(curves)
     n = max(1, len(panels))
@@ -88,12 +96,7 @@ def fig_png(fig) -> bytes:
 
 def scaling_figure(table: pd.DataFrame, title: str = ""):
     """Throughput against workers (with the ideal line from the smallest count) and scaling efficiency."""
-    import matplotlib
-
-    if "ipykernel" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     ok = table.dropna(subset=["examples_per_s"])
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
     if not ok.empty:
