@@ -6,7 +6,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytf import checkpoints
+from raytf import events as ev
 from raytf.result import RUNNING
+
+PROGRESS = (ev.STEP, ev.EPOCH, ev.HEARTBEAT, ev.CHECKPOINT)
 
 
 @dataclass
@@ -32,6 +36,30 @@ class Attempt:
     recovery_s: float | None = None  # previous attempt's failure -> this attempt's first step
     steps_lost: int | None = None  # steps trained in this attempt beyond what the next one resumes from
     time_lost_s: float | None = None  # training time beyond the last commit (or first step) of this attempt
+
+    def observe(self, e: ev.Event, previous: Attempt | None = None) -> str | None:
+        """Account one of this attempt's progress events; returns the name of the checkpoint it commits, if any.
+        `previous` is the attempt before this one in this launch (its end starts the recovery clock)."""
+        if e.kind not in PROGRESS or e.attempt != self.number:
+            return None
+        # Only a step counts as training progress (a script's heartbeats may just be its printing).
+        if e.kind in (ev.STEP, ev.EPOCH) and self.first_step_at is None:
+            self.first_step_at = e.time
+            if previous is not None and previous.ended is not None:
+                self.recovery_s = round(e.time - previous.ended, 3)
+        if "step" in e.payload:
+            self.last_step = max(self.last_step or 0, int(e.payload["step"]))
+        if e.kind == ev.CHECKPOINT:
+            self.last_commit_at = e.time
+            return checkpoints.checkpoint_name(e.payload["epoch"], e.payload["step"])
+        return None
+
+    def account_loss(self, resume_step: int) -> None:
+        """After a failure: the steps and training time the next attempt, resuming at `resume_step`, redoes."""
+        if self.last_step is not None:
+            self.steps_lost = max(0, self.last_step - resume_step)
+        if self.first_step_at is not None and self.ended is not None:
+            self.time_lost_s = round(self.ended - max(self.first_step_at, self.last_commit_at or 0), 3)
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k not in ("number", "started", "ended")}

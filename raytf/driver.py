@@ -18,7 +18,7 @@ import ray
 
 from raytf import checkpoints, connect, failure, plots, storage
 from raytf import events as ev
-from raytf.attempts import Attempt
+from raytf.attempts import PROGRESS, Attempt
 from raytf.config import Config, redacted, script_mode, to_dict, to_yaml
 from raytf.errors import RaytfError, TrainingFailedError, WorkerError
 from raytf.group import TaskGroup, actor_name, task_table
@@ -32,16 +32,13 @@ from raytf.validation import validate
 log = logging.getLogger("raytf")
 
 
-PROGRESS = (ev.STEP, ev.EPOCH, ev.HEARTBEAT, ev.CHECKPOINT)
-
-
 def default_run_name(now: _dt.datetime | None = None) -> str:
     now = now or _dt.datetime.now()
     return f"run-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 class Driver:
-    """Runs one launch of a run: a single attempt for now (retries come with the failure policy)."""
+    """Runs one launch of a run: attempts until one succeeds or the failure policy says stop."""
 
     poll_s = 0.5
 
@@ -150,11 +147,7 @@ class Driver:
         latest = self.run_dir.latest_checkpoint()
         if latest is not None and not self.cfg.checkpoint.resume and latest.name not in self.committed:
             latest = None  # checkpoint.resume=false: only this launch's own checkpoints count
-        resume_step = latest.step if latest else 0
-        if attempt.last_step is not None:
-            attempt.steps_lost = max(0, attempt.last_step - resume_step)
-        if attempt.first_step_at is not None:
-            attempt.time_lost_s = round(attempt.ended - max(attempt.first_step_at, attempt.last_commit_at or 0), 3)
+        attempt.account_loss(latest.step if latest else 0)
         if verdict.decision is failure.Decision.RAISE:
             log.error("attempt %d failed (%s): %s; not retrying", attempt.number, attempt.cause, verdict.reason)
             return False
@@ -240,7 +233,7 @@ class Driver:
             stale = failure.stale_ranks(self.watched, time.time(), self.cfg.failure.hang_timeout_s)
             if stale:
                 self._dispatch(ray.get(drain))
-                raise self._fail(attempt, self._hang_errors(stale, attempt))
+                raise self._fail(attempt, [self.group.hang_error(rank, attempt.number) for rank in stale])
             if self.metrics.dirty and time.monotonic() - last_flush >= self.cfg.metrics.flush_interval_s:
                 try:
                     self._write_metrics(retry=False)
@@ -298,20 +291,6 @@ class Driver:
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=grace_s) if pending else ([], [])
         return [e for e in (self.group.outcome(r, pending[r]) for r in ready) if e is not None]
 
-    def _hang_errors(self, stale: list[int], attempt: Attempt) -> list[WorkerError]:
-        timeout = self.cfg.failure.hang_timeout_s
-        errors = []
-        for rank in stale:
-            info = self.group.info(rank)
-            rel = f"logs/stacks-attempt{attempt.number}-{info.get('role')}{rank}.txt"
-            text = self.group.dump_stacks(rank)
-            log.error("stacks of %s %s (pid %s):\n%s", info.get("role"), rank, info.get("pid"), text)
-            self.run_dir.write_text(rel, text)
-            errors.append(WorkerError(
-                f"no progress for {timeout:g}s (failure.hang_timeout_s); stacks in {self.run_dir.uri_of(rel)}",
-                role=info.get("role", ""), rank=rank, node_id=info.get("node_id", ""), kind=failure.HANG))
-        return errors
-
     def _fail(self, attempt: Attempt, errors: list[WorkerError]) -> TrainingFailedError:
         root = errors[failure.root_cause([e.kind for e in errors])]
         attempt.cause, attempt.error_type = root.kind, root.error_type
@@ -326,21 +305,13 @@ class Driver:
     def _dispatch(self, events: list[ev.Event]) -> None:
         attempt = self.attempts[-1]
         now = time.time()
+        previous = self.attempts[-2] if len(self.attempts) > 1 else None
         for e in events:
-            if e.kind in PROGRESS and e.attempt == attempt.number:
-                if e.rank in self.watched:
-                    self.watched[e.rank] = now
-                # Only a step counts as training progress (a script's heartbeats may just be its printing).
-                if e.kind in (ev.STEP, ev.EPOCH) and attempt.first_step_at is None:
-                    attempt.first_step_at = e.time
-                    previous = self.attempts[-2] if len(self.attempts) > 1 else None
-                    if previous is not None and previous.ended is not None:
-                        attempt.recovery_s = round(e.time - previous.ended, 3)
-                if "step" in e.payload:
-                    attempt.last_step = max(attempt.last_step or 0, int(e.payload["step"]))
-                if e.kind == ev.CHECKPOINT:
-                    attempt.last_commit_at = e.time
-                    self.committed.add(checkpoints.checkpoint_name(e.payload["epoch"], e.payload["step"]))
+            if e.kind in PROGRESS and e.attempt == attempt.number and e.rank in self.watched:
+                self.watched[e.rank] = now  # any progress, heartbeats included, clears a rank of hanging
+            committed = attempt.observe(e, previous)
+            if committed is not None:
+                self.committed.add(committed)
             if e.kind == ev.PREEMPTED and e.attempt == attempt.number and self.preempted is None:
                 log.warning("%s %d got a preemption notice (SIGTERM)", e.role, e.rank)
                 self.preempted = e
@@ -381,13 +352,6 @@ class Driver:
 
     def summary(self, status: str) -> dict[str, Any]:
         ckpts = self._checkpoint_uris()
-        err = None
-        if self.error is not None:
-            first = next(iter(self.error.failures.values()), None)
-            err = {"message": str(self.error)}
-            if first is not None:
-                err.update(role=first.role, rank=first.rank, node_id=first.node_id, kind=first.kind,
-                           traceback=first.remote_traceback)
         now = time.time()
         return {
             "run": self.cfg.run.name,
@@ -410,7 +374,7 @@ class Driver:
                       if self.run_dir.exists(f"{storage.MODEL_DIR}/{checkpoints.COMMIT_MARKER}") else None),
             "checkpoints": ckpts,
             "versions": self.versions,
-            "error": err,
+            "error": None if self.error is None else self.error.to_json(),
             "started_at": self.t0,
             "ended_at": None if status == RUNNING else now,
             "duration_s": round(now - self.t0, 3),

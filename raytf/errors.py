@@ -74,3 +74,12 @@ class TrainingFailedError(RaytfError):
 
     def __reduce__(self):
         return (TrainingFailedError, (self.args[0], self.failures))
+
+    def to_json(self) -> dict:
+        """result.json's `error`: the message, and where the root cause (the first failure) happened."""
+        out: dict = {"message": str(self)}
+        first = next(iter(self.failures.values()), None)
+        if first is not None:
+            out.update(role=first.role, rank=first.rank, node_id=first.node_id, kind=first.kind,
+                       traceback=first.remote_traceback)
+        return out

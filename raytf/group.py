@@ -211,6 +211,18 @@ class TaskGroup:
         except (RayError, KeyError) as e:
             return f"could not dump stacks: {e}"
 
+    def hang_error(self, rank: int, attempt: int) -> WorkerError:
+        """A rank without progress for failure.hang_timeout_s: its stacks go to the log and the run
+        directory, and the error says where."""
+        info, timeout = self.info(rank), self.cfg.failure.hang_timeout_s
+        rel = f"logs/stacks-attempt{attempt}-{info.get('role')}{rank}.txt"
+        text = self.dump_stacks(rank)
+        log.error("stacks of %s %s (pid %s):\n%s", info.get("role"), rank, info.get("pid"), text)
+        self.run_dir.write_text(rel, text)
+        return WorkerError(
+            f"no progress for {timeout:g}s (failure.hang_timeout_s); stacks in {self.run_dir.uri_of(rel)}",
+            role=info.get("role", ""), rank=rank, node_id=info.get("node_id", ""), kind=failure.HANG)
+
     def teardown(self) -> None:
         """Kill every task and the bus, release the placement group, and wait until the names are
         free again (a relaunch with the same run.name reuses them)."""

@@ -5,6 +5,8 @@ import pickle
 import pyarrow as pa
 
 from raytf import events as ev
+from raytf.attempts import Attempt
+from raytf.checkpoints import checkpoint_name
 from raytf.errors import TrainingFailedError, WorkerError
 from raytf.metrics import MetricsTable
 from raytf.plan import shortfall
@@ -65,3 +67,36 @@ def test_event_buffer_drain_waits_and_returns_in_order():
     e1, e2 = ev.Event(ev.STEP, "worker", 0, 1), ev.Event(ev.STEP, "worker", 1, 1)
     threading.Timer(0.05, buf.push, args=([e1, e2],)).start()
     assert buf.drain(5.0) == [e1, e2]
+
+
+def test_attempt_observes_progress_and_accounts_loss():
+    previous = Attempt(1, 1, ended=100.0)
+    a = Attempt(2, 2, resumed_from="ckpt")
+    # Another attempt's events and non-progress events do not count.
+    assert a.observe(ev.Event(ev.STEP, "worker", 0, 1, {"step": 99}, time=101.0), previous) is None
+    assert a.observe(ev.Event(ev.STARTED, "worker", 0, 2, {"replicas": 2}, time=101.0), previous) is None
+    # A heartbeat is progress for the step count, but not the first training step.
+    a.observe(ev.Event(ev.HEARTBEAT, "worker", 0, 2, {"epoch": 1, "step": 3}, time=102.0), previous)
+    assert a.first_step_at is None and a.last_step == 3
+    a.observe(ev.Event(ev.STEP, "worker", 1, 2, {"epoch": 1, "step": 10}, time=104.5), previous)
+    assert a.first_step_at == 104.5 and a.recovery_s == 4.5
+    name = a.observe(ev.Event(ev.CHECKPOINT, "worker", 0, 2, {"epoch": 1, "step": 20}, time=106.0), previous)
+    assert name == checkpoint_name(1, 20) and a.last_commit_at == 106.0
+    a.observe(ev.Event(ev.STEP, "worker", 0, 2, {"epoch": 2, "step": 27}, time=107.0), previous)
+    a.observe(ev.Event(ev.STEP, "worker", 1, 2, {"epoch": 2, "step": 25}, time=107.1), previous)
+    assert a.last_step == 27  # the furthest rank, not the last report
+    a.ended = 108.0
+    a.account_loss(resume_step=20)
+    assert a.steps_lost == 7 and a.time_lost_s == 2.0
+    out = a.to_json()
+    assert out["attempt"] == 2 and out["duration_s"] == round(108.0 - a.started, 3)
+
+
+def test_training_failed_error_json_names_the_root_cause():
+    root = WorkerError("boom", role="worker", rank=1, node_id="n1", remote_traceback="Traceback...\nboom",
+                       kind="user")
+    other = WorkerError("peer gone", role="worker", rank=0, kind="system")
+    out = TrainingFailedError("run r failed: boom", {("worker", 1): root, ("worker", 0): other}).to_json()
+    assert out == {"message": "run r failed: boom", "role": "worker", "rank": 1, "node_id": "n1",
+                   "kind": "user", "traceback": "Traceback...\nboom"}
+    assert TrainingFailedError("interrupted").to_json() == {"message": "interrupted"}
