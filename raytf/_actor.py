@@ -277,7 +277,7 @@ class TaskActor:
             emit.flush()
             if code == 0:
                 return {"ok": True, "stopped": False, **host._position}
-            kind, error_type = failure.exit_failure(code, tail)
+            kind, error_type = failure.exit_failure(code, tail, host.raised)
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             log_uri = run_dir.uri_of(f"logs/{spec.role}{spec.rank}-attempt{attempt}.log")
             last = "\n".join(f"  | {line}" for line in tail) or "  | (nothing on stderr)"

@@ -1,7 +1,8 @@
 """What a script-mode task's child process runs (`python -m raytf._script_child`): set up what an unmodified
 script cannot do for itself, then run it as `__main__` with its own argv, and exit with its exit code.
 
-Before the script: die with the host (no orphans when Ray kills the actor), keep raytf's TF_CONFIG even if
+Before the script: die with the host, and leave a sentinel that takes the script's process group down with
+it (no orphans when Ray kills the actor), keep raytf's TF_CONFIG even if
 the script assigns its own, cap TensorFlow's threads to the task's CPU share, and add raytf's metrics
 callback to every Keras `Model.fit`. TF_USE_LEGACY_KERAS=1 is already in the environment (the actor's
 runtime_env), so `tf.keras` is tf-keras here.
@@ -28,10 +29,34 @@ def _die_with_parent(parent_pid: int) -> None:
     here rather than in Popen(preexec_fn=...), which is unsafe in the threaded actor process."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the host kills us on its way out instead
+    except (OSError, AttributeError):  # not Linux: the host kills the group on its way out instead
         return
     if os.getppid() != parent_pid:  # the host died before the signal was armed
         os._exit(137)
+
+
+def _start_sentinel(alive_fd: int) -> None:
+    """Fork a small process that takes this process group down once the host is gone or done with it.
+
+    The host started this process in a session of its own, so whatever the script starts (a TensorBoard,
+    os.system, forked workers) is in its group. The host kills the group when the script ends; but when
+    the host itself is killed (ray.kill of the actor, whose exit also SIGKILLs its direct children, this
+    process among them), nobody is left to do it. The sentinel, a grandchild of the host, is not killed
+    with it: it waits for the host's end of `alive_fd` to close, which any death of the host does, then
+    kills the group. Forked before anything starts a thread (TensorFlow)."""
+    if os.fork() == 0:
+        try:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # hold none of the script's pipes (the host waits for their EOF)
+                os.dup2(devnull, fd)
+            os.closerange(3, alive_fd)
+            os.closerange(alive_fd + 1, 1 << 16)
+            while os.read(alive_fd, 1):  # nothing is ever written: returns b"" when the host's end closes
+                pass
+        finally:
+            os.killpg(0, signal.SIGKILL)
+            os._exit(0)
+    os.close(alive_fd)
 
 
 class _GuardedEnviron(os._Environ):
@@ -64,6 +89,20 @@ class _GuardedEnviron(os._Environ):
             self._refuse("deletes")
             return
         super().__delitem__(key)
+
+    # MutableMapping's clear() and popitem() delete the first key until none is left: with TF_CONFIG
+    # kept, they would loop forever. Everything else goes; TF_CONFIG stays (and the script is told).
+    def clear(self):
+        for key in [k for k in self if k != "TF_CONFIG"]:
+            super().__delitem__(key)
+        if "TF_CONFIG" in self:
+            self._refuse("clears")
+
+    def popitem(self):
+        for key in self:
+            if key != "TF_CONFIG":
+                return key, self.pop(key)
+        raise KeyError("popitem(): only raytf's TF_CONFIG is left, and it stays")
 
 
 def _patch_keras_fit(reporter) -> None:
@@ -117,6 +156,9 @@ def _run(spec: dict) -> None:
 def main() -> int:
     spec = json.loads(os.environ.pop(SPEC_ENV))
     _die_with_parent(spec["parent_pid"])
+    _start_sentinel(spec["alive_fd"])
+    # The events pipe is ours: a process the script starts (os.system, a TensorBoard) must not hold it open.
+    os.set_inheritable(spec["events_fd"], False)
     from raytf import reporting
 
     reporter = reporting.ScriptReporter(
@@ -135,9 +177,12 @@ def main() -> int:
         _run(spec)
     except SystemExit as e:
         code = _exit_code(e.code)
-    except BaseException:
+    except BaseException as e:
         traceback.print_exc()
         code = 1
+        # The exception's type decides retries (a lost peer's UnavailableError is not the script's fault);
+        # sent as such, since a long TF message can push it out of the stderr lines the host keeps.
+        reporter.exception(type(e).__name__)
     try:
         reporter.close(ok=code == 0)
     except OSError as e:

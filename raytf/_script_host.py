@@ -16,6 +16,9 @@ import json
 import logging
 import os
 import re
+import shutil
+import signal
+import site
 import subprocess
 import sys
 import threading
@@ -35,6 +38,8 @@ log = logging.getLogger(__name__)
 STDERR_TAIL = 20  # lines of a failed task's stderr quoted in its error
 _FLUSH_S = 0.2  # how often streamed output is sent to the driver
 _MAX_BUFFERED = 2000  # streamed lines held between flushes; beyond that they are counted, not sent
+_CHUNK = 65536  # bytes read from the script's stdout/stderr at a time
+_READER_GRACE_S = 10.0  # after the script's group is gone, how long its pipes may take to drain
 
 
 # TensorFlow's C++ start-up chatter (absl INFO lines): kept in the log, left out of an error's stderr tail.
@@ -68,8 +73,13 @@ def child_env(*, base: dict[str, str], tf_config: dict | None, spec: TaskSpec, c
         env["TF_CONFIG"] = json.dumps(tf_config)
     import raytf
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(raytf.__file__)))  # raytf itself, even uninstalled
-    paths = [*python_path, here, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    # raytf itself, for the child's `-m raytf._script_child`, even when it is not installed (a checkout):
+    # last, so it shadows nothing of the user's, and not at all when it is site-packages, which on
+    # PYTHONPATH would come before the standard library.
+    here = os.path.dirname(os.path.dirname(os.path.abspath(raytf.__file__)))
+    site_dirs = {os.path.abspath(p) for p in (*site.getsitepackages(), site.getusersitepackages())}
+    paths = [*python_path, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)),
+             *([] if here in site_dirs else [here])]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env.update({
         "RAYTF_RUN_NAME": cfg.run.name or "",
@@ -108,6 +118,7 @@ class ScriptHost:
         self._done = threading.Event()
         self.proc: subprocess.Popen | None = None
         self.error: BaseException | None = None  # a failed checkpoint upload, raised by run()
+        self.raised: str | None = None  # the type of the uncaught exception the script died of
 
     def restore(self, resume_from) -> None:
         """Every task starts from the latest committed checkpoint's files in its $RAYTF_CHECKPOINT_DIR
@@ -121,10 +132,9 @@ class ScriptHost:
             self._position = {"epoch": resume_from.epoch, "step": resume_from.step}
 
     def run(self, env: dict[str, str]) -> tuple[int, list[str]]:
-        read_fd, write_fd = os.pipe()
         c = self.cfg
         spec = {
-            "parent_pid": os.getpid(), "events_fd": write_fd, "script": c.train.script, "module": c.train.module,
+            "parent_pid": os.getpid(), "script": c.train.script, "module": c.train.module,
             "args": expand_args(list(c.train.args), {
                 "checkpoint_dir": self.checkpoint_dir, "rank": str(self.spec.rank), "role": self.spec.role,
                 "index": str(self.spec.index), "attempt": str(self.attempt), "run_dir": self.run_dir.uri}),
@@ -133,13 +143,25 @@ class ScriptHost:
             "heartbeat_s": c.failure.heartbeat_s, "is_chief": self.is_chief, "checkpoint_dir": self.checkpoint_dir,
             "scratch": self.scratch, **self._position,
         }
+        read_fd, write_fd = os.pipe()
+        # The child's sentinel waits on alive_r: EOF once this process closes alive_w, or dies.
+        alive_r, alive_w = os.pipe()
         try:
+            spec.update(events_fd=write_fd, alive_fd=alive_r)
             # -u: the script's prints reach the driver as they happen, not when a buffer fills.
+            # A session of its own: whatever the script starts (a TensorBoard, os.system, forked workers)
+            # is in the child's process group, and goes with it.
             self.proc = subprocess.Popen(
                 [sys.executable, "-u", "-m", "raytf._script_child"], env={**env, SPEC_ENV: json.dumps(spec)},
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,))
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(write_fd, alive_r), start_new_session=True)
+        except BaseException:
+            os.close(read_fd)
+            os.close(alive_w)
+            raise
         finally:
             os.close(write_fd)  # the child holds the only write end: EOF when it exits
+            os.close(alive_r)
         threads = [threading.Thread(target=self._read_output, args=(self.proc.stdout, "out"), daemon=True),
                    threading.Thread(target=self._read_output, args=(self.proc.stderr, "err"), daemon=True),
                    threading.Thread(target=self._read_events, args=(read_fd,), daemon=True)]
@@ -148,36 +170,64 @@ class ScriptHost:
             t.start()
         try:
             code = self.proc.wait()
-            for t in threads:
-                t.join()
         finally:
-            if self.proc.poll() is None:  # the host is being torn down: take the child with it
-                self.proc.kill()
-                self.proc.wait()
+            # The script is done (or the host is being torn down): nothing it started outlives it, and
+            # nothing left holding its pipes keeps the readers (and so this task) waiting.
+            os.close(alive_w)  # the sentinel kills the group too; it is not left waiting either way
+            self._kill_group()
+            self.proc.wait()
+            deadline = time.monotonic() + _READER_GRACE_S
+            for t in threads:
+                t.join(max(0.0, deadline - time.monotonic()))
             self._done.set()
             ticker.join()
             self._flush()
-        if self._uploader is not None:
-            self._uploader.close()  # the last snapshots land before the task reports success
+        if self._uploader is not None and self.error is None:
+            try:
+                self._uploader.close()  # the last snapshots land before the task reports success
+            except Exception as e:
+                self.error = e
         if self.error is not None:
             raise self.error
         return code, list(self.stderr_tail)
 
+    def _kill_group(self, sig: int = signal.SIGKILL) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):  # the group is gone already
+            pass
+
     # -- the child's output ------------------------------------------------------------------
     def _read_output(self, pipe, stream: str) -> None:
-        for raw in iter(pipe.readline, b""):
-            self.log_file.write(raw)
-            text = _display(raw)
+        """Chunks as they come, not lines: a progress bar redraws with carriage returns and ends its line
+        only at the end of an epoch, but each redraw is a sign of life."""
+        partial = b""
+        while True:
+            chunk = pipe.read1(_CHUNK)
+            if not chunk:
+                break
             with self._lock:
                 self._active = True
-                if stream == "err" and not _NOISE.match(text):
-                    self.stderr_tail.append(text)
-                if self.stream:
-                    if len(self._lines) < _MAX_BUFFERED:
-                        self._lines.append([stream, text])
-                    else:
-                        self._dropped += 1
+            *lines, partial = (partial + chunk).split(b"\n")
+            if len(partial) > _CHUNK * 16:  # no newline in a megabyte: pass it on as a line
+                lines, partial = [*lines, partial], b""
+            for raw in lines:
+                self._line(raw + b"\n", stream)
+        if partial:
+            self._line(partial, stream)
         pipe.close()
+
+    def _line(self, raw: bytes, stream: str) -> None:
+        self.log_file.write(raw)
+        text = _display(raw)
+        with self._lock:
+            if stream == "err" and not _NOISE.match(text):
+                self.stderr_tail.append(text)
+            if self.stream:
+                if len(self._lines) < _MAX_BUFFERED:
+                    self._lines.append([stream, text])
+                else:
+                    self._dropped += 1
 
     def _flush(self) -> None:
         with self._lock:
@@ -213,22 +263,42 @@ class ScriptHost:
                 try:
                     self._on_event(msg)
                 except Exception as e:  # keep draining the pipe, or the script blocks writing to it
-                    self.error = self.error or e
+                    self._give_up(e)
+
+    def _give_up(self, e: Exception) -> None:
+        """A checkpoint upload failed (after storage.upload_retries): stop the script now rather than let it
+        train on with nothing saved; run() raises the error."""
+        with self._lock:
+            if self.error is not None:
+                return
+            self.error = e
+        log.error("checkpoint upload failed, stopping the script: %s", e)
+        if self.proc is not None:
+            self._kill_group(signal.SIGTERM)
 
     def _on_event(self, msg: dict[str, Any]) -> None:
         kind = msg.pop("kind")
         if "step" in msg:
-            self._position = {"epoch": int(msg.get("epoch", 0)) - (1 if kind != ev.EPOCH else 0),
-                              "step": int(msg["step"])}
+            # Step rows and heartbeats carry the epoch under way (1-based); epoch ends and syncs, the
+            # number of epochs completed.
+            running = kind in (ev.STEP, ev.HEARTBEAT)
+            self._position = {"epoch": int(msg.get("epoch", 0)) - running, "step": int(msg["step"])}
         self._last_beat = time.monotonic()
-        if kind == "fit":
+        if kind == "exception":
+            self.raised = str(msg["type"])
+        elif kind == "fit":
             self.emit(ev.STARTED, {"replicas": msg["replicas"], "epochs": msg["epochs"],
                                    "steps_per_epoch": msg["steps_per_epoch"]})
         elif kind == "sync":
             if self._uploader is None:
-                self._uploader = Uploader(self.run_dir, self.cfg, self.emit, self._beat, None)
-            self._uploader.submit(msg["path"], int(msg["epoch"]), int(msg["step"]),
-                                  {"attempt": self.attempt, "rank": self.spec.rank, "source": "script"})
+                self._uploader = Uploader(self.run_dir, self.cfg, self.emit, self._beat, None,
+                                          on_error=self._give_up)
+            try:
+                self._uploader.submit(msg["path"], int(msg["epoch"]), int(msg["step"]),
+                                      {"attempt": self.attempt, "rank": self.spec.rank, "source": "script"})
+            except BaseException:
+                shutil.rmtree(msg["path"], ignore_errors=True)  # not uploaded, and nobody else removes it
+                raise
         elif kind in (ev.STEP, ev.EPOCH, ev.HEARTBEAT):
             self.emit(kind, msg)
 

@@ -79,12 +79,15 @@ PEER_ERRORS = frozenset({"UnavailableError", "DeadlineExceededError", "AbortedEr
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?::|$)")
 
 
-def exit_failure(returncode: int, stderr_tail: list[str]) -> tuple[str, str]:
+def exit_failure(returncode: int, stderr_tail: list[str], raised: str | None = None) -> tuple[str, str]:
     """(kind, error_type) of a script that exited non-zero: a signal is a death ("system"); otherwise the
-    last exception named in its stderr decides (a lost peer's UnavailableError & co. are "peer"), and
-    an exit without one (sys.exit(3)) is a "user" failure of type "exit <code>"."""
+    exception it died of decides (`raised`, as the child reported it, else the last one named in its
+    stderr; a lost peer's UnavailableError & co. are "peer"), and an exit without one (sys.exit(3)) is a
+    "user" failure of type "exit <code>"."""
     if returncode < 0:
         return SYSTEM, ""
+    if raised and raised != "SystemExit":
+        return (PEER if raised in PEER_ERRORS else USER), raised
     for line in reversed(stderr_tail):
         m = _EXC_LINE.match(line.strip())
         if m:

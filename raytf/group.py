@@ -38,7 +38,9 @@ def _py_spy_dump(pid: int) -> str:
     exe = shutil.which("py-spy")
     if exe is None:
         return "py-spy is not installed on this node"
-    proc = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+    # --subprocesses: in script mode the user's program runs in a child process of the task's actor.
+    proc = subprocess.run([exe, "dump", "--subprocesses", "--pid", str(pid)], capture_output=True, text=True,
+                          timeout=30)
     return proc.stdout or proc.stderr
 
 

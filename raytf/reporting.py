@@ -81,7 +81,8 @@ def report(metrics: Mapping[str, Any] | None = None, *, step: int | None = None,
 
     In a script (train.script), for custom loops that do not use Keras `fit` (whose metrics raytf captures on
     its own): `raytf.report({"loss": loss}, step=step)` after a step, `raytf.report({...}, epoch=e, kind="epoch")`
-    after epoch `e` (counted from 1). Without `step`, each step report advances the step count by one.
+    after epoch `e` (counted from 1). Without `step`, each step report advances the step count by one. Every
+    call is a row (one event to the driver): in a loop of millisecond steps, call it every few dozen steps.
     `checkpoint=True` says a checkpoint was just written under $RAYTF_CHECKPOINT_DIR: the chief's copy is
     then synced to the run's storage (other ranks ignore it).
 
@@ -146,6 +147,9 @@ class ScriptReporter:
         self._last_beat = time.monotonic()
         self._synced = _tree_signature(checkpoint_dir)  # what a resume restored there is not new
         self._snapshots = 0
+        self._fits = 0  # Model.fit calls so far in this process
+        self._base = (0, 0)  # (epochs, steps) done before the current fit, by earlier fits
+        self._fit_begun = False
 
     def _send(self, obj: dict[str, Any]) -> None:
         data = (json.dumps(obj) + "\n").encode()
@@ -156,14 +160,22 @@ class ScriptReporter:
 
     # -- what _keras.RaytfCallback calls -------------------------------------------------------
     def fit_started(self, *, replicas: int, epochs: int | None, steps_per_epoch: int | None) -> None:
+        self._fits += 1
+        self._fit_begun = False
         self.num_replicas, self.steps_per_epoch = replicas, steps_per_epoch
         self._send({"kind": "fit", "replicas": replicas, "epochs": epochs, "steps_per_epoch": steps_per_epoch})
 
     def epoch_begin(self, epoch: int) -> None:
-        """Keras' epoch index (0-based): after a restore (BackupAndRestore) fit starts past 0."""
-        self.epoch = epoch
+        """Keras' epoch index (0-based, within this fit): after a restore (BackupAndRestore) fit starts past 0."""
+        if not self._fit_begun:
+            self._fit_begun = True
+            # A later fit that starts from epoch 0 (fine-tuning, say) counts on from the earlier ones, so its
+            # checkpoints are the newest; one with initial_epoch set (fit one epoch at a time) says where it is.
+            self._base = (self.epoch, self.step) if self._fits > 1 and epoch == 0 else (0, 0)
+        base_epoch, base_step = self._base
+        self.epoch = base_epoch + epoch
         if self.steps_per_epoch:
-            self.step = epoch * self.steps_per_epoch
+            self.step = base_step + epoch * self.steps_per_epoch
 
     def report(self, metrics: Mapping[str, Any] | None, *, kind: str = STEP) -> None:
         self._last_beat = time.monotonic()
@@ -225,6 +237,13 @@ class ScriptReporter:
         self._synced = sig
         self._send({"kind": "sync", "path": snap, "epoch": self.epoch, "step": self.step})
         return True
+
+    def exception(self, name: str) -> None:
+        """The script ended with an uncaught exception of this type."""
+        try:
+            self._send({"kind": "exception", "type": name})
+        except OSError:  # the host is gone: nobody to tell
+            pass
 
     def close(self, ok: bool) -> None:
         """At exit: a successful script's last writes (model.save after fit, say) are synced too."""

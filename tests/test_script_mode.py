@@ -1,9 +1,13 @@
 """Script mode (train.script / train.module): existing tf.distribute programs run unmodified on every task."""
 
+import collections
+import io
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,7 @@ import pytest
 import raytf
 from raytf import events as ev
 from raytf import failure
-from raytf._script_host import _display, child_env, expand_args
+from raytf._script_host import ScriptHost, _display, child_env, expand_args
 from raytf.config import StreamOutput
 from raytf.errors import ConfigError
 from raytf.group import streamed
@@ -56,6 +60,9 @@ def test_exit_classification():
             "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed"]
     assert failure.exit_failure(1, tail) == ("peer", "UnavailableError")
     assert failure.exit_failure(1, ["ModuleNotFoundError: No module named 'x'"]) == ("user", "ModuleNotFoundError")
+    # The type the child reported wins over the stderr lines (a long TF message can push it out of them).
+    assert failure.exit_failure(1, ["  | some long message"], raised="UnavailableError") == ("peer", "UnavailableError")
+    assert failure.exit_failure(1, ["ValueError: x"], raised="SystemExit") == ("user", "ValueError")
     # A deterministic error in a script is not retried, like in a training function.
     verdict = failure.decide(kind="user", error_type="ModuleNotFoundError", attempt=2, progressed=True,
                              failures_so_far=0, cfg=raytf.Config().failure)
@@ -90,7 +97,7 @@ def test_child_env(tmp_path):
                                                                                                  "0", "2")
     assert env["RAYTF_CHECKPOINT_DIR"] == str(tmp_path) and env["RAYTF_RUN_DIR"] == "/runs/r1"
     paths = env["PYTHONPATH"].split(os.pathsep)
-    assert paths[0] == "/code" and paths[-1] == "/theirs" and str(ROOT) in paths
+    assert paths == ["/code", "/theirs", str(ROOT)]  # raytf's checkout last: it shadows nothing of theirs
     single = child_env(base={"TF_CONFIG": "stale"}, tf_config=None, spec=spec, cfg=cfg, run_uri="/r", attempt=1,
                        is_chief=True, num_workers=1, checkpoint_dir="/c", resume_from=None, python_path=[])
     assert "TF_CONFIG" not in single
@@ -139,13 +146,64 @@ def test_script_reporter_cadence_and_checkpoint_sync(tmp_path):
                            scratch=str(tmp_path))
     (ckpt / "more").write_text("x")
     other.report_explicit({"loss": 2.0}, step=None, epoch=None, kind="step", checkpoint=True)
-    other.report_explicit({"loss": 1.0}, step=7, epoch=None, kind="step", checkpoint=False)
+    other.report_explicit({"loss": 1.0}, step=7, epoch=None, kind="step", checkpoint=False)  # every call a row
     other.report_explicit({"acc": 0.9}, step=None, epoch=1, kind="epoch", checkpoint=False)
     msgs = _read_messages(r)
     assert [(m["kind"], m["step"]) for m in msgs] == [("step", 1), ("step", 7), ("epoch", 7)]
     assert msgs[0]["metrics"]["loss"] == 2.0 and msgs[2]["epoch"] == 1 and msgs[2]["metrics"] == {"acc": 0.9}
     os.close(r)
     os.close(w)
+
+
+def test_second_fit_counts_on(tmp_path):
+    """A script that calls fit twice (pre-training, then fine-tuning): its epochs, steps and checkpoint names
+    go on from the first fit, so the fine-tuned checkpoints are the newest, not pruned as old ones."""
+    r, w = os.pipe()
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    rep = ScriptReporter(w, every_steps=100, heartbeat_s=60, is_chief=True, checkpoint_dir=str(ckpt),
+                         scratch=str(tmp_path))
+    for phase, epochs in enumerate((2, 1)):
+        rep.fit_started(replicas=1, epochs=epochs, steps_per_epoch=5)
+        for epoch in range(epochs):
+            rep.epoch_begin(epoch)
+            for _ in range(5):
+                rep.step_end({"loss": 1.0})
+            (ckpt / "weights.h5").write_text(f"phase {phase} epoch {epoch}")
+            rep.epoch_end({"loss": 0.5})
+    # A script fitting one epoch at a time says where it is (initial_epoch): counted as Keras counts it.
+    rep.fit_started(replicas=1, epochs=5, steps_per_epoch=5)
+    rep.epoch_begin(3)
+    for _ in range(5):
+        rep.step_end({"loss": 1.0})
+    rep.epoch_end({"loss": 0.4})
+    msgs = _read_messages(r)
+    assert [(m["epoch"], m["step"]) for m in msgs if m["kind"] == "epoch"] == [(1, 5), (2, 10), (3, 15), (4, 20)]
+    assert [(m["epoch"], m["step"]) for m in msgs if m["kind"] == "sync"] == [(1, 5), (2, 10), (3, 15)]
+    os.close(r)
+    os.close(w)
+
+
+def test_output_reader_passes_progress_bars_as_signs_of_life(tmp_path):
+    """A progress bar redraws with carriage returns and ends its line only at epoch end: each chunk counts as
+    activity (heartbeats), the log keeps the bytes, and a line shows its last state."""
+    host = ScriptHost.__new__(ScriptHost)  # only the reader's state: no child process here
+    host.stderr_tail, host._lines, host._dropped, host.stream = collections.deque(maxlen=5), [], 0, True
+    host._lock, host._active, host.log_file = threading.Lock(), False, io.BytesIO()
+    r, w = os.pipe()
+    reader = threading.Thread(target=host._read_output, args=(os.fdopen(r, "rb"), "err"))
+    reader.start()
+    os.write(w, b" 1/10 [>....]\r")
+    deadline = time.monotonic() + 10
+    while not host._active and time.monotonic() < deadline:
+        reader.join(0.01)  # wait on the reader thread itself: it marks activity before it ever sees a newline
+    assert host._active and host._lines == []
+    os.write(w, b" 10/10 [=====] loss: 0.5\nValueError: bad\ntrailing without newline")
+    os.close(w)
+    reader.join(10)
+    assert [t for _, t in host._lines] == [" 10/10 [=====] loss: 0.5", "ValueError: bad", "trailing without newline"]
+    assert list(host.stderr_tail)[-1] == "trailing without newline"
+    assert host.log_file.getvalue().startswith(b" 1/10 [>....]\r 10/10")
 
 
 def test_report_outside_raytf_is_a_no_op():
@@ -162,23 +220,39 @@ def test_tf_config_guard_keeps_ours():
             "os.environ['TF_CONFIG'] = json.dumps({'cluster': {}})\n"
             "os.environ.update({'TF_CONFIG': 'x', 'OTHER': 'y'})\n"
             "del os.environ['TF_CONFIG']\n"
-            "print(os.environ['TF_CONFIG'], os.environ['OTHER'])\n")
+            "print(os.environ['TF_CONFIG'], os.environ['OTHER'])\n"
+            "os.environ.clear()\n"
+            "print(sorted(os.environ))\n"
+            "try:\n"
+            "    os.environ.popitem()\n"
+            "except KeyError:\n"
+            "    print('only TF_CONFIG left')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert out.stdout.strip() == "ours y"
+    assert out.stdout.split("\n")[:3] == ["ours y", "['TF_CONFIG']", "only TF_CONFIG left"]
+    assert "<string>:9 clears TF_CONFIG: ignored" in out.stderr
     assert "<string>:5 sets TF_CONFIG: ignored" in out.stderr
     assert "<string>:6 sets TF_CONFIG" in out.stderr and "<string>:7 deletes TF_CONFIG" in out.stderr
 
 
 # -- real runs --------------------------------------------------------------------------------
 def _children() -> list[int]:
-    """Script-mode child processes still alive on this machine (Linux /proc)."""
+    """Script-mode child processes (and the helpers test scripts start) still alive here (Linux /proc)."""
     pids = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            if b"raytf._script_child" in cmdline.read_bytes():
+            if any(mark in cmdline.read_bytes() for mark in (b"raytf._script_child", b"raytf-test-helper")):
                 pids.append(int(cmdline.parent.name))
         except OSError:  # exited while we looked
             continue
+    return pids
+
+
+def _leftovers(timeout_s: float = 15.0) -> list[int]:
+    """_children() once they have had `timeout_s` to go: a torn-down task's processes die asynchronously
+    (the actor's exit closes the pipe its script's sentinel waits on, which then kills the group)."""
+    deadline = time.monotonic() + timeout_s
+    while (pids := _children()) and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling /proc for the processes to exit, bounded by the deadline
     return pids
 
 
@@ -217,7 +291,7 @@ def test_seed_style_mwms_script_runs_unmodified(script_cfg, tmp_path, no_leaks):
     assert any("Epoch 2/2" in line for _, line in streamed_lines)
     log1 = (Path(result.run_dir) / "logs/worker1-attempt1.log").read_text()
     assert "Epoch 2/2" in log1
-    assert _children() == []
+    assert _leftovers() == []
 
 
 @pytest.mark.ray
@@ -236,8 +310,9 @@ def test_script_exiting_3_on_rank_1_fails_the_run(script_cfg, no_leaks):
     assert result.summary["error"]["rank"] == 1
     # The script's own TF_CONFIG line was refused with a warning naming it (ours kept the index right).
     lines = [line for e in seen if e.kind == ev.OUTPUT for _, line in e.payload["lines"]]
-    assert any("exit_on_rank1.py:8 sets TF_CONFIG: ignored" in line for line in lines)
-    assert _children() == []  # worker 0's blocked child died with its actor
+    assert any("exit_on_rank1.py:16 sets TF_CONFIG: ignored" in line for line in lines)
+    # worker 0's blocked script died with its actor, and both workers' helpers with their scripts.
+    assert _leftovers() == []
 
 
 @pytest.mark.ray
@@ -257,7 +332,7 @@ def test_parameter_server_script(script_cfg, no_leaks):
     assert (Path(result.checkpoints[-1]) / "ckpt.index").exists()
     lines = [line for e in seen if e.kind == ev.OUTPUT for _, line in e.payload["lines"]]
     assert any(line.startswith("final weights norm:") for line in lines)
-    assert _children() == []
+    assert _leftovers() == []
 
 
 @pytest.mark.ray
@@ -277,3 +352,42 @@ def test_module_script_resumes_from_its_synced_checkpoint(script_cfg, no_leaks):
     assert list(steps["step"]) == [1, 2, 3, 4, 5, 6] and list(steps["launches"]) == [1, 1, 1, 2, 2, 2]
     log = (Path(second.run_dir) / "logs/worker0-attempt2.log").read_text()
     assert "resumed_from=ckpt-e000001-s0000000003 launches_before=1" in log
+
+
+class _FailingStorage:
+    """A RunDir whose checkpoint uploads fail (as after storage.upload_retries against a dead endpoint)."""
+
+    uri = "/nowhere/run"
+
+    def __init__(self):
+        self.tries = 0
+
+    def uri_of(self, *parts):
+        return "/".join([self.uri, *parts])
+
+    def upload_checkpoint(self, local, epoch, step, meta, before_commit=None):
+        self.tries += 1
+        raise OSError(f"upload of step {step} failed: connection refused")
+
+
+@pytest.mark.timeout(120)
+def test_failed_checkpoint_upload_stops_the_script(tmp_path):
+    """The upload fails: the host stops the script (which would otherwise wait forever) and run() raises
+    the storage error; no later checkpoint is uploaded after it."""
+    cfg = _cfg("run.name=upload-fails", "train.script=tests/scripts/sync_forever.py", "train.args=[]")
+    spec = TaskSpec(role="worker", index=0, rank=0, cpus=1, gpus=0)
+    storage = _FailingStorage()
+    events = []
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    host = ScriptHost(cfg=cfg, spec=spec, run_dir=storage, emit=lambda k, p: events.append((k, p)), attempt=1,
+                      is_chief=True, scratch=str(scratch), log_file=io.BytesIO(), stream=True)
+    host.restore(None)
+    env = child_env(base={**os.environ, "TF_USE_LEGACY_KERAS": "1"}, tf_config=None, spec=spec, cfg=cfg,
+                    run_uri=storage.uri, attempt=1, is_chief=True, num_workers=1,
+                    checkpoint_dir=host.checkpoint_dir, resume_from=None, python_path=[str(ROOT)])
+    with pytest.raises(OSError, match="upload of step 1 failed"):
+        host.run(env)
+    assert storage.tries == 1  # stopped at the first failure, the second sync not uploaded
+    assert host.proc.returncode < 0  # killed, not exited
+    assert _leftovers() == []
