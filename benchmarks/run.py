@@ -30,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT / "benchmarks" / "workload.py"
+_TIMEOUT_S = 900  # one contender's run; beyond it, the row reports the timeout and the table goes on
 # OMP_NUM_THREADS: Ray sets it to each actor's CPU count (1 here), and oneDNN's OpenMP pool follows it, not
 # tf.config.threading; unset, each hand-launched process would start 2 OpenMP threads on 2 cores, and the
 # floor would be ~5% slower per step than the same program under Ray for a reason that is not the launcher.
@@ -90,19 +91,32 @@ def _free_port() -> int:
 def hand(s: Setup, out: Path) -> Trial:
     """N processes started by hand, each with its TF_CONFIG: the floor."""
     hosts = [f"127.0.0.1:{_free_port()}" for _ in range(s.workers)]
+    out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    procs = []
+    procs, logs = [], []
     for i in range(s.workers):
         env = {**os.environ, **TF_ENV, "TF_CONFIG": json.dumps({"cluster": {"worker": hosts},
                                                                 "task": {"type": "worker", "index": i}})}
-        procs.append(subprocess.Popen(
-            [sys.executable, str(WORKLOAD), "--out", str(out), "--epochs", str(s.epochs), "--steps", str(s.steps),
-             "--batch", str(s.batch)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-    errors = [p.communicate(timeout=900)[1] for p in procs]
+        logs.append(out / f"hand-worker{i}.stderr")
+        with open(logs[-1], "wb") as err:  # a file, not a pipe: a chatty worker never blocks on it
+            procs.append(subprocess.Popen(
+                [sys.executable, str(WORKLOAD), "--out", str(out), "--epochs", str(s.epochs), "--steps",
+                 str(s.steps), "--batch", str(s.batch)], env=env, stdout=subprocess.DEVNULL, stderr=err))
+    # Until all are done, one fails (its peers would wait for it forever in a collective) or time runs out.
+    deadline = t0 + _TIMEOUT_S
+    while any(p.poll() is None for p in procs) and not any(p.returncode for p in procs) \
+            and time.time() < deadline:
+        time.sleep(0.2)  # polling N child processes for their exit, bounded by the deadline
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
     wall = time.time() - t0
-    if any(p.returncode for p in procs):
-        bad = next(e for p, e in zip(procs, errors) if p.returncode)
-        return Trial("hand-launched TF", wall, error=bad.decode(errors="replace")[-300:])
+    failed = [(p, log) for p, log in zip(procs, logs) if p.returncode]
+    if failed:
+        p, log = failed[0]
+        why = "timed out" if wall >= _TIMEOUT_S else f"exit {p.returncode}"
+        return Trial("hand-launched TF", wall, error=f"{why}: {log.read_text(errors='replace')[-300:]}")
     return _measure("hand-launched TF", t0, wall, out, s.batch * s.workers)
 
 
@@ -114,7 +128,10 @@ def _raytf(name: str, s: Setup, out: Path, conf: str, overrides: list[str], exam
         f"train.steps_per_epoch={s.steps}", f"train.batch_size={s.batch}", f"cluster.num_workers={s.workers}",
         "checkpoint.resume=false", *overrides])
     t0 = time.time()
-    result = raytf.fit(cfg, quiet=True)
+    try:
+        result = raytf.fit(cfg, quiet=True)
+    except raytf.RaytfError as e:  # a benchmark row, not a crash of the whole table
+        return Trial(name, time.time() - t0, error=f"{type(e).__name__}: {e}"[:300])
     wall = time.time() - t0
     if result.status != "succeeded":
         return Trial(name, wall, error=str(result.error)[:300])
@@ -191,8 +208,11 @@ def _lean_function(s: Setup, out: Path) -> list[str]:
 
 def _child(name: str, cmd: list[str], s: Setup, out: Path) -> Trial:
     t0 = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True,
-                          text=True, timeout=900)
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True,
+                              text=True, timeout=_TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # run() has killed it
+        return Trial(name, time.time() - t0, error=f"timed out after {_TIMEOUT_S} s")
     wall = time.time() - t0
     if proc.returncode:
         return Trial(name, wall, error=f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}")

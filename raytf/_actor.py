@@ -271,7 +271,8 @@ class TaskActor:
             num_workers = len((tf_config or {}).get("cluster", {}).get("worker", [])) or 1
             env = child_env(base=dict(os.environ), tf_config=tf_config, spec=spec, cfg=cfg, run_uri=run_dir.uri,
                             attempt=attempt, is_chief=is_chief, num_workers=num_workers,
-                            checkpoint_dir=host.checkpoint_dir, resume_from=resume_from, python_path=python_path)
+                            checkpoint_dir=host.checkpoint_dir, resume_from=resume_from, python_path=python_path,
+                            log_dir=host.log_dir)
             self._on_sigterm(lambda: emit(ev.PREEMPTED, {"step": host._position["step"]}))
             code, tail = host.run(env)
             emit.flush()

@@ -6,7 +6,9 @@
 - its metrics rows and heartbeats (JSON lines on a pipe) as events on the bus, plus heartbeats while it
   prints, so a script that only logs is not taken for a hung one;
 - its checkpoint snapshots (chief) uploaded to <run>/checkpoints/ like a training function's;
-- on resume, the latest committed checkpoint downloaded into its $RAYTF_CHECKPOINT_DIR first.
+- on resume, the latest committed checkpoint downloaded into its $RAYTF_CHECKPOINT_DIR first;
+- whatever it wrote under $RAYTF_LOG_DIR (TensorBoard logs, say) uploaded to <run>/logs/<role><rank>-attempt<N>/
+  when it ends.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from raytf import events as ev
 from raytf._script_child import SPEC_ENV
 from raytf._upload import Uploader
 from raytf.config import Config
+from raytf.errors import RaytfError
 from raytf.plan import TaskSpec
 from raytf.storage import RunDir
 
@@ -52,18 +55,18 @@ def _display(raw: bytes) -> str:
     return text.rsplit("\r", 1)[-1]
 
 
-_PLACEHOLDER = re.compile(r"\{(checkpoint_dir|rank|role|index|attempt|run_dir)\}")
+_PLACEHOLDER = re.compile(r"\{(checkpoint_dir|log_dir|rank|role|index|attempt|run_dir)\}")
 
 
 def expand_args(args: list, values: dict[str, str]) -> list[str]:
-    """train.args with this task's {checkpoint_dir}, {rank}, {role}, {index}, {attempt}, {run_dir} filled in,
-    for scripts that take their directories as flags (`--model_dir {checkpoint_dir}`). Pure."""
+    """train.args with this task's {checkpoint_dir}, {log_dir}, {rank}, {role}, {index}, {attempt}, {run_dir}
+    filled in, for scripts that take their directories as flags (`--model_dir {checkpoint_dir}`). Pure."""
     return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], str(a)) for a in args]
 
 
 def child_env(*, base: dict[str, str], tf_config: dict | None, spec: TaskSpec, cfg: Config, run_uri: str,
               attempt: int, is_chief: bool, num_workers: int, checkpoint_dir: str, resume_from,
-              python_path: list[str]) -> dict[str, str]:
+              python_path: list[str], log_dir: str = "") -> dict[str, str]:
     """The script's environment: the actor's (CUDA_VISIBLE_DEVICES, TF_USE_LEGACY_KERAS, ...) plus TF_CONFIG
     and the RAYTF_* variables that tell it where it runs. Pure."""
     env = dict(base)
@@ -91,6 +94,7 @@ def child_env(*, base: dict[str, str], tf_config: dict | None, spec: TaskSpec, c
         "RAYTF_NUM_WORKERS": str(num_workers),
         "RAYTF_ATTEMPT": str(attempt),
         "RAYTF_CHECKPOINT_DIR": checkpoint_dir,
+        "RAYTF_LOG_DIR": log_dir,
         "RAYTF_RESUMED_FROM": resume_from.name if resume_from else "",
         "RAYTF_INITIAL_EPOCH": str(resume_from.epoch if resume_from else 0),
         "RAYTF_INITIAL_STEP": str(resume_from.step if resume_from else 0),
@@ -107,6 +111,8 @@ class ScriptHost:
         self.attempt, self.is_chief, self.scratch = attempt, is_chief, scratch
         self.log_file, self.stream = log_file, stream
         self.checkpoint_dir = os.path.join(scratch, "checkpoints")
+        self.log_dir = os.path.join(scratch, "logs")
+        self.logs_rel = f"logs/{spec.role}{spec.rank}-attempt{attempt}"  # beside the task's .log
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         self._lines: list[list[str]] = []
         self._dropped = 0
@@ -124,6 +130,7 @@ class ScriptHost:
         """Every task starts from the latest committed checkpoint's files in its $RAYTF_CHECKPOINT_DIR
         (under MWMS all workers must restore the same state)."""
         os.makedirs(self.checkpoint_dir, exist_ok=True)
+        os.makedirs(self.log_dir, exist_ok=True)
         if resume_from is not None:
             self.run_dir.download_checkpoint(resume_from, self.checkpoint_dir)
             marker = os.path.join(self.checkpoint_dir, checkpoints.COMMIT_MARKER)
@@ -136,7 +143,8 @@ class ScriptHost:
         spec = {
             "parent_pid": os.getpid(), "script": c.train.script, "module": c.train.module,
             "args": expand_args(list(c.train.args), {
-                "checkpoint_dir": self.checkpoint_dir, "rank": str(self.spec.rank), "role": self.spec.role,
+                "checkpoint_dir": self.checkpoint_dir, "log_dir": self.log_dir, "rank": str(self.spec.rank),
+                "role": self.spec.role,
                 "index": str(self.spec.index), "attempt": str(self.attempt), "run_dir": self.run_dir.uri}),
             "threads": c.cluster.threads or self.spec.threads,
             "gpu_memory_growth": c.cluster.gpu_memory_growth, "every_steps": c.metrics.every_steps,
@@ -182,6 +190,7 @@ class ScriptHost:
             self._done.set()
             ticker.join()
             self._flush()
+            self._upload_logs()
         if self._uploader is not None and self.error is None:
             try:
                 self._uploader.close()  # the last snapshots land before the task reports success
@@ -190,6 +199,17 @@ class ScriptHost:
         if self.error is not None:
             raise self.error
         return code, list(self.stderr_tail)
+
+    def _upload_logs(self) -> None:
+        """$RAYTF_LOG_DIR to <run>/logs/<role><rank>-attempt<N>/, whatever the outcome (a failed run's logs
+        matter most); a failure to upload them is reported, never the task's failure."""
+        if not any(files for _, _, files in os.walk(self.log_dir)):
+            return
+        try:
+            self.run_dir.upload_dir(self.log_dir, self.logs_rel)
+        except (OSError, RaytfError) as e:
+            log.warning("the script's $RAYTF_LOG_DIR was not uploaded to %s: %s",
+                        self.run_dir.uri_of(self.logs_rel), e)
 
     def _kill_group(self, sig: int = signal.SIGKILL) -> None:
         try:

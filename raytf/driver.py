@@ -27,7 +27,7 @@ from raytf.plan import EVALUATOR, WORKER, Plan, make_plan
 from raytf.progress import Progress
 from raytf.result import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Result
 from raytf.tensorboard import TensorBoardSink
-from raytf.validation import validate
+from raytf.validation import ignored_by_scripts, validate
 
 log = logging.getLogger("raytf")
 
@@ -84,6 +84,10 @@ class Driver:
         elif rd.exists(storage.CHECKPOINTS_DIR) and rd.list_checkpoints():
             log.warning("checkpoint.resume=false: starting %s from scratch despite its checkpoints",
                         cfg.run.name)
+        ignored = ignored_by_scripts(cfg)
+        if ignored:
+            log.warning("train.script: %s have no effect on a script (it builds its own strategy, loop and "
+                        "checkpoints); set them in the script or its train.args", ", ".join(ignored))
         rd.write_text(storage.CONFIG_FILE, to_yaml(redacted(cfg)))
         self.metrics = MetricsTable(cfg.run.name, previous_table)
         self.tensorboard = TensorBoardSink(rd)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from raytf.config import Config, Strategy, load_config, script_mode
-from raytf.errors import ConfigError, PlacementError
+from raytf.errors import ConfigError, PlacementError, RaytfError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,7 +56,8 @@ def with_speedup(rows: list[dict[str, Any]]) -> pd.DataFrame:
     table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("speedup", "efficiency")])
     for col in ("examples_per_s", "step_ms", "wall_s", "first_step_s", "replicas", "global_batch"):
         table[col] = pd.to_numeric(table[col])
-    ok = table.dropna(subset=["examples_per_s"])
+    # The baseline is the smallest count whose run succeeded: a run that failed part-way measured little.
+    ok = table[table["status"].eq("succeeded")].dropna(subset=["examples_per_s"])
     table["speedup"] = float("nan")
     table["efficiency"] = float("nan")
     if not ok.empty:
@@ -87,6 +88,9 @@ def scaling(cfg: Config | str | dict, workers: Sequence[int] = (1, 2, 4),
     counts = sorted(set(int(n) for n in workers))
     if not counts or counts[0] < 1:
         raise ConfigError(f"scaling workers ({list(workers)}) must be counts of at least 1")
+    if cfg.metrics.every_steps < 1:
+        raise ConfigError(f"--scaling measures throughput from step metrics: metrics.every_steps "
+                          f"({cfg.metrics.every_steps}) must be at least 1, e.g. metrics.every_steps=10")
     base = cfg.run.name or f"scaling-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     ps = cfg.cluster.strategy is Strategy.parameter_server
     rows = []
@@ -100,6 +104,12 @@ def scaling(cfg: Config | str | dict, workers: Sequence[int] = (1, 2, 4),
             log.warning("scaling: %d workers cannot be placed: %s", n, e)
             rows.append(row)
             continue
+        except ConfigError:
+            raise  # the same for every count
+        except RaytfError as e:  # storage trouble for one count: reported, and the others still run
+            log.warning("scaling: %d workers: %s", n, e)
+            rows.append({**row, "status": "failed"})
+            continue
         s = result.summary
         replicas = int(s.get("num_replicas_in_sync") or n)
         per_step = c.train.batch_size * (1 if ps else replicas)  # a PS step is one batch on one worker
@@ -108,6 +118,9 @@ def scaling(cfg: Config | str | dict, workers: Sequence[int] = (1, 2, 4),
                    first_step_s=s.get("first_step_s"),
                    examples_per_s=rate * per_step if rate else None, step_ms=1000 / rate if rate else None)
         rows.append(row)
+        if rate is None and result.status == "succeeded":
+            log.warning("scaling: %d workers: too few step reports to measure a rate; run more steps or lower "
+                        "metrics.every_steps (%d)", n, c.metrics.every_steps)
         log.info("scaling: %d workers: %s examples/s (%s)", n,
                  f"{row['examples_per_s']:.0f}" if row["examples_per_s"] else "?", result.status)
     table = with_speedup(rows)

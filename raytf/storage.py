@@ -228,6 +228,18 @@ class RunDir:
         self.write_json(posixpath.join(MODEL_DIR, checkpoints.COMMIT_MARKER), {"format": "tf_keras SavedModel"})
         return self.uri_of(MODEL_DIR)
 
+    def upload_dir(self, local_dir: str, rel: str) -> str:
+        """Copy a local directory's files up to <run>/<rel>/ (retried; files already there are replaced)."""
+        o = self.options
+
+        def copy() -> None:
+            self.fs.create_dir(self.path(rel), recursive=True)
+            pafs.copy_files(local_dir, self.path(rel), source_filesystem=pafs.LocalFileSystem(),
+                            destination_filesystem=self.fs, use_threads=True)
+
+        with_retries(f"uploading {self.uri_of(rel)}", copy, o.upload_retries, o.upload_backoff_s)
+        return self.uri_of(rel)
+
     def download_dir(self, rel: str, local_dir: str) -> str:
         os.makedirs(local_dir, exist_ok=True)
         pafs.copy_files(self.path(rel), local_dir, source_filesystem=self.fs,

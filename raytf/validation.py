@@ -185,3 +185,26 @@ def _validate_resources(r: Resources, key: str) -> None:
         _positive(r.memory_gb, f"{key}.memory_gb", "or null for no memory reservation")
     for name, amount in r.custom.items():
         _positive(amount, f"{key}.custom.{name}")
+
+
+# What a script decides for itself: it builds its own strategy, runs its own loop and writes its own checkpoints.
+_SCRIPT_OWNS = ("train.epochs", "train.steps_per_epoch", "train.batch_size", "checkpoint.every_epochs",
+                "checkpoint.every_steps", "checkpoint.export_model", "cluster.collective", "cluster.cross_device_ops",
+                "cluster.ps.variable_partitioner", "failure.collective_timeout_s")
+
+
+def ignored_by_scripts(cfg: Config) -> list[str]:
+    """The keys set away from their defaults that a script (train.script/train.module) never sees, as
+    `key=value`, so the driver can say so instead of leaving them silently without effect. Pure."""
+    if not (cfg.train.script or cfg.train.module):
+        return []
+    default = Config()
+    out = []
+    for key in _SCRIPT_OWNS:
+        value, base = cfg, default
+        for part in key.split("."):
+            value, base = getattr(value, part), getattr(base, part)
+        if value != base:
+            out.append(f"{key}={getattr(value, 'value', value)}")
+    return out
+

@@ -28,6 +28,9 @@ def test_speedup_and_efficiency_from_the_smallest_count_that_ran():
     assert list(t["speedup"].round(3)[1:]) == [1.0, 1.5]
     assert list(t["efficiency"].round(3)[1:]) == [1.0, 0.75]
     assert pd.isna(t["speedup"][0])
+    # A run that failed part-way is not the baseline, even with a rate from its first steps.
+    failed_first = [{**rows[1], "workers": 1, "status": "failed", "examples_per_s": 10.0}, *rows[1:]]
+    assert list(with_speedup(failed_first)["speedup"].round(3)) == [0.01, 1.0, 1.5]
 
 
 def test_steady_rate_skips_the_first_report_and_epoch():
@@ -43,6 +46,8 @@ def test_scaling_refuses_scripts_and_single_task_strategies():
         raytf.scaling(ROOT / "conf/script.yaml", [1, 2])
     with pytest.raises(ConfigError, match="one task"):
         raytf.scaling(ROOT / "conf/local.yaml", [1], ["cluster.strategy=mirrored", "cluster.num_workers=1"])
+    with pytest.raises(ConfigError, match=r"metrics.every_steps \(0\) must be at least 1"):
+        raytf.scaling(ROOT / "conf/local.yaml", [1, 2], ["metrics.every_steps=0"])
 
 
 @pytest.mark.ray

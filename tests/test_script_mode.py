@@ -53,6 +53,15 @@ def test_script_config_loads_with_its_defaults():
     assert "{checkpoint_dir}" in cfg.train.args
 
 
+def test_keys_a_script_never_sees_are_named():
+    from raytf.validation import ignored_by_scripts
+
+    cfg = _cfg("checkpoint.every_epochs=2", "cluster.collective=ring", "train.epochs=5", "metrics.every_steps=3")
+    assert ignored_by_scripts(cfg) == ["train.epochs=5", "checkpoint.every_epochs=2", "cluster.collective=ring"]
+    assert ignored_by_scripts(_cfg()) == []
+    assert ignored_by_scripts(raytf.load_config(ROOT / "conf/local.yaml", ["train.epochs=5"])) == []
+
+
 def test_exit_classification():
     assert failure.exit_failure(3, ["worker 1: giving up"]) == ("user", "exit 3")
     assert failure.exit_failure(-9, ["anything"]) == ("system", "")
@@ -70,10 +79,10 @@ def test_exit_classification():
 
 
 def test_args_placeholders_and_terminal_lines():
-    values = {"checkpoint_dir": "/c", "rank": "1", "role": "worker", "index": "1", "attempt": "2",
+    values = {"checkpoint_dir": "/c", "log_dir": "/l", "rank": "1", "role": "worker", "index": "1", "attempt": "2",
               "run_dir": "s3://b/r"}
-    assert expand_args(["--model_dir={checkpoint_dir}/m", 7, '{"a": 1}', "{other}", "{rank}-{attempt}"],
-                       values) == ["--model_dir=/c/m", "7", '{"a": 1}', "{other}", "1-2"]
+    assert expand_args(["--model_dir={checkpoint_dir}/m", 7, '{"a": 1}', "{other}", "{rank}-{attempt}", "{log_dir}"],
+                       values) == ["--model_dir=/c/m", "7", '{"a": 1}', "{other}", "1-2", "/l"]
     assert _display(b"10/20 [===>...]\r20/20 [=====] - loss: 1\n") == "20/20 [=====] - loss: 1"
     assert _display(b"plain\r\n") == "plain"
 
@@ -90,12 +99,14 @@ def test_child_env(tmp_path):
     tf_config = {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": 1}}
     env = child_env(base={"PYTHONPATH": "/theirs", "TF_CONFIG": "stale", "CUDA_VISIBLE_DEVICES": "1"},
                     tf_config=tf_config, spec=spec, cfg=cfg, run_uri="/runs/r1", attempt=2, is_chief=False,
-                    num_workers=2, checkpoint_dir=str(tmp_path), resume_from=None, python_path=["/code"])
+                    num_workers=2, checkpoint_dir=str(tmp_path), resume_from=None, python_path=["/code"],
+                    log_dir="/scratch/logs")
     assert json.loads(env["TF_CONFIG"]) == tf_config
     assert env["CUDA_VISIBLE_DEVICES"] == "1"  # the devices Ray gave the actor
     assert (env["RAYTF_ROLE"], env["RAYTF_RANK"], env["RAYTF_IS_CHIEF"], env["RAYTF_ATTEMPT"]) == ("worker", "1",
                                                                                                  "0", "2")
     assert env["RAYTF_CHECKPOINT_DIR"] == str(tmp_path) and env["RAYTF_RUN_DIR"] == "/runs/r1"
+    assert env["RAYTF_LOG_DIR"] == "/scratch/logs"
     paths = env["PYTHONPATH"].split(os.pathsep)
     assert paths == ["/code", "/theirs", str(ROOT)]  # raytf's checkout last: it shadows nothing of theirs
     single = child_env(base={"TF_CONFIG": "stale"}, tf_config=None, spec=spec, cfg=cfg, run_uri="/r", attempt=1,
@@ -267,9 +278,9 @@ def script_cfg(tmp_path):
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_seed_style_mwms_script_runs_unmodified(script_cfg, tmp_path, no_leaks):
-    tb = tmp_path / "tb"
     cfg = script_cfg("run.name=seed", "metrics.every_steps=5", "checkpoint.keep_last=0",
-                     f"train.args=[--epochs,'2',--steps-per-epoch,'10',--model-dir,'{{checkpoint_dir}}',--log-dir,{tb}]")
+                     "train.args=[--epochs,'2',--steps-per-epoch,'10',--model-dir,'{checkpoint_dir}',"
+                     "--log-dir,'{log_dir}']")
     seen = []
     result = raytf.fit(cfg, quiet=True, on_event=seen.append)
     assert result.status == "succeeded", result.error
@@ -284,7 +295,8 @@ def test_seed_style_mwms_script_runs_unmodified(script_cfg, tmp_path, no_leaks):
     assert names == ["ckpt-e000001-s0000000010", "ckpt-e000002-s0000000020"]
     assert (Path(result.checkpoints[-1]) / "ckpt-2.index").exists()
     assert json.loads((Path(result.checkpoints[-1]) / "_COMMITTED.json").read_text())["source"] == "script"
-    assert list(tb.rglob("events.out.tfevents.*"))  # its TensorBoard callback worked
+    # Its TensorBoard callback worked, into $RAYTF_LOG_DIR, uploaded beside the task's log when it ended.
+    assert list((Path(result.run_dir) / "logs/worker0-attempt1").rglob("events.out.tfevents.*"))
     # Rank 0's output streamed (prefixed on the driver), rank 1's only kept in its log.
     streamed_lines = [(e.rank, line) for e in seen if e.kind == ev.OUTPUT for _, line in e.payload["lines"]]
     assert {r for r, _ in streamed_lines} == {0}
