@@ -167,7 +167,8 @@ class Driver:
             try:
                 group.start()
                 self.tasks = group.addresses()
-                self._log_tasks()
+                log.info("tasks of %s (%s):\n%s", cfg.run.name, cfg.cluster.strategy.value,
+                         task_table(self.tasks, self.plan.tasks))
                 primary, background = group.launch(attempt=attempt.number, python_path=python_path,
                                                    resume_from=self.resumed_from)
             except WorkerError as e:
@@ -333,10 +334,6 @@ class Driver:
                 self.on_event(e)
 
     # -- outputs -----------------------------------------------------------------------------
-    def _log_tasks(self) -> None:
-        log.info("tasks of %s (%s):\n%s", self.cfg.run.name, self.cfg.cluster.strategy.value,
-                 task_table(self.tasks, self.plan.tasks))
-
     def _write_curves(self) -> None:
         """learning_curves.png in the run directory (a plot must never fail a run)."""
         try:
