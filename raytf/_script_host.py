@@ -286,15 +286,16 @@ class ScriptHost:
                     self._give_up(e)
 
     def _give_up(self, e: Exception) -> None:
-        """A checkpoint upload failed (after storage.upload_retries): stop the script now rather than let it
-        train on with nothing saved; run() raises the error."""
+        """A checkpoint upload failed (after storage.upload_retries), or an event could not be relayed: stop
+        the script now rather than let it train on with nothing saved; run() raises the error. SIGKILL, not
+        SIGTERM: a script may catch SIGTERM to save a checkpoint, which could not be saved either."""
         with self._lock:
             if self.error is not None:
                 return
             self.error = e
-        log.error("checkpoint upload failed, stopping the script: %s", e)
+        log.error("stopping the script: %s: %s", type(e).__name__, e)
         if self.proc is not None:
-            self._kill_group(signal.SIGTERM)
+            self._kill_group()
 
     def _on_event(self, msg: dict[str, Any]) -> None:
         kind = msg.pop("kind")

@@ -4,6 +4,7 @@ import collections
 import io
 import json
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -260,11 +261,19 @@ def _children() -> list[int]:
 
 def _leftovers(timeout_s: float = 15.0) -> list[int]:
     """_children() once they have had `timeout_s` to go: a torn-down task's processes die asynchronously
-    (the actor's exit closes the pipe its script's sentinel waits on, which then kills the group)."""
+    (the actor's exit closes the pipe its script's sentinel waits on, which then kills the group). Waits on
+    each one's pidfd, which becomes readable when the process exits."""
     deadline = time.monotonic() + timeout_s
-    while (pids := _children()) and time.monotonic() < deadline:
-        time.sleep(0.1)  # polling /proc for the processes to exit, bounded by the deadline
-    return pids
+    for pid in _children():
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:  # gone already
+            continue
+        try:
+            select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        finally:
+            os.close(fd)
+    return _children()
 
 
 @pytest.fixture
