@@ -204,9 +204,12 @@ class RunDir:
         return self.uri_of(CHECKPOINTS_DIR, name)
 
     def _copy_up(self, local_dir: str, name: str) -> None:
-        dest = self.path(CHECKPOINTS_DIR, name)
-        if self.fs.get_file_info(dest).type != pafs.FileType.NotFound:
-            # A partial copy from an earlier, interrupted try or attempt: start it over.
+        # A partial copy from an earlier, interrupted try or attempt is started over.
+        self._put_dir(local_dir, self.path(CHECKPOINTS_DIR, name), replace=True)
+
+    def _put_dir(self, local_dir: str, dest: str, *, replace: bool) -> None:
+        """One copy of a local directory's files to `dest`; with `replace`, whatever was there goes first."""
+        if replace and self.fs.get_file_info(dest).type != pafs.FileType.NotFound:
             self.fs.delete_dir(dest)
         self.fs.create_dir(dest, recursive=True)
         pafs.copy_files(local_dir, dest, source_filesystem=pafs.LocalFileSystem(),
@@ -215,29 +218,16 @@ class RunDir:
     def upload_model(self, local_dir: str) -> str:
         """The exported SavedModel to <run>/model/ (replacing an older export), marker written last."""
         o = self.options
-
-        def copy() -> None:
-            dest = self.path(MODEL_DIR)
-            if self.fs.get_file_info(dest).type != pafs.FileType.NotFound:
-                self.fs.delete_dir(dest)
-            self.fs.create_dir(dest, recursive=True)
-            pafs.copy_files(local_dir, dest, source_filesystem=pafs.LocalFileSystem(),
-                            destination_filesystem=self.fs, use_threads=True)
-
-        with_retries("uploading the model", copy, o.upload_retries, o.upload_backoff_s)
+        with_retries("uploading the model", lambda: self._put_dir(local_dir, self.path(MODEL_DIR), replace=True),
+                     o.upload_retries, o.upload_backoff_s)
         self.write_json(posixpath.join(MODEL_DIR, checkpoints.COMMIT_MARKER), {"format": "tf_keras SavedModel"})
         return self.uri_of(MODEL_DIR)
 
     def upload_dir(self, local_dir: str, rel: str) -> str:
         """Copy a local directory's files up to <run>/<rel>/ (retried; files already there are replaced)."""
         o = self.options
-
-        def copy() -> None:
-            self.fs.create_dir(self.path(rel), recursive=True)
-            pafs.copy_files(local_dir, self.path(rel), source_filesystem=pafs.LocalFileSystem(),
-                            destination_filesystem=self.fs, use_threads=True)
-
-        with_retries(f"uploading {self.uri_of(rel)}", copy, o.upload_retries, o.upload_backoff_s)
+        with_retries(f"uploading {self.uri_of(rel)}", lambda: self._put_dir(local_dir, self.path(rel), replace=False),
+                     o.upload_retries, o.upload_backoff_s)
         return self.uri_of(rel)
 
     def download_dir(self, rel: str, local_dir: str) -> str:

@@ -12,6 +12,7 @@ from raytf.config import (
     Partitioner,
     Resources,
     Strategy,
+    script_mode,
 )
 from raytf.errors import ConfigError
 
@@ -196,7 +197,7 @@ _SCRIPT_OWNS = ("train.epochs", "train.steps_per_epoch", "train.batch_size", "ch
 def ignored_by_scripts(cfg: Config) -> list[str]:
     """The keys set away from their defaults that a script (train.script/train.module) never sees, as
     `key=value`, so the driver can say so instead of leaving them silently without effect. Pure."""
-    if not (cfg.train.script or cfg.train.module):
+    if not script_mode(cfg):
         return []
     default = Config()
     out = []
