@@ -14,8 +14,8 @@ import time
 
 import pyarrow.fs as pafs
 
+from raytf._storage import RunDir
 from raytf.config import StorageConfig
-from raytf.storage import RunDir
 
 
 def main() -> None:

@@ -8,9 +8,7 @@ class RaytfError(Exception):
 
 
 class ConfigError(RaytfError, ValueError):
-    """A configuration value is invalid; the message names the key, the value and the fix."""
-
-    exit_code = 2
+    """A configuration value is invalid; the message names the key, the value and the fix (the CLI exits 2)."""
 
 
 class PlacementError(RaytfError):

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides += ["train.stream_output=all"] if args.all_ranks else []
         cfg = load_config(args.config, overrides)
         if args.scaling:
-            from raytf.scaling import parse_workers
+            from raytf.api.scaling import parse_workers
 
             scaling_counts = parse_workers(args.scaling)
             if cfg.sweep.space:
@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2
-    from raytf import connect, driver
+    from raytf._driver import connect
+    from raytf.api.fit import fit
 
     signal.signal(signal.SIGTERM, _sigterm)
     started = False
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep(cfg)
         if args.scaling:
             return _scaling(cfg, scaling_counts, quiet=args.quiet)
-        result = driver.fit(cfg, quiet=args.quiet)
+        result = fit(cfg, quiet=args.quiet)
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2
@@ -100,7 +101,7 @@ def _sweep(cfg) -> int:
     """A config with a `sweep:` section: one raytf run per point; prints the table; 1 if any trial failed."""
     import pandas as pd
 
-    from raytf.sweep import sweep
+    from raytf.api.sweep import sweep
 
     sw = cfg.sweep
     scheduler = None
@@ -119,7 +120,7 @@ def _scaling(cfg, counts: list[int], quiet: bool) -> int:
     """--scaling: one run per worker count; prints the table; 1 if any count failed or could not be placed."""
     import pandas as pd
 
-    from raytf.scaling import scaling
+    from raytf.api.scaling import scaling
 
     table = scaling(cfg, counts, quiet=quiet)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3g}".format):

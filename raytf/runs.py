@@ -14,7 +14,7 @@ import sys
 
 import pyarrow.fs as pafs
 
-from raytf import storage
+from raytf import _storage as storage
 from raytf.errors import RaytfError
 
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{r.get('run', '?'):32} {r.get('status', '?'):11} {r.get('strategy', '?'):22} "
                       f"attempts={len(r.get('attempts') or [])} {_fmt_metrics(fm)}")
             return 0
-        from raytf.result import load_result
+        from raytf.api.result import load_result
 
         result = load_result(_run_path(args.run, args.storage))
         if args.cmd == "show":
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             if s.get("error"):
                 print(f"error      {s['error'].get('message')}")
             return 0
-        from raytf.plots import plot
+        from raytf.api.plots import plot
 
         out = args.out or f"{result.summary.get('run', 'run')}_learning_curves.png"
         plot(result, out=out)

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from raytf import checkpoints as ck
-from raytf.storage import CHECKPOINTS_DIR, RunDir
+from raytf._core import checkpoints as ck
+from raytf._storage import CHECKPOINTS_DIR, RunDir
 
 
 def test_names_round_trip_and_sort():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from raytf import failure as f
+from raytf._core import failure as f
 from raytf.config import FailureConfig
 
 

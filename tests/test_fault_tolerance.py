@@ -10,7 +10,7 @@ import pytest
 import ray
 
 import raytf
-from raytf import events as ev
+from raytf._core import events as ev
 from tests.conftest import state_address
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]

@@ -3,8 +3,8 @@
 import pytest
 
 import raytf
+from raytf._storage import NODE_LOCAL_ROOT_ENV
 from raytf.errors import PlacementError, RaytfError, StorageError
-from raytf.storage import NODE_LOCAL_ROOT_ENV
 from tests.conftest import ROOT, leftovers
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
@@ -98,7 +98,7 @@ def test_unreachable_address_is_a_clear_error_not_a_hang():
 
 
 def test_address_precedence():
-    from raytf.connect import resolve_address
+    from raytf._driver.connect import resolve_address
 
     base = {"train": {"entrypoint": "m:f"}}
     assert resolve_address(raytf.load_config(base), {}) is None

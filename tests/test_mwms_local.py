@@ -112,8 +112,8 @@ def test_unsatisfiable_placement_fails_at_once_on_embedded_ray(fast_cfg, no_leak
 
 
 def test_placement_timeout_on_a_cluster_that_could_grow(fast_cfg, no_leaks):
-    from raytf import placement
-    from raytf.plan import make_plan
+    from raytf._core.plan import make_plan
+    from raytf._driver import placement
 
     plan = make_plan(fast_cfg("cluster.num_workers=3"))
     with pytest.raises(PlacementError) as info:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import raytf
-from raytf import plots
+from raytf._core import figures as plots
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]

@@ -4,12 +4,12 @@ import pickle
 
 import pyarrow as pa
 
-from raytf import events as ev
-from raytf.attempts import Attempt
-from raytf.checkpoints import checkpoint_name
+from raytf._core import events as ev
+from raytf._core.attempts import Attempt
+from raytf._core.checkpoints import checkpoint_name
+from raytf._core.metrics import MetricsTable
+from raytf._core.plan import shortfall
 from raytf.errors import TrainingFailedError, WorkerError
-from raytf.metrics import MetricsTable
-from raytf.plan import shortfall
 
 
 def test_shortfall_names_missing_resources():

@@ -6,7 +6,7 @@ import pytest
 import ray
 
 import raytf
-from raytf import events as ev
+from raytf._core import events as ev
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 

@@ -8,7 +8,8 @@ import pyarrow.fs as pafs
 import pytest
 
 import raytf
-from raytf import events as ev
+from raytf._core import events as ev
+from raytf._storage import RunDir
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
@@ -144,6 +145,6 @@ def test_endpoint_outage_mid_run(s3, no_leaks):
     assert result.status == "succeeded", result.error
     assert "start" in outage
     assert len(steps_during) >= 2  # training did not wait for the storage
-    entries = raytf.storage.RunDir(cfg.storage, "outage").list_checkpoints()
+    entries = RunDir(cfg.storage, "outage").list_checkpoints()
     assert entries and all(e.committed for e in entries)  # nothing partial visible
     assert entries[-1].name == "ckpt-e000003-s0000000090"

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 import raytf
+from raytf.api.scaling import parse_workers, steady_steps_per_s, with_speedup
 from raytf.errors import ConfigError
-from raytf.scaling import parse_workers, steady_steps_per_s, with_speedup
 from tests.conftest import ROOT
 
 

@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 
 import raytf
-from raytf import events as ev
-from raytf import failure
-from raytf._script_host import ScriptHost, _display, child_env, expand_args
+from raytf._core import events as ev
+from raytf._core import failure
+from raytf._core.plan import TaskSpec, streamed
+from raytf._task.script.host import ScriptHost, _display, child_env, expand_args
+from raytf._task.script.reporter import ScriptReporter
 from raytf.config import StreamOutput
 from raytf.errors import ConfigError
-from raytf.group import streamed
-from raytf.plan import TaskSpec
-from raytf.reporting import ScriptReporter
 from tests.conftest import ROOT
 
 
@@ -42,7 +41,7 @@ def _cfg(*overrides):
 ])
 def test_script_config_errors_name_the_key(overrides, message):
     with pytest.raises(ConfigError) as e:
-        from raytf.validation import validate
+        from raytf.config.rules import validate
 
         validate(_cfg(*overrides))
     assert message in str(e.value)
@@ -55,7 +54,7 @@ def test_script_config_loads_with_its_defaults():
 
 
 def test_keys_a_script_never_sees_are_named():
-    from raytf.validation import ignored_by_scripts
+    from raytf.config.rules import ignored_by_scripts
 
     cfg = _cfg("checkpoint.every_epochs=2", "cluster.collective=ring", "train.epochs=5", "metrics.every_steps=3")
     assert ignored_by_scripts(cfg) == ["train.epochs=5", "checkpoint.every_epochs=2", "cluster.collective=ring"]
@@ -227,7 +226,7 @@ def test_report_outside_raytf_is_a_no_op():
 def test_tf_config_guard_keeps_ours():
     code = ("import os, json\n"
             "os.environ['TF_CONFIG'] = 'ours'\n"
-            "from raytf._script_child import _GuardedEnviron\n"
+            "from raytf._task.script.child import _GuardedEnviron\n"
             "os.environ.__class__ = _GuardedEnviron\n"
             "os.environ['TF_CONFIG'] = json.dumps({'cluster': {}})\n"
             "os.environ.update({'TF_CONFIG': 'x', 'OTHER': 'y'})\n"
@@ -252,7 +251,7 @@ def _children() -> list[int]:
     pids = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            if any(mark in cmdline.read_bytes() for mark in (b"raytf._script_child", b"raytf-test-helper")):
+            if any(mark in cmdline.read_bytes() for mark in (b"raytf._task.script.child", b"raytf-test-helper")):
                 pids.append(int(cmdline.parent.name))
         except OSError:  # exited while we looked
             continue

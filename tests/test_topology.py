@@ -1,12 +1,11 @@
 """Cluster spec and TF_CONFIG derivation (pure)."""
 
-import json
 
 import pytest
 
+from raytf._core.plan import make_plan
+from raytf._core.topology import TaskAddress, cluster_spec, is_chief, tf_config
 from raytf.config import load_config
-from raytf.plan import make_plan
-from raytf.topology import TaskAddress, cluster_spec, is_chief, tf_config, tf_config_json
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
@@ -17,7 +16,6 @@ def test_workers_spec_and_tf_config(n):
     for i in range(n):
         cfg = tf_config(spec, "worker", i)
         assert cfg == {"cluster": spec, "task": {"type": "worker", "index": i}}
-        assert json.loads(tf_config_json(spec, "worker", i)) == cfg
         assert is_chief(spec, "worker", i) == (i == 0)
 
 
@@ -104,7 +102,7 @@ def test_mwms_plan_has_no_chief_or_ps():
 
 
 def test_task_env_sets_keras_and_openmp_before_tf_and_the_users_env_wins():
-    from raytf.group import task_runtime_env
+    from raytf._core.plan import task_runtime_env
 
     cfg = _ps_cfg("ray.runtime_env.env_vars.LOG_LEVEL=debug")
     chief, ps = make_plan(cfg).tasks[0], make_plan(cfg).tasks[-1]

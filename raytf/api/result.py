@@ -7,11 +7,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from raytf import storage
-from raytf.config import Config, load_config
+from raytf import _storage as storage
+from raytf._core.attempts import RUNNING, SUCCEEDED
+from raytf.config import SECRET, Config, load_config
 from raytf.errors import TrainingFailedError
-
-SUCCEEDED, FAILED, INTERRUPTED, RUNNING = "succeeded", "failed", "interrupted", "running"
 
 
 @dataclass
@@ -84,8 +83,6 @@ class Result:
             raise FileNotFoundError(f"{self.run_dir} has no exported model (checkpoint.export_model, and "
                                     "ctx.restore(model=...) in the training function)")
         import dataclasses
-
-        from raytf.config import SECRET
 
         options = self.config.storage
         if options.secret_key == SECRET:  # masked in config.yaml: use the environment's credentials

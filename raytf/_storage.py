@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from raytf import checkpoints
+from raytf._core import checkpoints
 from raytf.config import StorageConfig
 from raytf.errors import StorageError
 

@@ -1,4 +1,4 @@
-"""What a script-mode task's child process runs (`python -m raytf._script_child`): set up what an unmodified
+"""What a script-mode task's child process runs (`python -m raytf._task.script.child`): set up what an unmodified
 script cannot do for itself, then run it as `__main__` with its own argv, and exit with its exit code.
 
 Before the script: die with the host, and leave a sentinel that takes the script's process group down with
@@ -109,7 +109,7 @@ def _patch_keras_fit(reporter) -> None:
     """Every tf-keras Model.fit gets raytf's callback, last, unless the script added one itself."""
     import tf_keras
 
-    from raytf._keras import ScriptCallback
+    from raytf._task.keras_callback import ScriptCallback
 
     model_cls = tf_keras.Model
     original = model_cls.fit
@@ -159,18 +159,19 @@ def main() -> int:
     _start_sentinel(spec["alive_fd"])
     # The events pipe is ours: a process the script starts (os.system, a TensorBoard) must not hold it open.
     os.set_inheritable(spec["events_fd"], False)
-    from raytf import reporting
+    from raytf._task import report
+    from raytf._task.script.reporter import ScriptReporter
 
-    reporter = reporting.ScriptReporter(
+    reporter = ScriptReporter(
         spec["events_fd"], every_steps=spec["every_steps"], heartbeat_s=spec["heartbeat_s"],
         is_chief=spec["is_chief"], checkpoint_dir=spec["checkpoint_dir"], scratch=spec["scratch"],
         epoch=spec["epoch"], step=spec["step"])
-    reporting.set_sink(reporter)
+    report.set_sink(reporter)
     if "TF_CONFIG" in os.environ:
         os.environ.__class__ = _GuardedEnviron
-    from raytf import _tf_runtime  # imports TensorFlow
+    from raytf._task import tf_runtime  # imports TensorFlow
 
-    _tf_runtime.configure(spec["threads"], spec["gpu_memory_growth"])
+    tf_runtime.configure(spec["threads"], spec["gpu_memory_growth"])
     _patch_keras_fit(reporter)
     code = 0
     try:

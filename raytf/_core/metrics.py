@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import pyarrow as pa
 
-from raytf import events as ev
+from raytf._core import events as ev
 
 # Fixed columns first, then one float64 column per metric name (null where a row lacks it).
 BASE_COLUMNS = ("run", "attempt", "rank", "role", "kind", "epoch", "step", "time")
@@ -31,10 +29,6 @@ class MetricsTable:
         self.rows.append(row)
         self._dirty = True
         return row
-
-    def extend(self, events: Iterable[ev.Event]) -> None:
-        for e in events:
-            self.add(e)
 
     @property
     def dirty(self) -> bool:

@@ -12,7 +12,7 @@ import tempfile
 
 import tensorflow as tf
 
-from raytf import checkpoints
+from raytf._core import checkpoints
 from raytf.config import Collective, Config, CrossDeviceOps, Strategy
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,6 @@ Imports Ray, never TensorFlow.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from typing import Any
@@ -14,13 +13,14 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from raytf import events as ev
-from raytf import failure, placement, topology
-from raytf._actor import TASK_ENV, TaskActor
-from raytf.config import SINGLE_TASK_STRATEGIES, Config, Strategy, StreamOutput, script_mode
+from raytf._core import events as ev
+from raytf._core import failure, topology
+from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_name, is_server, streamed, task_runtime_env
+from raytf._driver import placement
+from raytf._storage import RunDir
+from raytf._task.actor import TaskActor  # the one task-side module the driver imports: Ray needs the class
+from raytf.config import SINGLE_TASK_STRATEGIES, Config, script_mode
 from raytf.errors import StorageError, WorkerError
-from raytf.plan import EVALUATOR, PS, WORKER, Plan, TaskSpec
-from raytf.storage import RunDir
 
 log = logging.getLogger("raytf")
 
@@ -44,45 +44,6 @@ def _py_spy_dump(pid: int) -> str:
     return proc.stdout or proc.stderr
 
 
-def streamed(choice: StreamOutput, rank: int) -> bool:
-    """Whether the driver prints this rank's script output (rank 0 by default, so N workers do not flood it)."""
-    return choice is StreamOutput.all or (choice is StreamOutput.rank0 and rank == 0)
-
-
-def actor_name(run: str, role: str, rank: int) -> str:
-    return f"raytf:{run}:{role}:{rank}"
-
-
-def task_table(infos: list[dict[str, Any]], specs: tuple[TaskSpec, ...]) -> str:
-    """The start-up summary: one line per task with where it runs and what it holds."""
-    by_rank = {t.rank: t for t in specs}
-    rows = [("role", "rank", "node", "address", "cpus", "gpus", "CUDA_VISIBLE_DEVICES")]
-    for i in infos:
-        t = by_rank[i["rank"]]
-        rows.append((i["role"], str(i["rank"]), i["node_id"][:12], f"{i['host']}:{i['port']}", f"{t.cpus:g}",
-                     f"{t.gpus:g}", i.get("cuda_visible_devices") or "-"))
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    return "\n".join("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
-
-
-def task_runtime_env(cfg: Config, t: TaskSpec) -> dict[str, Any]:
-    """The task actor's runtime_env: the user's, plus what must be set before TensorFlow is imported in
-    that process (the user's own env_vars win). Pure."""
-    runtime_env = copy.deepcopy(cfg.ray.runtime_env)
-    env_vars = dict(runtime_env.get("env_vars") or {})
-    for k, v in TASK_ENV.items():
-        env_vars.setdefault(k, v)
-    # oneDNN's OpenMP pool sizes itself from OMP_NUM_THREADS, not from tf.config.threading: keep the two
-    # equal (Ray's own default follows num_cpus only, and cluster.threads may differ). With 2 OpenMP threads
-    # each, two workers on 2 cores measured ~5% slower per step (benchmarks/RESULTS.md).
-    env_vars.setdefault("OMP_NUM_THREADS", str(cfg.cluster.threads or t.threads))
-    if cfg.cluster.strategy is Strategy.parameter_server:
-        # gRPC calls fail fast on an unreachable worker, so the coordinator can reschedule (TF's PSS guide).
-        env_vars.setdefault("GRPC_FAIL_FAST", "use_caller")
-    runtime_env["env_vars"] = env_vars
-    return runtime_env
-
-
 class TaskGroup:
     """Reserve, start and wire the tasks of one attempt; always `teardown()` afterwards.
 
@@ -94,10 +55,6 @@ class TaskGroup:
         self.bus = None
         self.actors: list = []
         self.infos: list[dict[str, Any]] = []
-
-    def is_server(self, t: TaskSpec) -> bool:
-        """ParameterServerStrategy ps and worker tasks run TF servers, not the user function."""
-        return self.cfg.cluster.strategy is Strategy.parameter_server and t.role in (WORKER, PS)
 
     def info(self, rank: int) -> dict[str, Any]:
         return next((i for i in self.infos if i["rank"] == rank), {})
@@ -157,14 +114,14 @@ class TaskGroup:
         common = dict(cfg=cfg, bus=bus, attempt=attempt, python_path=python_path)
         primary: dict = {}
         background: dict = {}
-        servers = [(a, t) for a, t in zip(self.actors, self.plan.tasks) if self.is_server(t)]
+        servers = [(a, t) for a, t in zip(self.actors, self.plan.tasks) if is_server(cfg.cluster.strategy, t.role)]
         if servers:
             self._start_servers(servers, spec, common)
             for a, t in servers:
                 background[a.serve.remote(bus=bus)] = t
         single = cfg.cluster.strategy in SINGLE_TASK_STRATEGIES
         for a, t in zip(self.actors, self.plan.tasks):
-            if self.is_server(t):
+            if is_server(cfg.cluster.strategy, t.role):
                 continue
             kwargs = dict(tf_config=None if single else topology.tf_config(spec, t.role, t.index),
                           run_dir=self.run_dir, resume_from=resume_from,

@@ -12,24 +12,39 @@ import platform
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import ray
 
-from raytf import checkpoints, connect, failure, plots, storage
-from raytf import events as ev
-from raytf.attempts import PROGRESS, Attempt
-from raytf.config import Config, redacted, script_mode, to_dict, to_yaml
+from raytf import _storage as storage
+from raytf._core import checkpoints, failure, figures
+from raytf._core import events as ev
+from raytf._core.attempts import FAILED, INTERRUPTED, PROGRESS, RUNNING, SUCCEEDED, Attempt
+from raytf._core.metrics import MetricsTable
+from raytf._core.plan import EVALUATOR, WORKER, Plan, actor_name, is_server, make_plan, task_table
+from raytf._driver import connect
+from raytf._driver.group import TaskGroup
+from raytf._driver.sinks import Progress, TensorBoardSink
+from raytf.config import Config, ignored_by_scripts, redacted, script_mode, to_dict, to_yaml, validate
 from raytf.errors import RaytfError, TrainingFailedError, WorkerError
-from raytf.group import TaskGroup, actor_name, task_table
-from raytf.metrics import MetricsTable
-from raytf.plan import EVALUATOR, WORKER, Plan, make_plan
-from raytf.progress import Progress
-from raytf.result import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Result
-from raytf.tensorboard import TensorBoardSink
-from raytf.validation import ignored_by_scripts, validate
 
 log = logging.getLogger("raytf")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one launch produced; the API wraps it in the public `raytf.Result` (the driver stays below the
+    API: it never imports it)."""
+
+    status: str
+    run_dir: str
+    config: Config
+    summary: dict[str, Any]
+    metrics_table: pa.Table
+    error: TrainingFailedError | None
+    checkpoints: list[str]
 
 
 def default_run_name(now: _dt.datetime | None = None) -> str:
@@ -69,7 +84,7 @@ class Driver:
         self.error: TrainingFailedError | None = None
 
     # -- the run -----------------------------------------------------------------------------
-    def run(self) -> Result:
+    def run(self) -> Outcome:
         cfg, rd = self.cfg, self.run_dir
         python_path = connect.python_path(cfg)
         connect.check_entrypoint(cfg, python_path)
@@ -139,7 +154,7 @@ class Driver:
             self._write_curves()
             self._write_metrics()
             self._write_result(status)
-        return self.result(status)
+        return self.outcome(status)
 
     def _retry(self, attempt: Attempt, error: TrainingFailedError, failures: int) -> bool:
         """Apply the failure policy to a failed attempt; on retry, pick the checkpoint to resume from."""
@@ -226,7 +241,7 @@ class Driver:
                 error = self.group.outcome(ref, t)
                 if error is None:
                     continue
-                if self.group.is_server(t) and t.role == WORKER and error.kind == failure.SYSTEM:
+                if is_server(self.cfg.cluster.strategy, t.role) and t.role == WORKER and error.kind == failure.SYSTEM:
                     log.warning("lost %s (%s); the coordinator reschedules its work on the other workers",
                                 actor_name(self.cfg.run.name, t.role, t.rank), error.message)
                     self.lost_tasks.append({"role": t.role, "rank": t.rank, "attempt": attempt.number,
@@ -337,9 +352,9 @@ class Driver:
     def _write_curves(self) -> None:
         """learning_curves.png in the run directory (a plot must never fail a run)."""
         try:
-            curves = plots.learning_curves(self.metrics.to_arrow())
+            curves = figures.learning_curves(self.metrics.to_arrow())
             if not curves.empty:
-                self.run_dir.write_bytes(plots.CURVES_FILE, plots.png_bytes(curves, title=self.cfg.run.name))
+                self.run_dir.write_bytes(figures.CURVES_FILE, figures.png_bytes(curves, title=self.cfg.run.name))
         except (RaytfError, OSError, ValueError) as e:
             log.warning("learning curves not plotted: %s", e)
 
@@ -386,14 +401,14 @@ class Driver:
     def _write_result(self, status: str) -> None:
         self.run_dir.write_json(storage.RESULT_FILE, self.summary(status))
 
-    def result(self, status: str) -> Result:
+    def outcome(self, status: str) -> Outcome:
         summary = self.run_dir.read_json(storage.RESULT_FILE)
-        return Result(status=status, run_dir=self.run_dir.uri, config=self.cfg, summary=summary,
-                      metrics_table=self.metrics.to_arrow(), error=self.error,
-                      checkpoints=summary["checkpoints"])
+        return Outcome(status=status, run_dir=self.run_dir.uri, config=self.cfg, summary=summary,
+                       metrics_table=self.metrics.to_arrow(), error=self.error,
+                       checkpoints=summary["checkpoints"])
 
 
-def fit(cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None) -> Result:
-    """Run `cfg` to completion; failures come back as Result.status == "failed" with Result.error.
+def run(cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None) -> Outcome:
+    """Run `cfg` to completion; failures come back as status "failed" with `error` set.
     `on_event` is called in the driver with every event the tasks send (metrics, checkpoints, ...)."""
     return Driver(cfg, quiet=quiet, on_event=on_event).run()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -60,10 +59,6 @@ def tf_config(spec: dict[str, list[str]], role: str, index: int) -> dict:
     if role != "evaluator" and (role not in spec or not 0 <= index < len(spec[role])):
         raise ValueError(f"task {role} {index} is not in the cluster spec {sorted(spec)}")
     return {"cluster": spec, "task": {"type": role, "index": index}}
-
-
-def tf_config_json(spec: dict[str, list[str]], role: str, index: int) -> str:
-    return json.dumps(tf_config(spec, role, index), sort_keys=True)
 
 
 def is_chief(spec: dict[str, list[str]], role: str, index: int) -> bool:

@@ -5,17 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from raytf import checkpoints, reporting
-from raytf import events as ev
-from raytf._control import ControlListener
-from raytf._upload import Uploader
+from raytf._core import checkpoints
+from raytf._core.progress import StepCounter
+from raytf._storage import RunDir
+from raytf._task import report as reporting
+from raytf._task.control import ControlListener
+from raytf._task.upload import Uploader
 from raytf.config import Config
-from raytf.reporting import Cadence, _scalars
-from raytf.storage import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +27,7 @@ class TrainingStopped(BaseException):
     does not swallow it."""
 
 
-class TrainContext:
+class TrainContext(StepCounter):
     """Handed to the training function: the strategy, the run's settings, and the hooks that report
     metrics and write checkpoints.
 
@@ -42,7 +41,8 @@ class TrainContext:
                       steps_per_epoch=ctx.steps_per_epoch, callbacks=ctx.keras_callbacks())
 
     or, for a custom loop, calls `ctx.step_end(...)` after each step and `ctx.epoch_end(...)` after
-    each epoch, iterating `for epoch in ctx.epoch_range()`.
+    each epoch, iterating `for epoch in ctx.epoch_range()`. `ctx.epoch` and `ctx.step` count the epochs
+    and global steps completed (a StepCounter: `report` and `heartbeat` come from there).
     """
 
     def __init__(
@@ -63,6 +63,8 @@ class TrainContext:
         wait_stop: Callable[[float], bool] | None = None,
         bus=None,
     ) -> None:
+        super().__init__(emit, every_steps=cfg.metrics.every_steps, heartbeat_s=cfg.failure.heartbeat_s,
+                         epoch=resume_from.epoch if resume_from else 0, step=resume_from.step if resume_from else 0)
         self.cfg = cfg
         self.strategy = strategy
         self.role = role
@@ -72,16 +74,11 @@ class TrainContext:
         self.num_workers = num_workers
         self.attempt = attempt
         self._run_dir = run_dir
-        self._emit = emit
         self._resume_from = resume_from
         self._scratch = scratch_dir
         self._wait_stop = wait_stop or (lambda timeout: False)
         self._coordinator = None
         self._writer = None
-        self.epoch = resume_from.epoch if resume_from else 0  # completed epochs
-        self.step = resume_from.step if resume_from else 0  # completed global steps
-        self._cadence = Cadence(cfg.metrics.every_steps, self.step)
-        self._last_beat = time.monotonic()
         self._uploader: Uploader | None = None
         self._control = None
         if bus is not None and role != "evaluator":
@@ -152,9 +149,9 @@ class TrainContext:
     def restore(self, **trackables: Any) -> int:
         """Register what to checkpoint (model=, optimizer=, any tf.train.Checkpoint trackable) and
         restore it from the latest committed checkpoint when resuming. Returns initial_epoch."""
-        from raytf import _tf_runtime
+        from raytf._task import tf_runtime
 
-        self._writer = _tf_runtime.CheckpointWriter(trackables, is_chief=self.is_chief,
+        self._writer = tf_runtime.CheckpointWriter(trackables, is_chief=self.is_chief,
                                                     scratch_root=self._scratch)
         if self._resume_from is not None:
             local = f"{self._scratch}/restore-{self._resume_from.name}"
@@ -223,35 +220,25 @@ class TrainContext:
                 return
             self._wait_stop(poll_s)
 
-    # -- progress ----------------------------------------------------------------------------
-    def report(self, metrics: Mapping[str, Any], *, kind: str = ev.STEP) -> None:
-        """Send a metrics row (this task's rank, current epoch and step) to the driver."""
-        self._last_beat = time.monotonic()
-        self._emit(kind, {"epoch": self.epoch + (1 if kind == ev.STEP else 0), "step": self.step,
-                          "metrics": _scalars(metrics)})
-
-    def heartbeat(self) -> None:
-        """Tell the driver this task is making progress (at most every failure.heartbeat_s). Called for you
-        by step_end and the Keras callback; call it from long phases of your own (evaluation, data loading)."""
-        now = time.monotonic()
-        if now - self._last_beat >= self.cfg.failure.heartbeat_s:
-            self._last_beat = now
-            self._emit(ev.HEARTBEAT, {"epoch": self.epoch + 1, "step": self.step})
-
+    # -- progress (report and heartbeat: StepCounter) -----------------------------------------
     def step_end(self, metrics: Mapping[str, Any] | None = None, *, steps: int = 1) -> None:
         """Call after every training step (or every `steps` steps): counts them, reports every
         metrics.every_steps steps (values may be tensors: they are only read when reported) and
         writes step checkpoints when due."""
-        before, self.step = self.step, self.step + steps
-        row = self._cadence.row(metrics, before, self.step)
-        if row is None:
-            self.heartbeat()
-        else:
-            self.report(row)
+        before = self.step
+        super().step_end(metrics, steps=steps)
         if self._checkpointing() and checkpoints.crossed(before, self.step, self.cfg.checkpoint.every_steps):
             self.save()
         if self._control is not None and self._control.pending:
             self._on_save_request()
+
+    def report_explicit(self, metrics: Mapping[str, Any] | None, *, step: int | None, epoch: int | None,
+                        kind: str, checkpoint: bool) -> None:
+        """`raytf.report(...)` in a training function: a row at the context's own count."""
+        if step is not None or epoch is not None or checkpoint:
+            raise ValueError("raytf.report: step=, epoch= and checkpoint= are for scripts (train.script); in a "
+                             "training function the context counts steps (ctx.step_end) and saves (ctx.save())")
+        self.report(metrics or {}, kind=kind)
 
     def _on_save_request(self) -> None:
         c = self._control
@@ -271,8 +258,7 @@ class TrainContext:
     def epoch_end(self, metrics: Mapping[str, Any] | None = None) -> None:
         """Call after every epoch: reports the epoch's metrics and writes the epoch checkpoint when due
         (and always after the last epoch)."""
-        self.epoch += 1
-        self.report(metrics or {}, kind=ev.EPOCH)
+        super().epoch_end(metrics)
         last = self.epoch >= self.epochs
         if self._checkpointing() and (checkpoints.is_due(self.epoch, self.cfg.checkpoint.every_epochs) or last):
             self.save()
@@ -286,6 +272,6 @@ class TrainContext:
 
     def keras_callbacks(self) -> list:
         """Callbacks for `model.fit` that report metrics and checkpoint like step_end/epoch_end."""
-        from raytf import _keras
+        from raytf._task import keras_callback
 
-        return [_keras.RaytfCallback(self)]
+        return [keras_callback.RaytfCallback(self)]

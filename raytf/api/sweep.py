@@ -53,7 +53,8 @@ def _trial(config: dict[str, Any], *, base: dict[str, Any], sweep_name: str) -> 
     reported to Tune as they come (so schedulers such as ASHA can stop a trial early)."""
     from ray import tune
 
-    from raytf import driver, events
+    from raytf._core import events
+    from raytf.api.fit import fit
 
     trial_id = tune.get_context().get_trial_id()
     overrides = {**config, "run.name": f"{sweep_name}-{trial_id}"}
@@ -63,7 +64,7 @@ def _trial(config: dict[str, Any], *, base: dict[str, Any], sweep_name: str) -> 
         if e.kind == events.EPOCH and e.rank == 0:
             tune.report({**e.payload.get("metrics", {}), "epoch": e.payload["epoch"], "step": e.payload["step"]})
 
-    result = driver.fit(cfg, quiet=True, on_event=report)
+    result = fit(cfg, quiet=True, on_event=report)
     final = {k: v for k, v in result.final_metrics.items() if isinstance(v, (int, float))}
     tune.report({**final, "raytf_status": result.status, "run_dir": result.run_dir,
                  "error": str(result.error) if result.error else None, "done": True})
@@ -99,7 +100,7 @@ def sweep(
     """
     from ray import tune
 
-    from raytf.connect import ensure_ray
+    from raytf._driver.connect import ensure_ray
 
     if max_concurrent < 1:
         raise ConfigError(f"max_concurrent ({max_concurrent}) must be at least 1")

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 
 import tensorflow as tf
 
+from raytf._core.progress import scalar
+
 
 class RaytfCallback(tf.keras.callbacks.Callback):
     def __init__(self, ctx) -> None:
@@ -49,7 +51,7 @@ class RaytfCallback(tf.keras.callbacks.Callback):
 class ScriptCallback(RaytfCallback):
     """Script mode: added last to the callbacks of every `Model.fit`, so it sees each epoch after the
     script's own callbacks (a ModelCheckpoint has written its file when the epoch's sync runs). Learns the
-    replica count, epochs and steps from the fit itself; `ctx` is a reporting.ScriptReporter."""
+    replica count, epochs and steps from the fit itself; `ctx` is a script.reporter.ScriptReporter."""
 
     def on_train_begin(self, logs=None) -> None:
         self.ctx.fit_started(replicas=int(self.model.distribute_strategy.num_replicas_in_sync),
@@ -72,12 +74,10 @@ class _LazyScaled(Mapping):
 
     def _values(self) -> dict:
         if self._read is None:
-            from raytf.reporting import _scalar
-
             logs = self._logs.fetch() if hasattr(self._logs, "fetch") else self._logs
             self._read = {}
             for k, v in logs.items():
-                f = _scalar(v)
+                f = scalar(v)
                 if f is not None:
                     self._read[k] = f * self._s
         return self._read

@@ -1,14 +1,14 @@
-"""Learning curves from a run's metrics table: the data (pure, pandas) and the figure (matplotlib)."""
+"""Figures of a run, pure (no I/O): learning curves from a metrics table (the data, pandas) and as a matplotlib
+figure, the scaling report's figure, and either as PNG bytes."""
 
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
-from raytf.metrics import BASE_COLUMNS
+from raytf._core.metrics import BASE_COLUMNS
 
 CURVES_FILE = "learning_curves.png"
 
@@ -119,21 +119,4 @@ def scaling_figure(table: pd.DataFrame, title: str = ""):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return fig
-
-
-def plot(run: Any, out: str | None = None):
-    """Learning curves of a run (a Result, or a run directory path/URI); saved as PNG when `out` is given.
-
-    Returns the matplotlib Figure (a notebook shows it)."""
-    from raytf.result import Result, load_result
-
-    result = run if isinstance(run, Result) else load_result(str(run))
-    curves = learning_curves(result.metrics_table)
-    import matplotlib.pyplot as plt
-
-    fig = figure(curves, title=result.summary.get("run", ""))
-    if out:
-        fig.savefig(out, format="png", dpi=100)
-    plt.close(fig)  # returned, not left open: a notebook then shows it once (as the cell's value)
     return fig

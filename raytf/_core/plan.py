@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
+from typing import Any
 
-from raytf.config import Config, Resources, Strategy
+from raytf.config import Config, Resources, Strategy, StreamOutput
 
 # Task types in TF's vocabulary; ranks are assigned in this order.
 CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"
+
+# Set in every task's runtime_env, so they hold before TensorFlow is first imported in the process:
+# tf.keras must be tf-keras (Keras 3 has no multi-worker fit nor ParameterServerStrategy path), and TF's
+# gRPC server must accept the port the task's actor is holding with SO_REUSEPORT (tensorflow PR#38705).
+# TF_CPP_MIN_LOG_LEVEL only mutes TF's C++ INFO lines (users may set their own).
+TASK_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_GRPC_REUSE_PORT": "true", "TF_CPP_MIN_LOG_LEVEL": "1"}
 
 
 @dataclass(frozen=True)
@@ -110,3 +118,47 @@ def shortfall(bundles: list[dict[str, float]], strategy: str, nodes: list[dict[s
     if strategy == "STRICT_PACK" and not any(_fits(need, n) for n in nodes):
         return f"STRICT_PACK needs one node with {_fmt(need)}, none has that much"
     return ""
+
+
+def is_server(strategy: Strategy, role: str) -> bool:
+    """ParameterServerStrategy ps and worker tasks run TF servers, not the user function."""
+    return strategy is Strategy.parameter_server and role in (WORKER, PS)
+
+
+def streamed(choice: StreamOutput, rank: int) -> bool:
+    """Whether the driver prints this rank's script output (rank 0 by default, so N workers do not flood it)."""
+    return choice is StreamOutput.all or (choice is StreamOutput.rank0 and rank == 0)
+
+
+def actor_name(run: str, role: str, rank: int) -> str:
+    return f"raytf:{run}:{role}:{rank}"
+
+
+def task_table(infos: list[dict[str, Any]], specs: tuple[TaskSpec, ...]) -> str:
+    """The start-up summary: one line per task with where it runs and what it holds."""
+    by_rank = {t.rank: t for t in specs}
+    rows = [("role", "rank", "node", "address", "cpus", "gpus", "CUDA_VISIBLE_DEVICES")]
+    for i in infos:
+        t = by_rank[i["rank"]]
+        rows.append((i["role"], str(i["rank"]), i["node_id"][:12], f"{i['host']}:{i['port']}", f"{t.cpus:g}",
+                     f"{t.gpus:g}", i.get("cuda_visible_devices") or "-"))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return "\n".join("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def task_runtime_env(cfg: Config, t: TaskSpec) -> dict[str, Any]:
+    """The task actor's runtime_env: the user's, plus what must be set before TensorFlow is imported in
+    that process (the user's own env_vars win). Pure."""
+    runtime_env = copy.deepcopy(cfg.ray.runtime_env)
+    env_vars = dict(runtime_env.get("env_vars") or {})
+    for k, v in TASK_ENV.items():
+        env_vars.setdefault(k, v)
+    # oneDNN's OpenMP pool sizes itself from OMP_NUM_THREADS, not from tf.config.threading: keep the two
+    # equal (Ray's own default follows num_cpus only, and cluster.threads may differ). With 2 OpenMP threads
+    # each, two workers on 2 cores measured ~5% slower per step (benchmarks/RESULTS.md).
+    env_vars.setdefault("OMP_NUM_THREADS", str(cfg.cluster.threads or t.threads))
+    if cfg.cluster.strategy is Strategy.parameter_server:
+        # gRPC calls fail fast on an unreachable worker, so the coordinator can reschedule (TF's PSS guide).
+        env_vars.setdefault("GRPC_FAIL_FAST", "use_caller")
+    runtime_env["env_vars"] = env_vars
+    return runtime_env

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from raytf.config import (
+from raytf.config.schema import (
     SINGLE_TASK_STRATEGIES,
     Collective,
     Config,

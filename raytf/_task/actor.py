@@ -1,5 +1,6 @@
-"""The Ray actor that hosts one TF task. TensorFlow is imported inside `run`, never at module level,
-so the driver (which imports this module to create actors) stays free of it."""
+"""The Ray actor that hosts one TF task. TensorFlow is imported inside its methods (which run in the task's
+process), never at module level, so the driver (which imports this module to create actors) stays free of it.
+Every task's runtime_env (plan.task_runtime_env, TASK_ENV) is in place before that first import."""
 
 from __future__ import annotations
 
@@ -19,23 +20,14 @@ from typing import Any
 
 import ray
 
-from raytf import events as ev
-from raytf import failure
+from raytf._core import events as ev
+from raytf._core import failure
+from raytf._core.plan import TaskSpec
+from raytf._storage import RunDir
 from raytf.config import Config
 from raytf.errors import RaytfError, WorkerError
-from raytf.plan import TaskSpec
-from raytf.storage import RunDir
 
 log = logging.getLogger(__name__)
-
-# Set in every task's runtime_env, so they hold before TensorFlow is first imported in the process:
-# tf.keras must be tf-keras (Keras 3 has no multi-worker fit nor ParameterServerStrategy path), and TF's
-# gRPC server must accept the port this actor is holding with SO_REUSEPORT (tensorflow PR#38705).
-# TF_CPP_MIN_LOG_LEVEL only mutes TF's C++ INFO lines (users may set their own).
-TASK_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_GRPC_REUSE_PORT": "true", "TF_CPP_MIN_LOG_LEVEL": "1"}
-
-
-
 
 def reserve_port() -> socket.socket:
     """Bind a free port and keep holding it until TF's server has bound the same port.
@@ -198,10 +190,10 @@ class TaskActor:
         for p in reversed(python_path):
             if p not in sys.path:
                 sys.path.insert(0, p)
-        from raytf import _tf_runtime
+        from raytf._task import tf_runtime
 
-        _tf_runtime.configure(cfg.cluster.threads or self.spec.threads, cfg.cluster.gpu_memory_growth)
-        return _tf_runtime
+        tf_runtime.configure(cfg.cluster.threads or self.spec.threads, cfg.cluster.gpu_memory_growth)
+        return tf_runtime
 
     def _error(self, e: BaseException, kind: str = "user") -> dict[str, Any]:
         if kind == "user" and type(e).__name__ in failure.PEER_ERRORS and type(e).__module__.startswith("tensorflow"):
@@ -258,7 +250,7 @@ class TaskActor:
         """Script mode: run the user's program (train.script / train.module) in a child process with this
         task's TF_CONFIG; its exit code is the outcome. The port stays held until the child exits: its TF
         server binds it whenever the script creates its strategy (TF_GRPC_REUSE_PORT is inherited)."""
-        from raytf._script_host import ScriptHost, child_env
+        from raytf._task.script.host import ScriptHost, child_env
 
         spec = self.spec
         emit = _Emitter(bus, spec.role, spec.rank, attempt)
@@ -316,7 +308,7 @@ class TaskActor:
             tf_runtime = self._prepare(tf_config, cfg, python_path)
             evaluator = spec.role == "evaluator"
             fn = import_entrypoint(cfg.train.eval_entrypoint if evaluator else cfg.train.entrypoint)
-            from raytf.context import TrainContext, TrainingStopped
+            from raytf._task.context import TrainContext, TrainingStopped
 
             strategy = tf_runtime.build_strategy(cfg, spec.role)
             # TF's server holds the port now (MWMS); ours can go.

@@ -6,9 +6,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from raytf import checkpoints
-from raytf import events as ev
-from raytf.result import RUNNING
+from raytf._core import checkpoints
+from raytf._core import events as ev
+
+# A run's and an attempt's status (result.json's `status`, Result.status).
+SUCCEEDED, FAILED, INTERRUPTED, RUNNING = "succeeded", "failed", "interrupted", "running"
 
 PROGRESS = (ev.STEP, ev.EPOCH, ev.HEARTBEAT, ev.CHECKPOINT)
 

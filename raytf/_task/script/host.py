@@ -1,5 +1,5 @@
 """Script mode, the host side: inside a task's actor, run the user's unmodified program as a child process
-(`raytf._script_child`) and relay what it does.
+(`raytf._task.script.child`) and relay what it does.
 
 - its stdout/stderr, line by line, into the task's log file, and to the driver as OUTPUT events when this
   rank's output is streamed (train.stream_output); the last stderr lines are kept for the error message;
@@ -27,14 +27,14 @@ import threading
 import time
 from typing import Any
 
-from raytf import checkpoints
-from raytf import events as ev
-from raytf._script_child import SPEC_ENV
-from raytf._upload import Uploader
+from raytf._core import checkpoints
+from raytf._core import events as ev
+from raytf._core.plan import TaskSpec
+from raytf._storage import RunDir
+from raytf._task.script.child import SPEC_ENV
+from raytf._task.upload import Uploader
 from raytf.config import Config
 from raytf.errors import RaytfError
-from raytf.plan import TaskSpec
-from raytf.storage import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,9 @@ def _display(raw: bytes) -> str:
     return text.rsplit("\r", 1)[-1]
 
 
+# The directory that holds the raytf package (raytf/_task/script/host.py is three levels below it).
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
 _PLACEHOLDER = re.compile(r"\{(checkpoint_dir|log_dir|rank|role|index|attempt|run_dir)\}")
 
 
@@ -74,12 +77,10 @@ def child_env(*, base: dict[str, str], tf_config: dict | None, spec: TaskSpec, c
         env.pop("TF_CONFIG", None)
     else:
         env["TF_CONFIG"] = json.dumps(tf_config)
-    import raytf
-
-    # raytf itself, for the child's `-m raytf._script_child`, even when it is not installed (a checkout):
+    # raytf itself, for the child's `-m raytf._task.script.child`, even when it is not installed (a checkout):
     # last, so it shadows nothing of the user's, and not at all when it is site-packages, which on
     # PYTHONPATH would come before the standard library.
-    here = os.path.dirname(os.path.dirname(os.path.abspath(raytf.__file__)))
+    here = _PACKAGE_PARENT
     site_dirs = {os.path.abspath(p) for p in (*site.getsitepackages(), site.getusersitepackages())}
     paths = [*python_path, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)),
              *([] if here in site_dirs else [here])]
@@ -160,7 +161,7 @@ class ScriptHost:
             # A session of its own: whatever the script starts (a TensorBoard, os.system, forked workers)
             # is in the child's process group, and goes with it.
             self.proc = subprocess.Popen(
-                [sys.executable, "-u", "-m", "raytf._script_child"], env={**env, SPEC_ENV: json.dumps(spec)},
+                [sys.executable, "-u", "-m", "raytf._task.script.child"], env={**env, SPEC_ENV: json.dumps(spec)},
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 pass_fds=(write_fd, alive_r), start_new_session=True)
         except BaseException:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import shutil
 import threading
 
-from raytf import checkpoints
-from raytf import events as ev
+from raytf._core import checkpoints
+from raytf._core import events as ev
+from raytf._storage import CHECKPOINTS_DIR, RunDir
 from raytf.config import Config
-from raytf.storage import CHECKPOINTS_DIR, RunDir
 
 
 class Uploader:

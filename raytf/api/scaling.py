@@ -75,7 +75,9 @@ def scaling(cfg: Config | str | dict, workers: Sequence[int] = (1, 2, 4),
     "infeasible" and the others still run. Writes scaling.csv and scaling.png under
     `<storage.path>/<run.name or scaling-<time>>/` (path in `table.attrs["plot"]`).
     """
-    from raytf import driver, plots, storage
+    from raytf import _storage as storage
+    from raytf._core import figures
+    from raytf.api.fit import fit
 
     if not isinstance(cfg, Config) or overrides:
         cfg = load_config(cfg, overrides)
@@ -99,7 +101,7 @@ def scaling(cfg: Config | str | dict, workers: Sequence[int] = (1, 2, 4),
         c.cluster.num_workers, c.run.name, c.checkpoint.resume = n, f"{base}-w{n}", False
         row: dict[str, Any] = {"workers": n, "run": c.run.name, "status": "infeasible"}
         try:
-            result = driver.fit(c, quiet=quiet)
+            result = fit(c, quiet=quiet)
         except PlacementError as e:
             log.warning("scaling: %d workers cannot be placed: %s", n, e)
             rows.append(row)
@@ -127,7 +129,7 @@ def scaling(cfg: Config | str | dict, workers: Sequence[int] = (1, 2, 4),
     rd = storage.RunDir(cfg.storage, base)
     rd.makedirs()
     rd.write_text("scaling.csv", table.to_csv(index=False))
-    rd.write_bytes("scaling.png", plots.fig_png(plots.scaling_figure(
+    rd.write_bytes("scaling.png", figures.fig_png(figures.scaling_figure(
         table, title=f"{base}: per-replica batch {cfg.train.batch_size}")))
     table.attrs["plot"] = rd.uri_of("scaling.png")
     table.attrs["csv"] = rd.uri_of("scaling.csv")

@@ -7,8 +7,8 @@ import logging
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
+from raytf._core.plan import Plan, shortfall
 from raytf.errors import PlacementError
-from raytf.plan import Plan, shortfall
 
 log = logging.getLogger(__name__)
 

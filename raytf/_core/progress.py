@@ -1,0 +1,107 @@
+"""One task's progress count, pure: completed epochs and global steps, when a metrics row is due, and the rows
+and heartbeats that tell the driver. Shared by the training function's TrainContext (events on the bus) and a
+script's reporter (JSON lines on a pipe), which differ only in where they send."""
+
+from __future__ import annotations
+
+import numbers
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from raytf._core.checkpoints import crossed
+from raytf._core.events import EPOCH, HEARTBEAT, STEP
+
+
+def scalar(value: Any) -> float | None:
+    """A metric value as a float (tensors and numpy scalars included), or None if not a scalar."""
+    if isinstance(value, numbers.Number):
+        return float(value)
+    try:
+        if hasattr(value, "fetch"):  # a ParameterServerStrategy RemoteValue: waits for its closure
+            value = value.fetch()
+        return float(value.numpy() if hasattr(value, "numpy") else value)
+    except (TypeError, ValueError):
+        return None
+
+
+def scalars(metrics: Mapping[str, Any] | None) -> dict[str, float]:
+    out = {}
+    for k, v in (metrics or {}).items():
+        f = scalar(v)
+        if f is not None:
+            out[str(k)] = f
+    return out
+
+
+class Cadence:
+    """When step metrics are due (the first step of a process always is: launch-to-first-step), and the
+    steps/s since the last reported row."""
+
+    def __init__(self, every_steps: int, step: int) -> None:
+        self.every = every_steps
+        self._clock = (time.monotonic(), step)
+        self._stepped = False
+
+    def row(self, metrics: Mapping[str, Any] | None, before: int, after: int) -> dict[str, float] | None:
+        first, self._stepped = not self._stepped, True
+        if not (first or crossed(before, after, self.every)):
+            return None
+        now = time.monotonic()
+        t0, s0 = self._clock
+        row = scalars(metrics)
+        if now > t0:
+            row["steps_per_s"] = (after - s0) / (now - t0)
+        self._clock = (now, after)
+        return row
+
+
+class StepCounter:
+    """A task's completed epochs (`epoch`) and global steps (`step`), and what it sends about them through
+    `send(kind, payload)`: a metrics row every `every_steps` steps, else a heartbeat at most every
+    `heartbeat_s`. Step rows and heartbeats carry the epoch under way (1-based); epoch rows, the epochs
+    completed."""
+
+    def __init__(self, send: Callable[[str, dict[str, Any]], None], *, every_steps: int, heartbeat_s: float,
+                 epoch: int = 0, step: int = 0) -> None:
+        self._emit = send
+        self._heartbeat_s = heartbeat_s
+        self.epoch = epoch  # completed epochs
+        self.step = step  # completed global steps
+        self._cadence = Cadence(every_steps, step)
+        self._last_beat = time.monotonic()
+
+    def report(self, metrics: Mapping[str, Any] | None, *, kind: str = STEP) -> None:
+        """Send a metrics row (this task's rank, current epoch and step) to the driver."""
+        self._last_beat = time.monotonic()
+        self._emit(kind, {"epoch": self.epoch + (1 if kind == STEP else 0), "step": self.step,
+                          "metrics": scalars(metrics)})
+
+    def heartbeat(self) -> None:
+        """Tell the driver this task is making progress (at most every failure.heartbeat_s). Called for you
+        by step_end and the Keras callback; call it from long phases of your own (evaluation, data loading)."""
+        now = time.monotonic()
+        if now - self._last_beat >= self._heartbeat_s:
+            self._last_beat = now
+            self._emit(HEARTBEAT, {"epoch": self.epoch + 1, "step": self.step})
+
+    def step_end(self, metrics: Mapping[str, Any] | None = None, *, steps: int = 1) -> None:
+        """Count `steps` more steps; report the metrics if a row is due (values may be tensors: they are only
+        read then), else heartbeat."""
+        before, self.step = self.step, self.step + steps
+        row = self._cadence.row(metrics, before, self.step)
+        if row is None:
+            self.heartbeat()
+        else:
+            self.report(row)
+
+    def epoch_end(self, metrics: Mapping[str, Any] | None = None) -> None:
+        """Count an epoch and report its metrics."""
+        self.epoch += 1
+        self.report(metrics or {}, kind=EPOCH)
+
+    def steps_per_s(self, before: int) -> dict[str, float]:
+        """{"steps_per_s": ...} over the steps from `before` to now, when a row would be due (for rows the
+        caller counts itself)."""
+        row = self._cadence.row(None, before, self.step)
+        return {"steps_per_s": row["steps_per_s"]} if row and "steps_per_s" in row else {}

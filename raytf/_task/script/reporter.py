@@ -1,0 +1,132 @@
+"""Script mode, the child's side: `ScriptReporter` counts a script's steps and epochs (a StepCounter), sends
+its metrics rows and heartbeats as JSON lines on the events pipe its raytf host reads, and snapshots the chief's
+checkpoint directory for upload. No TensorFlow here: the Keras callback (keras_callback.ScriptCallback) and
+`raytf.report` drive it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from raytf._core.events import EPOCH, STEP
+from raytf._core.progress import StepCounter, scalars
+
+
+def _tree_signature(root: str) -> tuple:
+    """What a checkpoint directory holds, cheaply: (path, size, mtime) of every file."""
+    sig = []
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(dirpath, f)
+            try:
+                st = os.stat(p)
+            except FileNotFoundError:  # deleted while we walked (a writer replacing its files)
+                continue
+            sig.append((os.path.relpath(p, root), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(sig))
+
+
+class ScriptReporter(StepCounter):
+    """The child-process side of script mode: a StepCounter whose rows and heartbeats go as JSON lines on the
+    events pipe; also snapshots the chief's checkpoint directory for upload.
+
+    Offers what `keras_callback.RaytfCallback` uses on a TrainContext (step_end, epoch_end, heartbeat, step,
+    epoch, steps_per_epoch, num_replicas), so the same callback reports Keras `fit` in both modes."""
+
+    def __init__(self, fd: int, *, every_steps: int, heartbeat_s: float, is_chief: bool, checkpoint_dir: str,
+                 scratch: str, epoch: int = 0, step: int = 0) -> None:
+        super().__init__(self._event, every_steps=every_steps, heartbeat_s=heartbeat_s, epoch=epoch, step=step)
+        self._fd = fd
+        self._lock = threading.Lock()
+        self.is_chief = is_chief
+        self.checkpoint_dir = checkpoint_dir
+        self._scratch = scratch
+        self.num_replicas = 1
+        self.steps_per_epoch: int | None = None
+        self._synced = _tree_signature(checkpoint_dir)  # what a resume restored there is not new
+        self._snapshots = 0
+        self._fits = 0  # Model.fit calls so far in this process
+        self._base = (0, 0)  # (epochs, steps) done before the current fit, by earlier fits
+        self._fit_begun = False
+
+    def _send(self, obj: dict[str, Any]) -> None:
+        data = (json.dumps(obj) + "\n").encode()
+        with self._lock:  # one line at a time (Keras callbacks and user threads may both report)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+
+    def _event(self, kind: str, payload: dict[str, Any]) -> None:
+        self._send({"kind": kind, **payload})
+
+    # -- what keras_callback.ScriptCallback calls -------------------------------------------------------
+    def fit_started(self, *, replicas: int, epochs: int | None, steps_per_epoch: int | None) -> None:
+        self._fits += 1
+        self._fit_begun = False
+        self.num_replicas, self.steps_per_epoch = replicas, steps_per_epoch
+        self._send({"kind": "fit", "replicas": replicas, "epochs": epochs, "steps_per_epoch": steps_per_epoch})
+
+    def epoch_begin(self, epoch: int) -> None:
+        """Keras' epoch index (0-based, within this fit): after a restore (BackupAndRestore) fit starts past 0."""
+        if not self._fit_begun:
+            self._fit_begun = True
+            # A later fit that starts from epoch 0 (fine-tuning, say) counts on from the earlier ones, so its
+            # checkpoints are the newest; one with initial_epoch set (fit one epoch at a time) says where it is.
+            self._base = (self.epoch, self.step) if self._fits > 1 and epoch == 0 else (0, 0)
+        base_epoch, base_step = self._base
+        self.epoch = base_epoch + epoch
+        if self.steps_per_epoch:
+            self.step = base_step + epoch * self.steps_per_epoch
+
+    def epoch_end(self, metrics: Mapping[str, Any] | None = None) -> None:
+        super().epoch_end(metrics)
+        self.sync()  # after the user's callbacks (ours is added last): ModelCheckpoint has written
+
+    # -- raytf.report(...) in a script ---------------------------------------------------------
+    def report_explicit(self, metrics: Mapping[str, Any] | None, *, step: int | None, epoch: int | None,
+                        kind: str, checkpoint: bool) -> None:
+        if kind == EPOCH:
+            self.epoch = epoch if epoch is not None else self.epoch + 1
+            if step is not None:
+                self.step = step
+            self.report(metrics, kind=EPOCH)
+        elif metrics or step is not None:
+            if epoch is not None:
+                self.epoch = epoch
+            before = self.step
+            self.step = step if step is not None else self.step + 1
+            self.report({**scalars(metrics), **self.steps_per_s(before)}, kind=STEP)
+        if checkpoint:
+            self.sync()
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def sync(self) -> bool:
+        """Chief only: if the checkpoint directory changed since the last sync, copy it aside (so the script
+        can go on writing) and hand the copy to the host for upload as checkpoint (epoch, step)."""
+        if not self.is_chief:
+            return False
+        sig = _tree_signature(self.checkpoint_dir)
+        if not sig or sig == self._synced:
+            return False
+        self._snapshots += 1
+        snap = os.path.join(self._scratch, f"snapshot-{self._snapshots}")
+        shutil.copytree(self.checkpoint_dir, snap)
+        self._synced = sig
+        self._send({"kind": "sync", "path": snap, "epoch": self.epoch, "step": self.step})
+        return True
+
+    def exception(self, name: str) -> None:
+        """The script ended with an uncaught exception of this type."""
+        try:
+            self._send({"kind": "exception", "type": name})
+        except OSError:  # the host is gone: nobody to tell
+            pass
+
+    def close(self, ok: bool) -> None:
+        """At exit: a successful script's last writes (model.save after fit, say) are synced too."""
+        if ok:
+            self.sync()

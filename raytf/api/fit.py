@@ -1,0 +1,42 @@
+"""`raytf.fit`: train as configured and return the Result. Light at import: Ray comes in on the first call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from raytf.config import Config, load_config
+
+if TYPE_CHECKING:
+    from raytf._core.events import Event
+    from raytf.api.result import Result
+
+
+def fit(
+    cfg: Config | str | dict,
+    overrides: list[str] | dict | None = None,
+    *,
+    quiet: bool = False,
+    on_event: Callable[[Event], None] | None = None,
+) -> Result:
+    """Train as configured and return the Result (status, metrics DataFrame, checkpoints).
+
+    Args:
+        cfg: a Config, a YAML path or a dict (see `load_config`).
+        overrides: `key=value` strings or a {dotted key: value} mapping applied on top.
+        quiet: no progress bars (log lines only).
+        on_event: called on the driver with every Event the tasks send (kind, role, rank, payload).
+
+    Returns:
+        The Result; a failed run has status "failed" and `error` set (`result.raise_for_status()`).
+
+    Raises:
+        ConfigError: the configuration is invalid (nothing was started).
+        PlacementError: the cluster cannot host the tasks (nothing is left reserved).
+    """
+    from raytf._driver import driver  # imports Ray: keep `import raytf` light
+    from raytf.api.result import Result
+
+    if not isinstance(cfg, Config) or overrides:
+        cfg = load_config(cfg, overrides)
+    return Result(**vars(driver.run(cfg, quiet=quiet, on_event=on_event)))
