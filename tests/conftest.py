@@ -1,4 +1,10 @@
-"""Shared fixtures: one local Ray per test module, and a leak check after every test that uses it."""
+"""Shared fixtures: one local Ray per test module, and a leak check after every test that uses it; the tiers.
+
+The tiers mirror the package (docs/architecture.md), one directory each, run in this order and marked by
+directory: `core` (pure: no Ray, no TensorFlow; seconds), `task` (TensorFlow in this process or a child of it,
+no Ray), `ray` (a local Ray with real TensorFlow workers on 127.0.0.1), `cluster` (simulated multi-node:
+several raylets). `pytest tests/core` is the inner loop while editing.
+"""
 
 import os
 from pathlib import Path
@@ -6,6 +12,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+TIERS = ("core", "task", "ray", "cluster")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = Path(str(item.path)).relative_to(ROOT / "tests").parts
+        tier = parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+        if tier is not None:
+            item.add_marker(tier)
+        if tier == "cluster":  # it starts Ray too: `-m "not ray"` leaves it out
+            item.add_marker("ray")
 
 
 @pytest.fixture(scope="module")

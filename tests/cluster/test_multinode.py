@@ -4,7 +4,7 @@ import pytest
 
 import raytf
 from raytf._storage import NODE_LOCAL_ROOT_ENV
-from raytf.errors import PlacementError, RaytfError, StorageError
+from raytf.errors import PlacementError, StorageError
 from tests.conftest import ROOT, leftovers
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
@@ -104,5 +104,3 @@ def test_address_precedence():
     assert resolve_address(raytf.load_config(base), {}) is None
     assert resolve_address(raytf.load_config(base), {"RAY_ADDRESS": "10.0.0.1:6379"}) == "10.0.0.1:6379"
     assert resolve_address(raytf.load_config(base, ["ray.address=auto"]), {"RAY_ADDRESS": "x:1"}) == "auto"
-    with pytest.raises(RaytfError):
-        raise RaytfError("hierarchy")

@@ -2,14 +2,13 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from raytf.config import Collective, Config, PlacementStrategy, Strategy, load_config, to_yaml
 from raytf.errors import ConfigError
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 BASE = {"train": {"entrypoint": "examples.keras_cnn:train"}}
 
 

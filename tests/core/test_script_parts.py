@@ -1,10 +1,10 @@
-"""Script mode (train.script / train.module): existing tf.distribute programs run unmodified on every task."""
+"""Script mode's pure parts: config rules, exit classification, the child's environment and arguments, the
+reporter's counting and checkpoint syncs, the output reader, the TF_CONFIG guard."""
 
 import collections
 import io
 import json
 import os
-import select
 import subprocess
 import sys
 import threading
@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 import raytf
-from raytf._core import events as ev
 from raytf._core import failure
 from raytf._core.plan import TaskSpec, streamed
 from raytf._task.script.host import ScriptHost, _display, child_env, expand_args
@@ -28,7 +27,6 @@ def _cfg(*overrides):
     return raytf.load_config(ROOT / "conf/script.yaml", list(overrides))
 
 
-# -- pure parts ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("overrides, message", [
     (["train.entrypoint=examples.keras_cnn:train"], "train.entrypoint and train.script are both set"),
     (["train.script=", "train.args=[]"], "train.entrypoint is empty"),
@@ -243,171 +241,3 @@ def test_tf_config_guard_keeps_ours():
     assert "<string>:9 clears TF_CONFIG: ignored" in out.stderr
     assert "<string>:5 sets TF_CONFIG: ignored" in out.stderr
     assert "<string>:6 sets TF_CONFIG" in out.stderr and "<string>:7 deletes TF_CONFIG" in out.stderr
-
-
-# -- real runs --------------------------------------------------------------------------------
-def _children() -> list[int]:
-    """Script-mode child processes (and the helpers test scripts start) still alive here (Linux /proc)."""
-    pids = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if any(mark in cmdline.read_bytes() for mark in (b"raytf._task.script.child", b"raytf-test-helper")):
-                pids.append(int(cmdline.parent.name))
-        except OSError:  # exited while we looked
-            continue
-    return pids
-
-
-def _leftovers(timeout_s: float = 15.0) -> list[int]:
-    """_children() once they have had `timeout_s` to go: a torn-down task's processes die asynchronously
-    (the actor's exit closes the pipe its script's sentinel waits on, which then kills the group). Waits on
-    each one's pidfd, which becomes readable when the process exits."""
-    deadline = time.monotonic() + timeout_s
-    for pid in _children():
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:  # gone already
-            continue
-        try:
-            select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        finally:
-            os.close(fd)
-    return _children()
-
-
-@pytest.fixture
-def script_cfg(tmp_path):
-    def make(*overrides):
-        return raytf.load_config(ROOT / "conf/script.yaml", [f"storage.path={tmp_path / 'runs'}",
-                                                             "metrics.flush_interval_s=0", *overrides])
-    return make
-
-
-@pytest.mark.ray
-@pytest.mark.timeout(300)
-def test_seed_style_mwms_script_runs_unmodified(script_cfg, tmp_path, no_leaks):
-    cfg = script_cfg("run.name=seed", "metrics.every_steps=5", "checkpoint.keep_last=0",
-                     "train.args=[--epochs,'2',--steps-per-epoch,'10',--model-dir,'{checkpoint_dir}',"
-                     "--log-dir,'{log_dir}']")
-    seen = []
-    result = raytf.fit(cfg, quiet=True, on_event=seen.append)
-    assert result.status == "succeeded", result.error
-    df = result.metrics
-    for rank in (0, 1):
-        epochs = df[(df["kind"] == "epoch") & (df["rank"] == rank)].sort_values("epoch")
-        assert list(epochs["epoch"]) == [1, 2] and list(epochs["step"]) == [10, 20]
-        assert {"loss", "accuracy"} <= set(epochs.dropna(axis=1).columns)
-    assert result.summary["num_replicas_in_sync"] == 2
-    # The script's ModelCheckpoint files, synced after each epoch from the chief.
-    names = [Path(c).name for c in result.checkpoints]
-    assert names == ["ckpt-e000001-s0000000010", "ckpt-e000002-s0000000020"]
-    assert (Path(result.checkpoints[-1]) / "ckpt-2.index").exists()
-    assert json.loads((Path(result.checkpoints[-1]) / "_COMMITTED.json").read_text())["source"] == "script"
-    # Its TensorBoard callback worked, into $RAYTF_LOG_DIR, uploaded beside the task's log when it ended.
-    assert list((Path(result.run_dir) / "logs/worker0-attempt1").rglob("events.out.tfevents.*"))
-    # Rank 0's output streamed (prefixed on the driver), rank 1's only kept in its log.
-    streamed_lines = [(e.rank, line) for e in seen if e.kind == ev.OUTPUT for _, line in e.payload["lines"]]
-    assert {r for r, _ in streamed_lines} == {0}
-    assert any("Epoch 2/2" in line for _, line in streamed_lines)
-    log1 = (Path(result.run_dir) / "logs/worker1-attempt1.log").read_text()
-    assert "Epoch 2/2" in log1
-    assert _leftovers() == []
-
-
-@pytest.mark.ray
-@pytest.mark.timeout(300)
-def test_script_exiting_3_on_rank_1_fails_the_run(script_cfg, no_leaks):
-    cfg = script_cfg("run.name=exit3", "train.script=tests/scripts/exit_on_rank1.py", "train.args=[]",
-                     "train.stream_output=all")
-    seen = []
-    result = raytf.fit(cfg, quiet=True, on_event=seen.append)
-    assert result.status == "failed"
-    err = result.error.failures[("worker", 1)]
-    assert err.kind == "user" and err.error_type == "exit 3"
-    assert "exited with code 3" in str(result.error) and "worker 1" in str(result.error)
-    assert "giving up, no data shard for me" in str(result.error)  # the last stderr lines
-    assert len(result.attempts) == 1  # failed before any step: not retried
-    assert result.summary["error"]["rank"] == 1
-    # The script's own TF_CONFIG line was refused with a warning naming it (ours kept the index right).
-    lines = [line for e in seen if e.kind == ev.OUTPUT for _, line in e.payload["lines"]]
-    assert any("exit_on_rank1.py:16 sets TF_CONFIG: ignored" in line for line in lines)
-    # worker 0's blocked script died with its actor, and both workers' helpers with their scripts.
-    assert _leftovers() == []
-
-
-@pytest.mark.ray
-@pytest.mark.timeout(300)
-def test_parameter_server_script(script_cfg, no_leaks):
-    cfg = script_cfg("run.name=ps-script", "cluster.strategy=parameter_server", "cluster.num_ps=1",
-                     "cluster.chief.cpus=0.5", "cluster.worker.cpus=0.5", "cluster.ps.cpus=0.5",
-                     "train.script=examples/ps_script.py", "metrics.every_steps=5",
-                     "train.args=[--epochs,'2',--steps-per-epoch,'10',--working-dir,'{checkpoint_dir}']")
-    seen = []
-    result = raytf.fit(cfg, quiet=True, on_event=seen.append)
-    assert result.status == "succeeded", result.error
-    assert result.summary["roles"] == {"chief": 1, "worker": 2, "ps": 1}
-    df = result.metrics
-    epochs = df[df["kind"] == "epoch"]
-    assert list(epochs["rank"]) == [0, 0] and list(epochs["epoch"]) == [1, 2]
-    assert (Path(result.checkpoints[-1]) / "ckpt.index").exists()
-    lines = [line for e in seen if e.kind == ev.OUTPUT for _, line in e.payload["lines"]]
-    assert any(line.startswith("final weights norm:") for line in lines)
-    assert _leftovers() == []
-
-
-@pytest.mark.ray
-@pytest.mark.timeout(300)
-def test_module_script_resumes_from_its_synced_checkpoint(script_cfg, no_leaks):
-    cfg = script_cfg("run.name=probe", "cluster.strategy=mirrored", "cluster.num_workers=1", "train.script=",
-                     "train.module=tests.scripts.resume_probe", "train.args=[]")
-    first = raytf.fit(cfg, quiet=True)
-    assert first.status == "succeeded", first.error
-    second = raytf.fit(cfg, quiet=True)  # same run.name: resumes from the synced state
-    assert second.status == "succeeded", second.error
-    assert second.summary["resumed_from"].endswith("ckpt-e000001-s0000000003")
-    state = json.loads((Path(second.last_checkpoint) / "state.json").read_text())
-    assert state == {"launches": 2}
-    df = second.metrics
-    steps = df[df["kind"] == "step"]
-    assert list(steps["step"]) == [1, 2, 3, 4, 5, 6] and list(steps["launches"]) == [1, 1, 1, 2, 2, 2]
-    log = (Path(second.run_dir) / "logs/worker0-attempt2.log").read_text()
-    assert "resumed_from=ckpt-e000001-s0000000003 launches_before=1" in log
-
-
-class _FailingStorage:
-    """A RunDir whose checkpoint uploads fail (as after storage.upload_retries against a dead endpoint)."""
-
-    uri = "/nowhere/run"
-
-    def __init__(self):
-        self.tries = 0
-
-    def uri_of(self, *parts):
-        return "/".join([self.uri, *parts])
-
-    def upload_checkpoint(self, local, epoch, step, meta, before_commit=None):
-        self.tries += 1
-        raise OSError(f"upload of step {step} failed: connection refused")
-
-
-@pytest.mark.timeout(120)
-def test_failed_checkpoint_upload_stops_the_script(tmp_path):
-    """The upload fails: the host stops the script (which would otherwise wait forever) and run() raises
-    the storage error; no later checkpoint is uploaded after it."""
-    cfg = _cfg("run.name=upload-fails", "train.script=tests/scripts/sync_forever.py", "train.args=[]")
-    spec = TaskSpec(role="worker", index=0, rank=0, cpus=1, gpus=0)
-    storage = _FailingStorage()
-    events = []
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    host = ScriptHost(cfg=cfg, spec=spec, run_dir=storage, emit=lambda k, p: events.append((k, p)), attempt=1,
-                      is_chief=True, scratch=str(scratch), log_file=io.BytesIO(), stream=True)
-    host.restore(None)
-    env = child_env(base={**os.environ, "TF_USE_LEGACY_KERAS": "1"}, tf_config=None, spec=spec, cfg=cfg,
-                    run_uri=storage.uri, attempt=1, is_chief=True, num_workers=1,
-                    checkpoint_dir=host.checkpoint_dir, resume_from=None, python_path=[str(ROOT)])
-    with pytest.raises(OSError, match="upload of step 1 failed"):
-        host.run(env)
-    assert storage.tries == 1  # stopped at the first failure, the second sync not uploaded
-    assert host.proc.returncode < 0  # killed, not exited
-    assert _leftovers() == []

@@ -4,7 +4,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 import raytf
@@ -56,20 +55,6 @@ def test_curves_tensorboard_and_runs_cli(fast_cfg, no_leaks, tmp_path):
     made = subprocess.run([sys.executable, "-m", "raytf.runs", "plot", str(run_dir), "-o", str(png_out)],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert made.returncode == 0 and png_out.read_bytes()[:4] == b"\x89PNG"
-
-
-def test_learning_curves_take_the_last_attempt_of_each_epoch():
-    df = pd.DataFrame([
-        dict(run="r", attempt=1, rank=0, role="worker", kind="epoch", epoch=1, step=5, time=0.0, loss=2.0),
-        dict(run="r", attempt=1, rank=0, role="worker", kind="epoch", epoch=2, step=10, time=0.0, loss=9.0),
-        dict(run="r", attempt=2, rank=0, role="worker", kind="epoch", epoch=2, step=10, time=0.0, loss=1.0),
-        dict(run="r", attempt=2, rank=1, role="worker", kind="epoch", epoch=2, step=10, time=0.0, loss=3.0),
-        dict(run="r", attempt=2, rank=5, role="evaluator", kind="eval", epoch=2, step=10, time=0.0, loss=1.5),
-        dict(run="r", attempt=2, rank=0, role="worker", kind="step", epoch=2, step=7, time=0.0, loss=7.0),
-    ])
-    curves = plots.learning_curves(df)
-    assert curves["loss"].tolist() == [2.0, 2.0]  # epoch 2: attempt 2's ranks averaged, attempt 1 dropped
-    assert curves["eval_loss"].dropna().tolist() == [1.5]
 
 
 def test_driver_never_imports_tensorflow(tmp_path):

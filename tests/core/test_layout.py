@@ -1,0 +1,34 @@
+"""The package's public face and its layout: every name in raytf.__all__ resolves, modules are not shadowed by
+the functions of the same name, and `import raytf` (what a user's script does for raytf.report) stays light."""
+
+import importlib
+import subprocess
+import sys
+
+import raytf
+from tests.conftest import ROOT
+
+
+def test_every_public_name_resolves():
+    for name in raytf.__all__:
+        assert getattr(raytf, name) is not None, name
+    assert raytf.TrainContext.__module__ == "raytf._task.context"
+    assert raytf.Result.__module__ == "raytf.api.result"
+
+
+def test_functions_do_not_shadow_their_modules():
+    assert callable(raytf.sweep) and callable(raytf.scaling)
+    assert importlib.import_module("raytf.api.sweep").sweep is raytf.sweep
+    assert importlib.import_module("raytf.api.scaling").scaling is raytf.scaling
+    import raytf.api.sweep as sweep_module
+
+    assert sweep_module.__name__ == "raytf.api.sweep"
+
+
+def test_import_raytf_is_light():
+    code = ("import sys, raytf; raytf.report({'loss': 1.0}); "
+            "print(sorted(m for m in ('ray', 'tensorflow', 'tf_keras', 'pyarrow', 'pandas', 'matplotlib') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,82 @@
+"""The one progress counter both TrainContext and a script's reporter are (StepCounter), and `raytf.report`'s
+dispatch to the process's sink."""
+
+import pytest
+
+import raytf
+from raytf._core.progress import StepCounter, scalar, scalars
+from raytf._task import report as reporting
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = _Clock()
+    monkeypatch.setattr("raytf._core.progress.time.monotonic", c)
+    return c
+
+
+def test_rows_every_n_steps_heartbeats_between(clock):
+    sent = []
+    c = StepCounter(lambda kind, payload: sent.append((kind, payload)), every_steps=4, heartbeat_s=1.0,
+                    epoch=1, step=10)
+    for _ in range(8):
+        clock.now += 0.5
+        c.step_end({"loss": 1.5})
+    steps = [(p["epoch"], p["step"]) for k, p in sent if k == "step"]
+    # The first step of a process is always reported (launch-to-first-step); then every 4 steps. Step rows
+    # carry the epoch under way (1-based): two epochs done, the third running.
+    assert steps == [(2, 11), (2, 12), (2, 16)]
+    rows = [p for k, p in sent if k == "step"]
+    assert rows[1]["metrics"] == {"loss": 1.5, "steps_per_s": pytest.approx(2.0)}
+    beats = [p for k, p in sent if k == "heartbeat"]
+    # At most every heartbeat_s, counted from the last thing sent: 1 s after the rows at steps 12 and 16.
+    assert [(b["epoch"], b["step"]) for b in beats] == [(2, 14), (2, 18)]
+    c.epoch_end({"loss": 1.0})
+    assert sent[-1] == ("epoch", {"epoch": 2, "step": 18, "metrics": {"loss": 1.0}})
+    assert (c.epoch, c.step) == (2, 18)
+
+
+def test_steps_in_groups_report_when_a_multiple_is_crossed(clock):
+    sent = []
+    c = StepCounter(lambda kind, payload: sent.append((kind, payload)), every_steps=10, heartbeat_s=60)
+    for _ in range(5):
+        clock.now += 1
+        c.step_end(steps=3)  # Keras with steps_per_execution=3 skips exact multiples of 10
+    assert [p["step"] for k, p in sent if k == "step"] == [3, 12]
+    assert c.steps_per_s(12) == {}  # nothing stepped since: no row due
+
+
+def test_scalars_keep_numbers_and_drop_the_rest():
+    class Tensorish:
+        def numpy(self):
+            return 2.5
+
+    assert scalar(3) == 3.0 and scalar(Tensorish()) == 2.5 and scalar("x") is None
+    assert scalars({"a": 1, "b": "text", 7: Tensorish()}) == {"a": 1.0, "7": 2.5}
+
+
+def test_report_goes_to_this_processs_sink_and_nowhere_outside_raytf():
+    got = []
+
+    class Sink:
+        def report_explicit(self, metrics, *, step, epoch, kind, checkpoint):
+            got.append((metrics, step, epoch, kind, checkpoint))
+
+    raytf.report({"loss": 1.0})  # no sink: a script run by hand
+    reporting.set_sink(Sink())
+    try:
+        raytf.report({"loss": 1.0}, step=3)
+        raytf.report({"acc": 0.5}, epoch=2, kind="epoch", checkpoint=True)
+        with pytest.raises(ValueError, match="kind"):
+            raytf.report({"loss": 1.0}, kind="eval")
+    finally:
+        reporting.set_sink(None)
+    assert got == [({"loss": 1.0}, 3, None, "step", False), ({"acc": 0.5}, None, 2, "epoch", True)]

@@ -1,0 +1,38 @@
+"""The scaling report (raytf.scaling / --scaling) and the benchmark's smoke mode."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import raytf
+from tests.conftest import ROOT
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(400)
+def test_scaling_report_runs_each_count(fast_cfg, no_leaks):
+    cfg = fast_cfg("run.name=scale", "cluster.worker.cpus=0.5", "checkpoint.every_epochs=0",
+                   "checkpoint.export_model=false")
+    table = raytf.scaling(cfg, [1, 2, 8])  # 8 x 0.5 CPUs cannot be placed on 2 CPUs
+    assert list(table["workers"]) == [1, 2, 8]
+    assert list(table["status"]) == ["succeeded", "succeeded", "infeasible"]
+    assert list(table["replicas"][:2]) == [1, 2] and list(table["global_batch"][:2]) == [16, 32]
+    assert (table["examples_per_s"][:2] > 0).all() and table["speedup"][0] == 1.0
+    assert Path(table.attrs["plot"]).stat().st_size > 1000
+    assert list(pd.read_csv(table.attrs["csv"])["workers"]) == [1, 2, 8]
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_benchmark_smoke_mode_runs():
+    """One short trial of every contender, so the benchmark cannot rot (its numbers are not checked here)."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.run", "--smoke"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=880)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for name in ("hand-launched TF", "raytf CLI, embedded Ray (cold)", "Ray Train TensorflowTrainer (cold)",
+                 "raytf MWMS, train.script", "raytf MWMS, function", "Ray Train TensorflowTrainer |", "raytf PS"):
+        assert f"| {name}" in out.stdout
+    assert "wall ÷ hand" in out.stdout and "raytf wall time ÷ Ray Train" in out.stdout

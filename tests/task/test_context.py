@@ -1,0 +1,78 @@
+"""TrainContext in this process under TensorFlow's default strategy, without Ray: counting, rows, collective
+checkpoint writes uploaded and committed in order, resume, the Keras callback and the model export."""
+
+import numpy as np
+import pytest
+
+from raytf._storage import RunDir
+from raytf._task.context import TrainContext
+from raytf.config import load_config
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _context(tf, tmp_path, *, epochs, resume_from=None, export_model=False, attempt=1):
+    cfg = load_config({"train": {"entrypoint": "m:f", "epochs": epochs, "steps_per_epoch": 4},
+                       "metrics": {"every_steps": 2}, "storage": {"path": str(tmp_path / "runs")},
+                       "checkpoint": {"every_epochs": 1, "keep_last": 0, "export_model": export_model}})
+    run_dir = RunDir(cfg.storage, "ctx")
+    run_dir.makedirs()
+    scratch = tmp_path / f"scratch-{attempt}"
+    scratch.mkdir()
+    events = []
+    ctx = TrainContext(cfg=cfg, strategy=tf.distribute.get_strategy(), role="worker", index=0, rank=0,
+                       is_chief=True, num_workers=1, attempt=attempt, run_dir=run_dir,
+                       emit=lambda kind, payload: events.append((kind, payload)), resume_from=resume_from,
+                       scratch_dir=str(scratch))
+    return ctx, run_dir, events
+
+
+def test_custom_loop_commits_every_epoch_and_resumes_where_it_stopped(tf, tmp_path):
+    ctx, run_dir, events = _context(tf, tmp_path, epochs=2)
+    weights = tf.Variable(0.0)
+    assert ctx.restore(weights=weights) == 0
+    for _ in ctx.epoch_range():
+        for _ in range(ctx.steps_per_epoch):
+            weights.assign_add(1.0)
+            ctx.step_end({"loss": weights})  # a tensor: read only on the steps that are reported
+        ctx.epoch_end({"loss": float(weights)})
+    ctx.finish()
+    ctx.close()
+    assert [p["step"] for k, p in events if k == "step"] == [1, 2, 4, 6, 8]
+    assert [p["metrics"]["loss"] for k, p in events if k == "step"] == [1.0, 2.0, 4.0, 6.0, 8.0]
+    assert [(p["epoch"], p["step"]) for k, p in events if k == "epoch"] == [(1, 4), (2, 8)]
+    # Uploaded in order beside training, each announced once committed.
+    assert [(p["epoch"], p["step"]) for k, p in events if k == "checkpoint"] == [(1, 4), (2, 8)]
+    assert [(e.epoch, e.step, e.committed) for e in run_dir.list_checkpoints()] == [(1, 4, True), (2, 8, True)]
+
+    latest = run_dir.latest_checkpoint()
+    ctx2, _, events2 = _context(tf, tmp_path, epochs=3, resume_from=latest, attempt=2)
+    restored = tf.Variable(0.0)
+    assert ctx2.restore(weights=restored) == 2
+    assert float(restored) == 8.0 and (ctx2.epoch, ctx2.step) == (2, 8)
+    assert list(ctx2.epoch_range()) == [2]
+    ctx2.step_end({"loss": 0.5})
+    kind, row = events2[-1]
+    assert (kind, row["epoch"], row["step"], row["metrics"]["loss"]) == ("step", 3, 9, 0.5)
+    ctx2.close()
+
+
+def test_keras_fit_reports_through_the_callback_and_exports_the_model(tf, tmp_path):
+    import tf_keras
+
+    ctx, run_dir, events = _context(tf, tmp_path, epochs=2, export_model=True)
+    with ctx.strategy.scope():
+        model = tf_keras.Sequential([tf_keras.Input(shape=(3,)), tf_keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    ctx.restore(model=model)
+    x, y = np.ones((64, 3), "float32"), np.ones((64, 1), "float32")
+    model.fit(x, y, batch_size=8, epochs=ctx.epochs, initial_epoch=ctx.initial_epoch,
+              steps_per_epoch=ctx.steps_per_epoch, callbacks=ctx.keras_callbacks(), verbose=0)
+    ctx.finish()
+    ctx.close()
+    assert [(p["epoch"], p["step"]) for k, p in events if k == "epoch"] == [(1, 4), (2, 8)]
+    assert all("loss" in p["metrics"] for k, p in events if k in ("step", "epoch"))
+    assert [p["step"] for k, p in events if k == "checkpoint"] == [4, 8]
+    assert run_dir.exists("model/_COMMITTED.json")
+    loaded = tf_keras.models.load_model(run_dir.path("model"))
+    np.testing.assert_allclose(loaded.predict(x[:2], verbose=0), model.predict(x[:2], verbose=0), rtol=1e-6)
