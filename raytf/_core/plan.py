@@ -1,4 +1,5 @@
-"""Pure planning: which TF tasks a run needs and what each one reserves (one placement-group bundle each)."""
+"""Pure planning: which TF tasks a run needs, what each one reserves (one placement-group bundle each), what it
+runs and with which runtime_env, and why a placement cannot be satisfied."""
 
 from __future__ import annotations
 
