@@ -42,7 +42,7 @@ class WorkerError(RaytfError):
         self.rank = rank
         self.node_id = node_id
         self.remote_traceback = remote_traceback
-        # See raytf.failure: "user", "system", "peer", "hang" or "startup".
+        # See raytf._core.failure: "user", "system", "peer", "hang" or "startup".
         self.kind = kind
         self.error_type = error_type  # the remote exception's class name
 

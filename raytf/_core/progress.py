@@ -38,16 +38,17 @@ class Cadence:
     """When step metrics are due (the first step of a process always is: launch-to-first-step), and the
     steps/s since the last reported row."""
 
-    def __init__(self, every_steps: int, step: int) -> None:
+    def __init__(self, every_steps: int, step: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.every = every_steps
-        self._clock = (time.monotonic(), step)
+        self._now = clock
+        self._clock = (clock(), step)
         self._stepped = False
 
     def row(self, metrics: Mapping[str, Any] | None, before: int, after: int) -> dict[str, float] | None:
         first, self._stepped = not self._stepped, True
         if not (first or crossed(before, after, self.every)):
             return None
-        now = time.monotonic()
+        now = self._now()
         t0, s0 = self._clock
         row = scalars(metrics)
         if now > t0:
@@ -60,27 +61,28 @@ class StepCounter:
     """A task's completed epochs (`epoch`) and global steps (`step`), and what it sends about them through
     `send(kind, payload)`: a metrics row every `every_steps` steps, else a heartbeat at most every
     `heartbeat_s`. Step rows and heartbeats carry the epoch under way (1-based); epoch rows, the epochs
-    completed."""
+    completed. `clock` (seconds, monotonic) is for tests."""
 
     def __init__(self, send: Callable[[str, dict[str, Any]], None], *, every_steps: int, heartbeat_s: float,
-                 epoch: int = 0, step: int = 0) -> None:
+                 epoch: int = 0, step: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
         self._emit = send
         self._heartbeat_s = heartbeat_s
+        self._now = clock
         self.epoch = epoch  # completed epochs
         self.step = step  # completed global steps
-        self._cadence = Cadence(every_steps, step)
-        self._last_beat = time.monotonic()
+        self._cadence = Cadence(every_steps, step, clock)
+        self._last_beat = clock()
 
     def report(self, metrics: Mapping[str, Any] | None, *, kind: str = STEP) -> None:
         """Send a metrics row (this task's rank, current epoch and step) to the driver."""
-        self._last_beat = time.monotonic()
+        self._last_beat = self._now()
         self._emit(kind, {"epoch": self.epoch + (1 if kind == STEP else 0), "step": self.step,
                           "metrics": scalars(metrics)})
 
     def heartbeat(self) -> None:
         """Tell the driver this task is making progress (at most every failure.heartbeat_s). Called for you
         by step_end and the Keras callback; call it from long phases of your own (evaluation, data loading)."""
-        now = time.monotonic()
+        now = self._now()
         if now - self._last_beat >= self._heartbeat_s:
             self._last_beat = now
             self._emit(HEARTBEAT, {"epoch": self.epoch + 1, "step": self.step})

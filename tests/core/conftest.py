@@ -1,5 +1,8 @@
 """The pure tier: nothing here may import Ray or TensorFlow (the import-linter contracts say the same of the
-code under test; this says it of the tests). A test that does fails, naming what it imported."""
+code under test; this says it of the tests). A test that does fails, naming what it imported.
+
+For the check to see anything, no test module of any tier may import Ray or TensorFlow at its top: collection
+imports them all before the first test runs. Tests that need Ray or TensorFlow import it inside (fixtures do)."""
 
 import sys
 
@@ -13,17 +16,14 @@ def _loaded() -> set[str]:
 
 
 @pytest.fixture(scope="session")
-def _loaded_at_start(request) -> set[str]:
-    alone = all("core" in item.keywords for item in request.session.items)
+def _nothing_heavy_at_start() -> None:
     loaded = _loaded()
-    # Run alone (`pytest tests/core`), the tier starts with none loaded; a test module importing one at its top
-    # level would otherwise go unnoticed (no test would see it arrive).
-    assert not (alone and loaded), f"a tests/core module imports {sorted(loaded)} at import time"
-    return loaded
+    assert not loaded, (f"{sorted(loaded)} loaded before the pure tier ran: a test module or conftest imports it "
+                        "at its top; import it inside the tests (or fixtures) that need it")
 
 
 @pytest.fixture(autouse=True)
-def _stays_pure(_loaded_at_start):
+def _stays_pure(_nothing_heavy_at_start):
     before = _loaded()
     yield
     arrived = _loaded() - before

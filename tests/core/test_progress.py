@@ -17,16 +17,14 @@ class _Clock:
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    c = _Clock()
-    monkeypatch.setattr("raytf._core.progress.time.monotonic", c)
-    return c
+def clock():
+    return _Clock()
 
 
 def test_rows_every_n_steps_heartbeats_between(clock):
     sent = []
     c = StepCounter(lambda kind, payload: sent.append((kind, payload)), every_steps=4, heartbeat_s=1.0,
-                    epoch=1, step=10)
+                    epoch=1, step=10, clock=clock)
     for _ in range(8):
         clock.now += 0.5
         c.step_end({"loss": 1.5})
@@ -46,12 +44,16 @@ def test_rows_every_n_steps_heartbeats_between(clock):
 
 def test_steps_in_groups_report_when_a_multiple_is_crossed(clock):
     sent = []
-    c = StepCounter(lambda kind, payload: sent.append((kind, payload)), every_steps=10, heartbeat_s=60)
+    c = StepCounter(lambda kind, payload: sent.append((kind, payload)), every_steps=10, heartbeat_s=60,
+                    clock=clock)
     for _ in range(5):
         clock.now += 1
         c.step_end(steps=3)  # Keras with steps_per_execution=3 skips exact multiples of 10
     assert [p["step"] for k, p in sent if k == "step"] == [3, 12]
-    assert c.steps_per_s(12) == {}  # nothing stepped since: no row due
+    assert c.step == 15 and c.steps_per_s(12) == {}  # 12 -> 15 crosses no multiple of 10: no rate due
+    clock.now += 1
+    c.step = 21
+    assert c.steps_per_s(15) == {"steps_per_s": pytest.approx(9 / 2)}  # 12 -> 21 over the 2 s since the row
 
 
 def test_scalars_keep_numbers_and_drop_the_rest():

@@ -11,10 +11,6 @@ from tests.conftest import ROOT
 from tests.processes import leftover_script_processes as _leftovers
 
 
-def _cfg(*overrides):
-    return raytf.load_config(ROOT / "conf/script.yaml", list(overrides))
-
-
 @pytest.fixture
 def script_cfg(tmp_path):
     def make(*overrides):

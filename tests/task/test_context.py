@@ -76,3 +76,20 @@ def test_keras_fit_reports_through_the_callback_and_exports_the_model(tf, tmp_pa
     assert run_dir.exists("model/_COMMITTED.json")
     loaded = tf_keras.models.load_model(run_dir.path("model"))
     np.testing.assert_allclose(loaded.predict(x[:2], verbose=0), model.predict(x[:2], verbose=0), rtol=1e-6)
+
+
+def test_raytf_report_in_a_training_function_is_a_row_at_the_contexts_count(tf, tmp_path):
+    import raytf
+
+    ctx, _, events = _context(tf, tmp_path, epochs=1)
+    ctx.step_end()
+    raytf.report({"lr": tf.constant(0.5)})
+    assert events[-1] == ("step", {"epoch": 1, "step": 1, "metrics": {"lr": 0.5}})
+    raytf.report({"acc": 0.9}, kind="epoch")
+    assert events[-1] == ("epoch", {"epoch": 0, "step": 1, "metrics": {"acc": 0.9}})
+    for script_only in ({"step": 3}, {"epoch": 1}, {"checkpoint": True}):
+        with pytest.raises(ValueError, match="for scripts"):
+            raytf.report({"loss": 1.0}, **script_only)
+    ctx.close()
+    raytf.report({"lr": 0.1})  # closed: back to a no-op
+    assert len(events) == 3
