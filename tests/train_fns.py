@@ -58,3 +58,35 @@ def fail_once_after_progress(ctx: raytf.TrainContext) -> None:
 def print_rank(ctx: raytf.TrainContext) -> None:
     print(f"hello from {ctx.role} {ctx.rank}", flush=True)
     report_only(ctx)
+
+
+def paced_loop(ctx: raytf.TrainContext) -> None:
+    """A custom loop whose steps take at least train.params.step_s seconds (a model with real compute), an
+    all-reduce across the workers each step and a checkpoint each epoch: a run long enough to cut a host off in
+    the middle of. Prints its TF_CONFIG first."""
+    import os
+    import time
+
+    import tensorflow as tf
+
+    print(f"TF_CONFIG {os.environ.get('TF_CONFIG')}", flush=True)
+    step_s = float(ctx.params.get("step_s", 0.1))
+    with ctx.strategy.scope():
+        weights = tf.Variable(0.0)
+    ctx.restore(weights=weights)
+
+    @tf.function
+    def step():
+        def replica():
+            return tf.distribute.get_replica_context().all_reduce("sum", tf.constant(1.0))
+
+        return ctx.strategy.reduce("sum", ctx.strategy.run(replica), axis=None)
+
+    for _ in ctx.epoch_range():
+        for _ in range(ctx.steps_per_epoch or 1):
+            started = time.monotonic()
+            replicas = step()
+            weights.assign_add(1.0)
+            time.sleep(max(0.0, step_s - (time.monotonic() - started)))  # the model's compute
+            ctx.step_end({"replicas": replicas})
+        ctx.epoch_end({"weights": weights})

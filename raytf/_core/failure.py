@@ -74,6 +74,25 @@ def stale_ranks(last_progress: dict[int, float], now: float, timeout_s: float) -
     return sorted(r for r, t in last_progress.items() if now - t > timeout_s)
 
 
+# TF's coordination service, on the tasks still up when another stops heartbeating (a lost host, ~9 s):
+#   "The following tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1"
+_UNHEALTHY = "stopped sending heartbeats"
+_TF_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
+
+
+def unreachable_nodes(reports: list[str], nodes: dict[tuple[str, int], str], answered: set[str]) -> set[str]:
+    """The nodes a failed attempt should not be placed on again while Ray still counts them alive: those of the
+    tasks TF reported as no longer heartbeating (`reports`: the errors' texts; `nodes`: (role, index) -> node
+    id), except nodes from which some task's outcome did arrive (`answered`: that node is reachable; its task
+    died of something else, a killed process say)."""
+    named = set()
+    for text in reports:
+        at = text.find(_UNHEALTHY)
+        if at >= 0:
+            named |= {(role, int(index)) for role, index in _TF_TASK.findall(text[at:])}
+    return {nodes[t] for t in named if t in nodes} - answered
+
+
 # TF's errors on the surviving tasks when another task dies or stalls.
 PEER_ERRORS = frozenset({"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"})
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?::|$)")

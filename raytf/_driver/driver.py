@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import ray
+from ray.exceptions import RayActorError
 
 from raytf import _storage as storage
 from raytf._core import checkpoints, failure, figures
@@ -82,6 +83,7 @@ class Driver:
         self.primary: dict = {}  # the current attempt's primary refs (tasks running user code)
         self.stopping = False  # a save-and-stop is under way
         self.error: TrainingFailedError | None = None
+        self.suspects: set[str] = set()  # nodes the last failure left unreachable: the next attempt avoids them
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -177,7 +179,8 @@ class Driver:
 
     def _run_attempt(self, attempt: Attempt, python_path: list[str]) -> None:
         cfg = self.cfg
-        self.group = group = TaskGroup(cfg, self.plan, self.run_dir, embedded=self.embedded)
+        self.group = group = TaskGroup(cfg, self.plan, self.run_dir, embedded=self.embedded, avoid=self.suspects)
+        self.suspects = set()
         try:
             try:
                 group.start()
@@ -193,6 +196,9 @@ class Driver:
             self.watched = {t.rank: time.time() + cfg.cluster.startup_timeout_s for t in primary.values()}
             try:
                 self._event_loop(primary, background, group.bus, attempt)
+            except RayActorError as e:  # only the bus' calls raise it here: the group reads the tasks' outcomes
+                raise self._fail(attempt, [WorkerError(f"the run's event bus died: {e}", role="events",
+                                                       kind=failure.SYSTEM)]) from None
             except KeyboardInterrupt:
                 if cfg.checkpoint.on_interrupt and primary:
                     self._final_save(primary, group.bus, attempt)
@@ -247,7 +253,9 @@ class Driver:
                     self.lost_tasks.append({"role": t.role, "rank": t.rank, "attempt": attempt.number,
                                             "time": time.time(), "cause": error.message})
                     continue
-                errors = [error, *self._also_failed({**waited, **others})]
+                more, answered = self._also_failed({**waited, **others})
+                errors = [error, *more]
+                self._suspect_unreachable(errors, {self.group.info(t.rank).get("node_id", ""), *answered})
                 self._dispatch(ray.get(drain) + ray.get(bus.drain.remote(0)))
                 raise self._fail(attempt, errors)
             stale = failure.stale_ranks(self.watched, time.time(), self.cfg.failure.hang_timeout_s)
@@ -305,11 +313,23 @@ class Driver:
         except TrainingFailedError as e:
             log.warning("final checkpoint failed: %s", e)
 
-    def _also_failed(self, pending: dict, grace_s: float = 1.0) -> list[WorkerError]:
-        """Other tasks failing within `grace_s` of the first: a dead task's peers error out within
-        milliseconds, and whichever is seen first, the death is the cause worth reporting."""
+    def _also_failed(self, pending: dict, grace_s: float = 1.0) -> tuple[list[WorkerError], set[str]]:
+        """Other tasks failing within `grace_s` of the first (a dead task's peers error out within
+        milliseconds, and whichever is seen first, the death is the cause worth reporting), and the nodes
+        whose tasks answered at all in that time."""
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=grace_s) if pending else ([], [])
-        return [e for e in (self.group.outcome(r, pending[r]) for r in ready) if e is not None]
+        answered = {self.group.info(pending[r].rank).get("node_id", "") for r in ready}
+        return [e for e in (self.group.outcome(r, pending[r]) for r in ready) if e is not None], answered
+
+    def _suspect_unreachable(self, errors: list[WorkerError], answered: set[str]) -> None:
+        """The nodes TF says stopped heartbeating, and that gave no answer: the next attempt avoids them while
+        Ray still counts them alive (it takes Ray ~30-60 s to declare a partitioned host dead)."""
+        nodes = {(i["role"], i["index"]): i["node_id"] for i in self.group.infos}
+        self.suspects = failure.unreachable_nodes([f"{e.message}\n{e.remote_traceback}" for e in errors], nodes,
+                                                  answered)
+        if self.suspects:
+            log.warning("unreachable: node(s) %s (their tasks stopped heartbeating and gave no answer); the next "
+                        "attempt avoids them", ", ".join(n[:12] for n in sorted(self.suspects)))
 
     def _fail(self, attempt: Attempt, errors: list[WorkerError]) -> TrainingFailedError:
         root = errors[failure.root_cause([e.kind for e in errors])]

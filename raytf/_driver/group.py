@@ -49,8 +49,10 @@ class TaskGroup:
 
     Failures while starting raise WorkerError (kind "startup", or the task's own) or StorageError."""
 
-    def __init__(self, cfg: Config, plan: Plan, run_dir: RunDir, *, embedded: bool) -> None:
+    def __init__(self, cfg: Config, plan: Plan, run_dir: RunDir, *, embedded: bool,
+                 avoid: set[str] | frozenset[str] = frozenset()) -> None:
         self.cfg, self.plan, self.run_dir, self.embedded = cfg, plan, run_dir, embedded
+        self.avoid = set(avoid)  # nodes (ids) not to place on while Ray counts them alive
         self.pg = None
         self.bus = None
         self.actors: list = []
@@ -62,10 +64,15 @@ class TaskGroup:
     def start(self) -> None:
         cfg = self.cfg
         self.pg = placement.reserve(self.plan, timeout_s=cfg.cluster.placement_timeout_s,
-                                    name=f"raytf:{cfg.run.name}", can_grow=not self.embedded)
-        # Every task may hold two blocking calls on the bus (control listener, serve), plus the driver's.
-        self.bus = _RemoteBus.options(name=actor_name(cfg.run.name, "events", 0),
-                                      max_concurrency=2 * len(self.plan.tasks) + 8).remote()
+                                    name=f"raytf:{cfg.run.name}", can_grow=not self.embedded, avoid=self.avoid)
+        # Every task may hold two blocking calls on the bus (control listener, serve), plus the driver's. On the
+        # driver's own node: the bus keeps the run's bookkeeping, and a lost host must cost an attempt no more
+        # than its tasks. Left to Ray, this 0-CPU actor landed on a worker's host, which was then partitioned,
+        # and the driver died of ActorDiedError (raytf issue 16).
+        self.bus = _RemoteBus.options(
+            name=actor_name(cfg.run.name, "events", 0), max_concurrency=2 * len(self.plan.tasks) + 8,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
+        ).remote()
         self.actors = [self._start_task(t, i) for i, t in enumerate(self.plan.tasks)]
 
     def _start_task(self, t: TaskSpec, bundle_index: int):

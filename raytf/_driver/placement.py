@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
@@ -17,24 +18,58 @@ def _node_totals() -> list[dict[str, float]]:
     return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
 
 
+def _alive() -> set[str]:
+    return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+
+
 _FIX = ("Fix: add nodes or resources, lower the per-task reservations (cluster.<role>.cpus/gpus/...) or the "
         "task counts (cluster.num_workers, cluster.num_ps), or raise cluster.placement_timeout_s")
 
 
-def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True) -> PlacementGroup:
+# How long a node a failure left unreachable is avoided while Ray still counts it alive: Ray declares a host
+# that stopped answering dead in ~30-60 s; one still alive after this was only slow, and may be used again.
+AVOID_S = 90.0
+
+
+def _group(plan: Plan, name: str, avoid: set[str]) -> tuple[PlacementGroup, object]:
+    # Ray labels every node with its id (ray.io/node-id); "!in(a,b)" keeps a bundle off those nodes.
+    selector = [{"ray.io/node-id": f"!in({','.join(sorted(avoid))})"} for _ in plan.bundles] if avoid else None
+    pg = placement_group(plan.bundles, strategy=plan.placement_strategy, name=name, bundle_label_selector=selector)
+    return pg, pg.ready()
+
+
+def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, avoid: set[str] | None = None,
+            poll_s: float = 2.0) -> PlacementGroup:
     """One bundle per task, all or nothing; raises PlacementError (and releases the group) on timeout.
 
     With `can_grow=False` (an embedded single-machine Ray: no autoscaler will add nodes) a request the
-    cluster can never hold fails at once instead of after the timeout."""
+    cluster can never hold fails at once instead of after the timeout.
+
+    `avoid`: nodes the last failure left unreachable (failure.unreachable_nodes). Ray counts a host cut off the
+    network alive for a while, and a group offered to it then stays pending for good (Ray 2.60: one bundle
+    reserved on a live node, the two-phase reservation on the lost one never answered; raytf issue 16's
+    partition test). So they are kept out of the group while Ray counts them alive, for at most AVOID_S."""
     what = f"placement group for {len(plan.bundles)} tasks ({plan.placement_strategy})"
     if not can_grow:
         why = shortfall(plan.bundles, plan.placement_strategy, _node_totals())
         if why:
             raise PlacementError(f"{what} can never be placed on this embedded Ray: {why}. {_FIX}")
-    pg = placement_group(plan.bundles, strategy=plan.placement_strategy, name=name)
-    ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
-    if ready:
-        return pg
+    start = time.monotonic()
+    deadline = start + timeout_s
+    avoid = set(avoid or ()) & _alive()  # a node Ray has declared dead is left out anyway
+    pg, ready_ref = _group(plan, name, avoid)
+    while True:
+        ready, _ = ray.wait([ready_ref], timeout=max(0.0, min(poll_s, deadline - time.monotonic())))
+        if ready:
+            return pg
+        if time.monotonic() >= deadline:
+            break
+        if avoid and time.monotonic() - start >= AVOID_S and avoid & _alive():
+            log.warning("node(s) %s still alive after %gs: no longer avoided", ", ".join(n[:12] for n in avoid),
+                        AVOID_S)
+            remove_placement_group(pg)
+            avoid = set()
+            pg, ready_ref = _group(plan, name, avoid)
     remove_placement_group(pg)
     why = shortfall(plan.bundles, plan.placement_strategy, _node_totals())
     if not why:

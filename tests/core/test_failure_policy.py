@@ -53,3 +53,18 @@ def test_root_cause_prefers_a_death_over_its_symptoms():
 def test_stale_ranks():
     assert f.stale_ranks({0: 100.0, 1: 90.0, 2: 200.0}, now=105.0, timeout_s=10) == [1]
     assert f.stale_ranks({}, now=1e9, timeout_s=1) == []
+
+
+def test_unreachable_nodes_are_those_tf_names_that_never_answered():
+    lost = ("UnavailableError: Collective ops is aborted by: Error reported from /job:worker/task:1: The following "
+            "tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have crashed.")
+    nodes = {("worker", 0): "A", ("worker", 1): "B", ("ps", 0): "C"}
+    # A host cut off the network: its task never answers, so its node is avoided next time.
+    assert f.unreachable_nodes([lost], nodes, answered={"A"}) == {"B"}
+    # A killed process: its actor's death was reported from its node, which is reachable.
+    assert f.unreachable_nodes([lost], nodes, answered={"A", "B"}) == set()
+    # Only what follows "stopped sending heartbeats" counts (the reporter itself is named before it).
+    assert f.unreachable_nodes(["Error reported from /job:worker/task:1: boom"], nodes, answered=set()) == set()
+    several = "unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\n/job:ps/replica:0/task:0"
+    assert f.unreachable_nodes([several, "ValueError: x"], nodes, answered=set()) == {"B", "C"}
+    assert f.unreachable_nodes([several], {}, answered=set()) == set()  # tasks of another spec: nothing known

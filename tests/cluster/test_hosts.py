@@ -1,0 +1,173 @@
+"""raytf on a network of hosts (tests/hosts.py): each host a network namespace with its own address and Ray
+node; the driver runs `python -m raytf.launch` on the head host, as a user would on a real cluster."""
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import hosts
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.timeout(600)]
+
+TASK_ROW = re.compile(r"^\s+worker\s+(\d+)\s+\S+\s+(198\.18\.0\.\d+):(\d+)")
+
+
+@pytest.fixture(scope="module")
+def bed():
+    why = hosts.unavailable()
+    if why:
+        pytest.skip(why)
+    # The head (driver, GCS, the run's event bus) with no CPUs for tasks; two hosts for the workers.
+    b = hosts.HostBed([0, 2, 2])
+    try:
+        yield b.start()
+    finally:
+        b.close()
+
+
+class Launch:
+    """`python -m raytf.launch conf/two_node.yaml` on the head host; its output read line by line."""
+
+    def __init__(self, bed: hosts.HostBed, storage: Path, run: str, *overrides: str) -> None:
+        self.bed, self.storage, self.run = bed, storage, run
+        self.lines: list[str] = []
+        self.workers: dict[int, str] = {}  # rank -> host address, from the task table the driver logs
+        self._seen = threading.Condition()
+        argv = [sys.executable, "-m", "raytf.launch", "conf/two_node.yaml", "--quiet", f"ray.address={bed.address}",
+                f"storage.path={storage}", f"run.name={run}", "cluster.worker.gpus=0", "cluster.placement_timeout_s=90",
+                "train.entrypoint=tests.train_fns:paced_loop", "train.batch_size=16", *overrides]
+        self.proc = bed.popen(bed.head, argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            with self._seen:
+                self.lines.append(line.rstrip("\n"))
+                m = TASK_ROW.match(line)
+                if m:
+                    self.workers[int(m.group(1))] = m.group(2)
+                self._seen.notify_all()
+
+    def wait_for_workers(self, count: int, timeout_s: float = 180) -> dict[int, str]:
+        with self._seen:
+            assert self._seen.wait_for(lambda: len(self.workers) >= count or self.proc.poll() is not None,
+                                       timeout_s), self.output()
+        assert len(self.workers) >= count, self.output()
+        return dict(self.workers)
+
+    def wait_for_commit(self, timeout_s: float = 180) -> str:
+        """The first committed checkpoint's name, once its marker is on storage."""
+        deadline = time.monotonic() + timeout_s
+        ckpts = self.storage / self.run / "checkpoints"
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            done = sorted(p.parent.name for p in ckpts.glob("*/_COMMITTED.json"))
+            if done:
+                return done[0]
+            with self._seen:  # a new output line, or a second: then look again
+                self._seen.wait(1.0)
+        raise AssertionError(f"no committed checkpoint within {timeout_s}s\n{self.output()}")
+
+    def finish(self, timeout_s: float = 420) -> tuple[int, dict]:
+        code = self.proc.wait(timeout_s)
+        self._reader.join(10)
+        return code, json.loads((self.storage / self.run / "result.json").read_text())
+
+    def output(self) -> str:
+        return "\n".join(self.lines[-60:])
+
+
+def _bus_node_and_driver_node(bed: hosts.HostBed, run: str) -> tuple[list[str], str]:
+    code = ("import json, ray\nfrom ray.util.state import list_actors\n"
+            f"ray.init(address={bed.address!r}, log_to_driver=False)\n"
+            f"bus = list_actors(address={bed.address!r}, filters=[('name', '=', 'raytf:{run}:events:0')], "
+            "detail=True)\n"
+            "print(json.dumps([sorted({a.node_id for a in bus}), ray.get_runtime_context().get_node_id()]))")
+    out = bed.exec(bed.head, [sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    nodes, driver = json.loads(out.stdout.strip().splitlines()[-1])
+    return nodes, driver
+
+
+def test_two_node_yaml_across_hosts_uses_each_hosts_address(bed, tmp_path):
+    run = Launch(bed, tmp_path, "hosts2", "train.epochs=2", "train.steps_per_epoch=4", "train.params.step_s=0")
+    code, result = run.finish()
+    assert code == 0, run.output()
+    assert result["status"] == "succeeded"
+    tasks = {t["rank"]: t for t in result["tasks"]}
+    addresses = {t["host"] for t in tasks.values()}
+    assert len(addresses) == 2 and addresses <= {h.address for h in bed.hosts[1:]}  # STRICT_SPREAD: two hosts
+    spec = sorted(t["address"] for t in tasks.values())
+    for rank in (0, 1):
+        log = (tmp_path / "hosts2" / "logs" / f"worker{rank}-attempt1.log").read_text()
+        tf_config = json.loads(re.search(r"TF_CONFIG (\{.*\})", log).group(1))
+        assert sorted(tf_config["cluster"]["worker"]) == spec  # each task's own host:port, not 127.0.0.1
+        assert tf_config["task"] == {"type": "worker", "index": rank}
+    # The run's event bus ran on the driver's own node: a lost worker host cannot take it along.
+    bus_nodes, driver_node = _bus_node_and_driver_node(bed, "hosts2")
+    assert bus_nodes == [driver_node]
+
+
+def test_partitioned_worker_host_the_run_finishes_on_the_others(bed, tmp_path):
+    run = Launch(bed, tmp_path, "cut", "cluster.placement_strategy=SPREAD", "train.epochs=6",
+                 "train.steps_per_epoch=10", "train.params.step_s=0.2", "checkpoint.keep_last=0",
+                 "failure.max_failures=2")
+    workers = run.wait_for_workers(2)
+    first_commit = run.wait_for_commit()
+    victim = bed.host_of(workers[1])
+    cut_at = time.time()
+    bed.partition(victim)
+    try:
+        code, result = run.finish()
+        healed_at = time.monotonic()
+        bed.heal(victim)
+        # Healed, the cut-off host's Ray node learns it was declared dead and takes its workers down with it.
+        left = bed.wait_gone(victim, r"^ray::TaskActor", timeout_s=60)
+        print(f"after heal: the run's processes on the cut-off host gone in {time.monotonic() - healed_at:.1f}s")
+    finally:
+        bed.heal(victim)
+        bed.revive(victim)  # for the next test: a fresh node in place of the one Ray declared dead
+    assert left == []
+    assert code == 0, run.output()
+    assert result["status"] == "succeeded", result["error"]
+    first, *rest = result["attempts"]
+    assert first["status"] == "failed" and rest and rest[-1]["status"] == "succeeded", result["attempts"]
+    # Resumed from a commit at least as new as the one seen before the cut: nothing lost beyond it.
+    resumed = rest[0]["resumed_from"]
+    assert resumed is not None and resumed >= first_commit
+    assert {t["host"] for t in result["tasks"]} <= {h.address for h in bed.hosts if h is not victim}
+    epochs = [json.loads(p.read_text())["epoch"] for p in (tmp_path / "cut" / "checkpoints").glob("*/_COMMITTED.json")]
+    assert max(epochs) == 6
+    recovered_after = rest[0]["first_step_at"] - cut_at
+    print(f"partition -> the next attempt's first step: {recovered_after:.1f}s "
+          f"(recovery_s {rest[0]['recovery_s']}s after the failure was seen)")
+    assert recovered_after < 150
+
+
+def test_host_of_rank_0_killed_the_run_finishes_on_the_other(bed, tmp_path):
+    run = Launch(bed, tmp_path, "power", "cluster.placement_strategy=SPREAD", "train.epochs=6",
+                 "train.steps_per_epoch=10", "train.params.step_s=0.2", "checkpoint.keep_last=0",
+                 "failure.max_failures=2")
+    workers = run.wait_for_workers(2)
+    first_commit = run.wait_for_commit()
+    victim = bed.host_of(workers[0])  # rank 0: TF's coordination service and the chief's checkpoint copy
+    killed_at = time.time()
+    bed.kill_host(victim)
+    try:
+        code, result = run.finish()
+    finally:
+        bed.revive(victim)
+    assert code == 0, run.output()
+    assert result["status"] == "succeeded", result["error"]
+    first, *rest = result["attempts"]
+    assert first["status"] == "failed" and rest[-1]["status"] == "succeeded", result["attempts"]
+    assert rest[0]["resumed_from"] >= first_commit
+    assert {t["host"] for t in result["tasks"]} <= {h.address for h in bed.hosts if h is not victim}
+    print(f"host killed -> the next attempt's first step: {rest[0]['first_step_at'] - killed_at:.1f}s")
