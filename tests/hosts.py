@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -51,6 +52,10 @@ def unavailable() -> str | None:
     return None
 
 
+class NetemUnavailable(RuntimeError):
+    """The kernel cannot shape a link (no sch_netem)."""
+
+
 @dataclass(frozen=True)
 class Host:
     name: str  # its network namespace
@@ -68,12 +73,16 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 class HostBed:
-    """`HostBed([0, 2, 2])`: three hosts, the first the Ray head (here with 0 CPUs), each with the CPUs given."""
+    """`HostBed([0, 2, 2])`: three hosts, the first the Ray head (here with 0 CPUs), each with the CPUs given.
+    With `private_tmp`, every host but the head sees a /tmp of its own (a mount namespace), so a local path on
+    the head is not on the others, as on separate machines."""
 
-    def __init__(self, cpus: list[float]) -> None:
+    def __init__(self, cpus: list[float], *, private_tmp: bool = False) -> None:
         tag = uuid.uuid4().hex[:5]
         self.bridge = f"rtfb{tag}"
-        self.root = tempfile.mkdtemp(prefix="raytf-hosts-")
+        self.private_tmp = private_tmp
+        # Outside /tmp: the hosts' Ray directories must survive a private /tmp.
+        self.root = tempfile.mkdtemp(prefix="raytf-hosts-", dir="/var/tmp")
         self.hosts = [Host(f"rtf{tag}h{i}", f"{SUBNET}.{i + 2}", f"rtf{tag}v{i}", os.path.join(self.root, f"h{i}"), c)
                       for i, c in enumerate(cpus)]
         self._lock: int | None = None
@@ -121,6 +130,10 @@ class HostBed:
                 f"--temp-dir={h.temp_dir}", "--disable-usage-stats", f'--resources={{"host{self.hosts.index(h)}": 1}}']
         args += ["--head", f"--port={GCS_PORT}", "--include-dashboard=true"] if h is self.head else \
                 [f"--address={self.address}"]
+        if self.private_tmp and h is not self.head:
+            # Its Ray node (and every task it starts) lives in a mount namespace with an empty /tmp.
+            args = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                    f"mount -t tmpfs raytf-private-tmp /tmp && exec {shlex.join(args)}"]
         out = self.exec(h, args, capture_output=True, text=True, timeout=180)
         if out.returncode:
             raise RuntimeError(f"ray start on {h.name} ({h.address}) failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
@@ -214,10 +227,18 @@ class HostBed:
         self._ray_start(h)
 
     def slow_link(self, h: Host, delay_ms: float, rate: str = "1gbit") -> None:
-        """Delay (and rate-limit) what the host sends and receives, on both ends of its link."""
+        """Delay (and rate-limit) what the host sends and receives, on both ends of its link. Raises
+        NetemUnavailable where the kernel has no netem qdisc (some sandboxed kernels)."""
         for cmd in (["tc", "qdisc", "replace", "dev", h.link], ["tc", "-n", h.name, "qdisc", "replace", "dev", "eth0"]):
-            subprocess.run([*cmd, "root", "netem", "delay", f"{delay_ms}ms", "rate", rate], check=True,
-                           capture_output=True)
+            out = subprocess.run([*cmd, "root", "netem", "delay", f"{delay_ms}ms", "rate", rate], capture_output=True,
+                                 text=True)
+            if out.returncode:
+                self.unshape(h)
+                raise NetemUnavailable(f"tc netem on {h.name}: {out.stderr.strip()}")
+
+    def unshape(self, h: Host) -> None:
+        for cmd in (["tc", "qdisc", "del", "dev", h.link], ["tc", "-n", h.name, "qdisc", "del", "dev", "eth0"]):
+            subprocess.run([*cmd, "root"], capture_output=True)  # nothing shaped: nothing to delete
 
     def reachable(self, src: Host, dst: Host, port: int = GCS_PORT, timeout_s: float = 2.0) -> bool:
         """Whether `src` can open a TCP connection to `dst` (the images have no ping)."""

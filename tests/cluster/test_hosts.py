@@ -84,16 +84,21 @@ class Launch:
         return "\n".join(self.lines[-60:])
 
 
-def _bus_node_and_driver_node(bed: hosts.HostBed, run: str) -> tuple[list[str], str]:
-    code = ("import json, ray\nfrom ray.util.state import list_actors\n"
+def _cluster_state(bed: hosts.HostBed, run: str) -> dict:
+    """From a driver of its own on the head: where the run's event bus ran, the driver's node, and what of the
+    run is still alive (actors, placement groups)."""
+    code = ("import json, ray\nfrom ray.util.state import list_actors, list_placement_groups\n"
             f"ray.init(address={bed.address!r}, log_to_driver=False)\n"
-            f"bus = list_actors(address={bed.address!r}, filters=[('name', '=', 'raytf:{run}:events:0')], "
-            "detail=True)\n"
-            "print(json.dumps([sorted({a.node_id for a in bus}), ray.get_runtime_context().get_node_id()]))")
+            f"mine = [a for a in list_actors(address={bed.address!r}, detail=True) if (a.name or '').startswith("
+            f"'raytf:{run}:')]\n"
+            f"pgs = [p.name for p in list_placement_groups(address={bed.address!r}) if p.name == 'raytf:{run}' and "
+            "p.state != 'REMOVED']\n"
+            "print(json.dumps({'bus_nodes': sorted({a.node_id for a in mine if a.name.endswith(':events:0')}), "
+            "'driver_node': ray.get_runtime_context().get_node_id(), "
+            "'alive': [a.name for a in mine if a.state != 'DEAD'], 'placement_groups': pgs}))")
     out = bed.exec(bed.head, [sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    nodes, driver = json.loads(out.stdout.strip().splitlines()[-1])
-    return nodes, driver
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_two_node_yaml_across_hosts_uses_each_hosts_address(bed, tmp_path):
@@ -111,8 +116,9 @@ def test_two_node_yaml_across_hosts_uses_each_hosts_address(bed, tmp_path):
         assert sorted(tf_config["cluster"]["worker"]) == spec  # each task's own host:port, not 127.0.0.1
         assert tf_config["task"] == {"type": "worker", "index": rank}
     # The run's event bus ran on the driver's own node: a lost worker host cannot take it along.
-    bus_nodes, driver_node = _bus_node_and_driver_node(bed, "hosts2")
-    assert bus_nodes == [driver_node]
+    state = _cluster_state(bed, "hosts2")
+    assert state["bus_nodes"] == [state["driver_node"]]
+    assert (state["alive"], state["placement_groups"]) == ([], [])
 
 
 def test_partitioned_worker_host_the_run_finishes_on_the_others(bed, tmp_path):
@@ -149,6 +155,8 @@ def test_partitioned_worker_host_the_run_finishes_on_the_others(bed, tmp_path):
     print(f"partition -> the next attempt's first step: {recovered_after:.1f}s "
           f"(recovery_s {rest[0]['recovery_s']}s after the failure was seen)")
     assert recovered_after < 150
+    state = _cluster_state(bed, "cut")
+    assert (state["alive"], state["placement_groups"]) == ([], [])
 
 
 def test_host_of_rank_0_killed_the_run_finishes_on_the_other(bed, tmp_path):
@@ -171,3 +179,26 @@ def test_host_of_rank_0_killed_the_run_finishes_on_the_other(bed, tmp_path):
     assert rest[0]["resumed_from"] >= first_commit
     assert {t["host"] for t in result["tasks"]} <= {h.address for h in bed.hosts if h is not victim}
     print(f"host killed -> the next attempt's first step: {rest[0]['first_step_at'] - killed_at:.1f}s")
+    state = _cluster_state(bed, "power")
+    assert (state["alive"], state["placement_groups"]) == ([], [])
+
+
+@pytest.mark.slow
+def test_slow_links_training_completes(bed, tmp_path):
+    """2 ms each way and 1 Gbit/s on every host's link (tc netem): a LAN between racks, not one machine."""
+    try:
+        for h in bed.hosts:
+            bed.slow_link(h, delay_ms=2, rate="1gbit")
+    except hosts.NetemUnavailable as e:
+        pytest.skip(f"this kernel cannot shape links: {e}")
+    try:
+        assert bed.reachable(bed.hosts[1], bed.hosts[2])
+        run = Launch(bed, tmp_path, "slow", "train.epochs=2", "train.steps_per_epoch=10", "train.params.step_s=0")
+        code, result = run.finish()
+    finally:
+        for h in bed.hosts:
+            bed.unshape(h)
+    assert code == 0, run.output()
+    assert result["status"] == "succeeded" and len({t["host"] for t in result["tasks"]}) == 2
+    steps = [a.get("first_step_at") for a in result["attempts"]]
+    print(f"slow links: first step after {result['first_step_s']}s, run {result['duration_s']}s ({steps})")

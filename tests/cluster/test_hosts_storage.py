@@ -1,0 +1,35 @@
+"""A run directory on the driver's host only (hosts with a /tmp of their own, as separate machines have):
+refused before any training, with the shared-storage message."""
+
+import json
+
+import pytest
+
+from tests import hosts
+from tests.cluster.test_hosts import Launch
+
+pytestmark = [pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def bed():
+    why = hosts.unavailable()
+    if why:
+        pytest.skip(why)
+    b = hosts.HostBed([0, 1, 1], private_tmp=True)
+    try:
+        yield b.start()
+    finally:
+        b.close()
+
+
+def test_storage_on_the_drivers_host_only_is_refused_before_training(bed, tmp_path):
+    assert str(tmp_path).startswith("/tmp/")  # the head's own /tmp: the other hosts have theirs
+    run = Launch(bed, tmp_path, "local-only", "train.epochs=1", "train.steps_per_epoch=2")
+    code, result = run.finish(timeout_s=240)
+    assert code == 1, run.output()
+    errors = [line for line in run.lines if line.startswith("raytf: ")]
+    assert len(errors) == 1 and "is not visible from worker 0" in errors[0] and "use shared storage" in errors[0]
+    assert result["status"] == "failed" and result["attempts"][0]["first_step_at"] is None
+    assert not (tmp_path / "local-only" / "checkpoints").exists()
+    assert json.loads((tmp_path / "local-only" / "result.json").read_text())["error"]["message"]
