@@ -56,7 +56,7 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
             raise PlacementError(f"{what} can never be placed on this embedded Ray: {why}. {_FIX}")
     start = time.monotonic()
     deadline = start + timeout_s
-    avoid = set(avoid or ()) & _alive()  # a node Ray has declared dead is left out anyway
+    avoid = set(avoid) & _alive() if avoid else set()  # a node Ray has declared dead is left out anyway
     pg, ready_ref = _group(plan, name, avoid)
     while True:
         ready, _ = ray.wait([ready_ref], timeout=max(0.0, min(poll_s, deadline - time.monotonic())))
