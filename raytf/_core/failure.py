@@ -78,18 +78,24 @@ def stale_ranks(last_progress: dict[int, float], now: float, timeout_s: float) -
 #   "The following tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1"
 _UNHEALTHY = "stopped sending heartbeats"
 _TF_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
+# And when the lost host is the service's own (its leader: the chief, else worker 0), the others' heartbeats to
+# it time out: "DEADLINE_EXCEEDED: ... RPC: /tensorflow.CoordinationService/Heartbeat".
+_LEADER_LOST = re.compile(r"(?s)(DEADLINE_EXCEEDED|Deadline Exceeded|UNAVAILABLE).*CoordinationService/Heartbeat")
 
 
 def unreachable_nodes(reports: list[str], nodes: dict[tuple[str, int], str], answered: set[str]) -> set[str]:
     """The nodes a failed attempt should not be placed on again while Ray still counts them alive: those of the
-    tasks TF reported as no longer heartbeating (`reports`: the errors' texts; `nodes`: (role, index) -> node
-    id), except nodes from which some task's outcome did arrive (`answered`: that node is reachable; its task
-    died of something else, a killed process say)."""
+    tasks TF reported as no longer heartbeating, or of the coordination service's leader when heartbeats to it
+    timed out (`reports`: the errors' texts; `nodes`: (role, index) -> node id), except nodes from which some
+    task's outcome did arrive (`answered`: that node is reachable; its task died of something else, a killed
+    process say)."""
     named = set()
     for text in reports:
         at = text.find(_UNHEALTHY)
         if at >= 0:
             named |= {(role, int(index)) for role, index in _TF_TASK.findall(text[at:])}
+        if _LEADER_LOST.search(text):
+            named.add(("chief", 0) if ("chief", 0) in nodes else ("worker", 0))
     return {nodes[t] for t in named if t in nodes} - answered
 
 

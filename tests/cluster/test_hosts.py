@@ -121,13 +121,15 @@ def test_two_node_yaml_across_hosts_uses_each_hosts_address(bed, tmp_path):
     assert (state["alive"], state["placement_groups"]) == ([], [])
 
 
-def test_partitioned_worker_host_the_run_finishes_on_the_others(bed, tmp_path):
+@pytest.mark.parametrize("rank", [1, pytest.param(0, marks=pytest.mark.slow)])
+def test_partitioned_worker_host_the_run_finishes_on_the_others(bed, tmp_path, rank):
+    """Rank 1's host, or rank 0's (TF's coordination service, the chief's checkpoint copy)."""
     run = Launch(bed, tmp_path, "cut", "cluster.placement_strategy=SPREAD", "train.epochs=6",
                  "train.steps_per_epoch=10", "train.params.step_s=0.2", "checkpoint.keep_last=0",
                  "failure.max_failures=2")
     workers = run.wait_for_workers(2)
     first_commit = run.wait_for_commit()
-    victim = bed.host_of(workers[1])
+    victim = bed.host_of(workers[rank])
     cut_at = time.time()
     bed.partition(victim)
     try:
@@ -159,13 +161,15 @@ def test_partitioned_worker_host_the_run_finishes_on_the_others(bed, tmp_path):
     assert (state["alive"], state["placement_groups"]) == ([], [])
 
 
-def test_host_of_rank_0_killed_the_run_finishes_on_the_other(bed, tmp_path):
+@pytest.mark.parametrize("rank", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_killed_host_the_run_finishes_on_the_other(bed, tmp_path, rank):
+    """Every process of rank 0's host (or rank 1's) SIGKILLed: a power cut."""
     run = Launch(bed, tmp_path, "power", "cluster.placement_strategy=SPREAD", "train.epochs=6",
                  "train.steps_per_epoch=10", "train.params.step_s=0.2", "checkpoint.keep_last=0",
                  "failure.max_failures=2")
     workers = run.wait_for_workers(2)
     first_commit = run.wait_for_commit()
-    victim = bed.host_of(workers[0])  # rank 0: TF's coordination service and the chief's checkpoint copy
+    victim = bed.host_of(workers[rank])
     killed_at = time.time()
     bed.kill_host(victim)
     try:

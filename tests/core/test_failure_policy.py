@@ -68,3 +68,15 @@ def test_unreachable_nodes_are_those_tf_names_that_never_answered():
     several = "unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\n/job:ps/replica:0/task:0"
     assert f.unreachable_nodes([several, "ValueError: x"], nodes, answered=set()) == {"B", "C"}
     assert f.unreachable_nodes([several], {}, answered=set()) == set()  # tasks of another spec: nothing known
+
+
+def test_a_lost_coordination_leader_points_at_its_node():
+    """Rank 0's host cut off: the others' heartbeats to TF's coordination service (on its leader) time out."""
+    text = ("DeadlineExceededError: Collective ops is aborted by: Deadline Exceeded\nAdditional GRPC error "
+            "information from remote target /job:worker/replica:0/task:0:\n"
+            "RPC: /tensorflow.CoordinationService/Heartbeat")
+    assert f.unreachable_nodes([text], {("worker", 0): "A", ("worker", 1): "B"}, answered={"B"}) == {"A"}
+    assert f.unreachable_nodes([text], {("chief", 0): "C", ("worker", 0): "A"}, answered=set()) == {"C"}
+    # Its process killed (host alive): its actor's death came from that node, which is reachable.
+    assert f.unreachable_nodes([text], {("worker", 0): "A", ("worker", 1): "B"}, answered={"A", "B"}) == set()
+    assert f.unreachable_nodes(["DeadlineExceededError: a collective timed out"], {("worker", 0): "A"}, set()) == set()
