@@ -32,6 +32,9 @@ SUBNET = "198.18.0"
 BRIDGE_ADDRESS = f"{SUBNET}.1"  # the machine's own end of the bridge
 GCS_PORT = 6379
 _LOCK = "/tmp/raytf-hostbed.lock"
+_LOCK_WAIT_S = 900.0  # another test run's bed, at most
+_STALE_NS = re.compile(r"^rtf[0-9a-f]{5}h\d+$")
+_STALE_LINK = re.compile(r"^(rtfb[0-9a-f]{5}|rtf[0-9a-f]{5}v\d+)(@\S+)?$")
 _RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 
 
@@ -54,6 +57,10 @@ def unavailable() -> str | None:
 
 class NetemUnavailable(RuntimeError):
     """The kernel cannot shape a link (no sch_netem)."""
+
+
+class BedUnavailable(RuntimeError):
+    """This machine cannot have a bed now (the subnet is in use, another run holds the bed too long)."""
 
 
 @dataclass(frozen=True)
@@ -106,8 +113,28 @@ class HostBed:
 
     # -- making and unmaking -------------------------------------------------------------------
     def start(self) -> HostBed:
+        """Make the hosts and start their Ray nodes; on any failure, what was made is removed again."""
+        try:
+            return self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> HostBed:
         self._lock = os.open(_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
-        fcntl.flock(self._lock, fcntl.LOCK_EX)  # a bed another test run holds is waited for
+        deadline = time.monotonic() + _LOCK_WAIT_S
+        while True:  # a bed another test run holds is waited for, within bounds
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise BedUnavailable(f"another test run held {_LOCK} for {_LOCK_WAIT_S:g}s") from None
+                time.sleep(1.0)  # polling another process's flock: no signal to wait on
+        _remove_stale_beds()  # holding the lock, any bed still here was left by a run that was killed
+        taken = _ip("-4", "route", "show").stdout
+        if re.search(r"\b198\.1[89]\.", taken):
+            raise BedUnavailable(f"198.18.0.0/15 is already routed on this machine ({taken.strip()[:200]})")
         _ip("link", "add", self.bridge, "type", "bridge")
         self._made.append("bridge")
         _ip("addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", self.bridge)
@@ -139,13 +166,14 @@ class HostBed:
             raise RuntimeError(f"ray start on {h.name} ({h.address}) failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
 
     def close(self) -> None:
+        """Everything the bed made goes, each step tried even if an earlier one failed."""
         try:
             for h in self.hosts:
                 if h.name in self._made:
-                    self.kill_host(h)
-                    # The pair goes with its root end; the namespace's own teardown can lag (lingering sockets).
-                    _ip("link", "del", h.link, check=False)
-                    _ip("netns", "del", h.name, check=False)
+                    try:
+                        _remove_host(h.name, h.link)
+                    except Exception as e:  # go on with the others: leave as little behind as possible
+                        print(f"hosts: could not remove {h.name}: {e}", file=sys.stderr)
             if "bridge" in self._made:
                 _ip("link", "del", self.bridge, check=False)
             shutil.rmtree(self.root, ignore_errors=True)
@@ -165,42 +193,15 @@ class HostBed:
         return subprocess.Popen(["ip", "netns", "exec", h.name, *argv], **kwargs)
 
     def pids(self, h: Host) -> list[int]:
-        out = _ip("netns", "pids", h.name, check=False)
-        return [int(p) for p in out.stdout.split()]
+        return _pids(h.name)
 
     def processes(self, h: Host, pattern: str) -> list[int]:
         """Pids in the host whose command line matches `pattern` (Ray workers rename theirs "ray::Class...")."""
-        found = []
-        for pid in self.pids(h):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:  # gone while we looked
-                continue
-            if re.search(pattern, cmdline):
-                found.append(pid)
-        return found
+        return _processes(h.name, pattern)
 
     def wait_gone(self, h: Host, pattern: str, timeout_s: float) -> list[int]:
         """The processes matching `pattern` still alive in `h` after up to `timeout_s` (each waited on by pidfd)."""
-        import select
-
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = self.processes(h, pattern)
-            if not left or time.monotonic() >= deadline:
-                return left
-            fds = []
-            for pid in left:
-                try:
-                    fds.append(os.pidfd_open(pid))
-                except ProcessLookupError:
-                    continue
-            try:
-                if fds:  # readable when one exits; the deadline bounds the wait
-                    select.select(fds, [], [], min(5.0, max(0.0, deadline - time.monotonic())))
-            finally:
-                for fd in fds:
-                    os.close(fd)
+        return _wait_gone(h.name, pattern, timeout_s)
 
     # -- faults --------------------------------------------------------------------------------
     def partition(self, h: Host) -> None:
@@ -212,14 +213,7 @@ class HostBed:
 
     def kill_host(self, h: Host, timeout_s: float = 30.0) -> None:
         """SIGKILL every process in the host's namespace (a power cut), until none is left."""
-        deadline = time.monotonic() + timeout_s
-        while (pids := self.pids(h)) and time.monotonic() < deadline:
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self.wait_gone(h, ".", min(2.0, max(0.0, deadline - time.monotonic())))
+        _kill_namespace(h.name, timeout_s)
 
     def revive(self, h: Host) -> None:
         """A fresh Ray node on the host (after kill_host, or a partition after which Ray declared it dead)."""
@@ -245,3 +239,75 @@ class HostBed:
         code = (f"import socket\ntry:\n    socket.create_connection(({dst.address!r}, {port}), timeout={timeout_s})"
                 "\nexcept ConnectionRefusedError:\n    pass\nexcept OSError:\n    raise SystemExit(1)")
         return self.exec(src, [sys.executable, "-c", code], timeout=timeout_s + 30).returncode == 0
+
+
+def _pids(ns: str) -> list[int]:
+    return [int(p) for p in _ip("netns", "pids", ns, check=False).stdout.split()]
+
+
+def _processes(ns: str, pattern: str) -> list[int]:
+    found = []
+    for pid in _pids(ns):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone while we looked
+            continue
+        if re.search(pattern, cmdline):
+            found.append(pid)
+    return found
+
+
+def _wait_gone(ns: str, pattern: str, timeout_s: float) -> list[int]:
+    import select
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = _processes(ns, pattern)
+        if not left or time.monotonic() >= deadline:
+            return left
+        fds = []
+        for pid in left:
+            try:
+                fds.append(os.pidfd_open(pid))
+            except OSError:  # gone already, or a kernel without pidfds (then the select below polls)
+                continue
+        try:
+            # Readable when one exits; without pidfds a short poll. The deadline bounds the wait.
+            select.select(fds, [], [], min(5.0 if fds else 0.2, max(0.0, deadline - time.monotonic())))
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _kill_namespace(ns: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (pids := _pids(ns)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _wait_gone(ns, ".", min(2.0, max(0.0, deadline - time.monotonic())))
+
+
+def _remove_host(ns: str, link: str) -> None:
+    """Kill every process in namespace `ns`, then remove it and its link, whatever fails on the way."""
+    try:
+        _kill_namespace(ns)
+    finally:
+        # The pair goes with its root end; the namespace's own teardown can lag (lingering sockets).
+        _ip("link", "del", link, check=False)
+        _ip("netns", "del", ns, check=False)
+
+
+def _remove_stale_beds() -> None:
+    """Namespaces, links and bridges of beds whose test run was killed before it could close them."""
+    for line in _ip("netns", "list", check=False).stdout.splitlines():
+        ns = line.split()[0] if line.split() else ""
+        if _STALE_NS.match(ns):
+            _remove_host(ns, f"{ns[:8]}v{ns[9:]}")  # rtf<tag>h<i> -> rtf<tag>v<i>
+    for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
+        parts = line.split(":")
+        name = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
+        if _STALE_LINK.match(name):
+            _ip("link", "del", name, check=False)

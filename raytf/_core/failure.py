@@ -77,10 +77,11 @@ def stale_ranks(last_progress: dict[int, float], now: float, timeout_s: float) -
 # TF's coordination service, on the tasks still up when another stops heartbeating (a lost host, ~9 s):
 #   "The following tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1"
 _UNHEALTHY = "stopped sending heartbeats"
-_TF_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 # And when the lost host is the service's own (its leader: the chief, else worker 0), the others' heartbeats to
 # it time out: "DEADLINE_EXCEEDED: ... RPC: /tensorflow.CoordinationService/Heartbeat".
-_LEADER_LOST = re.compile(r"(?s)(DEADLINE_EXCEEDED|Deadline Exceeded|UNAVAILABLE).*CoordinationService/Heartbeat")
+# (A refused connection, UNAVAILABLE, is a live host whose process died: its outcome says so.)
+_LEADER_LOST = re.compile(r"(?s)(DEADLINE_EXCEEDED|Deadline Exceeded).*CoordinationService/Heartbeat")
+_TF_TASK_LINE = re.compile(r"^/job:(\w+)/replica:\d+/task:(\d+)$")
 
 
 def unreachable_nodes(reports: list[str], nodes: dict[tuple[str, int], str], answered: set[str]) -> set[str]:
@@ -92,8 +93,12 @@ def unreachable_nodes(reports: list[str], nodes: dict[tuple[str, int], str], ans
     named = set()
     for text in reports:
         at = text.find(_UNHEALTHY)
-        if at >= 0:
-            named |= {(role, int(index)) for role, index in _TF_TASK.findall(text[at:])}
+        if at >= 0:  # the task names on the lines right after it (not a later "remote target /job:..." trailer)
+            for line in text[at:].splitlines()[1:]:
+                m = _TF_TASK_LINE.match(line.strip())
+                if m is None:
+                    break
+                named.add((m.group(1), int(m.group(2))))
         if _LEADER_LOST.search(text):
             named.add(("chief", 0) if ("chief", 0) in nodes else ("worker", 0))
     return {nodes[t] for t in named if t in nodes} - answered

@@ -255,7 +255,9 @@ class Driver:
                     continue
                 more, answered = self._also_failed({**waited, **others})
                 errors = [error, *more]
-                self._suspect_unreachable(errors, {self.group.info(t.rank).get("node_id", ""), *answered})
+                if t.rank not in self.group.unavailable:
+                    answered.add(self.group.info(t.rank).get("node_id", ""))
+                self._suspect_unreachable(errors, answered)
                 self._dispatch(ray.get(drain) + ray.get(bus.drain.remote(0)))
                 raise self._fail(attempt, errors)
             stale = failure.stale_ranks(self.watched, time.time(), self.cfg.failure.hang_timeout_s)
@@ -312,14 +314,18 @@ class Driver:
             log.warning("second interrupt: tearing down now")
         except TrainingFailedError as e:
             log.warning("final checkpoint failed: %s", e)
+        except RayActorError as e:  # the bus is gone: nobody to agree a step with
+            log.warning("final checkpoint failed: the run's event bus died: %s", e)
 
     def _also_failed(self, pending: dict, grace_s: float = 1.0) -> tuple[list[WorkerError], set[str]]:
         """Other tasks failing within `grace_s` of the first (a dead task's peers error out within
         milliseconds, and whichever is seen first, the death is the cause worth reporting), and the nodes
         whose tasks answered at all in that time."""
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=grace_s) if pending else ([], [])
-        answered = {self.group.info(pending[r].rank).get("node_id", "") for r in ready}
-        return [e for e in (self.group.outcome(r, pending[r]) for r in ready) if e is not None], answered
+        errors = [e for e in (self.group.outcome(r, pending[r]) for r in ready) if e is not None]
+        answered = {self.group.info(pending[r].rank).get("node_id", "") for r in ready
+                    if pending[r].rank not in self.group.unavailable}
+        return errors, answered
 
     def _suspect_unreachable(self, errors: list[WorkerError], answered: set[str]) -> None:
         """The nodes TF says stopped heartbeating, and that gave no answer: the next attempt avoids them while

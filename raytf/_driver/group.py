@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from raytf._core import events as ev
@@ -57,6 +57,7 @@ class TaskGroup:
         self.bus = None
         self.actors: list = []
         self.infos: list[dict[str, Any]] = []
+        self.unavailable: set[int] = set()  # ranks whose actor Ray could not reach (ActorUnavailableError)
 
     def info(self, rank: int) -> dict[str, Any]:
         return next((i for i in self.infos if i["rank"] == rank), {})
@@ -161,6 +162,8 @@ class TaskGroup:
         try:
             out = ray.get(ref)
         except RayActorError as e:
+            if isinstance(e, ActorUnavailableError):
+                self.unavailable.add(t.rank)
             return WorkerError(f"the task's actor died: {e}", role=t.role, rank=t.rank, node_id=node,
                                kind=failure.SYSTEM)
         except RayError as e:

@@ -26,15 +26,20 @@ _FIX = ("Fix: add nodes or resources, lower the per-task reservations (cluster.<
         "task counts (cluster.num_workers, cluster.num_ps), or raise cluster.placement_timeout_s")
 
 
-# How long a node a failure left unreachable is avoided while Ray still counts it alive: Ray declares a host
-# that stopped answering dead in ~30-60 s; one still alive after this was only slow, and may be used again.
+# How long a node a failure left unreachable is avoided while Ray still counts it alive (at most half of
+# cluster.placement_timeout_s, so a node that was only slow can still be used in time): Ray declares a host
+# that stopped answering dead in ~30-60 s.
 AVOID_S = 90.0
 
 
 def _group(plan: Plan, name: str, avoid: set[str]) -> tuple[PlacementGroup, object]:
-    # Ray labels every node with its id (ray.io/node-id); "!in(a,b)" keeps a bundle off those nodes.
-    selector = [{"ray.io/node-id": f"!in({','.join(sorted(avoid))})"} for _ in plan.bundles] if avoid else None
-    pg = placement_group(plan.bundles, strategy=plan.placement_strategy, name=name, bundle_label_selector=selector)
+    kwargs = {}
+    if avoid:
+        # Ray labels every node with its id (ray.io/node-id); "!in(a,b)" keeps a bundle off those nodes. Only
+        # passed when needed: Ray before 2.47 has no such argument.
+        kwargs["bundle_label_selector"] = [{"ray.io/node-id": f"!in({','.join(sorted(avoid))})"}
+                                           for _ in plan.bundles]
+    pg = placement_group(plan.bundles, strategy=plan.placement_strategy, name=name, **kwargs)
     return pg, pg.ready()
 
 
@@ -48,7 +53,8 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
     `avoid`: nodes the last failure left unreachable (failure.unreachable_nodes). Ray counts a host cut off the
     network alive for a while, and a group offered to it then stays pending for good (Ray 2.60: one bundle
     reserved on a live node, the two-phase reservation on the lost one never answered; raytf issue 16's
-    partition test). So they are kept out of the group while Ray counts them alive, for at most AVOID_S."""
+    partition test). So they are kept out of the group while Ray counts them alive, for at most AVOID_S (and
+    half the timeout)."""
     what = f"placement group for {len(plan.bundles)} tasks ({plan.placement_strategy})"
     if not can_grow:
         why = shortfall(plan.bundles, plan.placement_strategy, _node_totals())
@@ -57,16 +63,22 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
     start = time.monotonic()
     deadline = start + timeout_s
     avoid = set(avoid) & _alive() if avoid else set()  # a node Ray has declared dead is left out anyway
-    pg, ready_ref = _group(plan, name, avoid)
+    avoid_s = min(AVOID_S, timeout_s / 2)
+    try:
+        pg, ready_ref = _group(plan, name, avoid)
+    except TypeError:  # a Ray without bundle label selectors: nothing can be avoided
+        log.warning("this Ray cannot keep a placement group off nodes; not avoiding %s", sorted(avoid))
+        avoid = set()
+        pg, ready_ref = _group(plan, name, avoid)
     while True:
         ready, _ = ray.wait([ready_ref], timeout=max(0.0, min(poll_s, deadline - time.monotonic())))
         if ready:
             return pg
         if time.monotonic() >= deadline:
             break
-        if avoid and time.monotonic() - start >= AVOID_S and avoid & _alive():
+        if avoid and time.monotonic() - start >= avoid_s and avoid & _alive():
             log.warning("node(s) %s still alive after %gs: no longer avoided", ", ".join(n[:12] for n in avoid),
-                        AVOID_S)
+                        avoid_s)
             remove_placement_group(pg)
             avoid = set()
             pg, ready_ref = _group(plan, name, avoid)

@@ -2,6 +2,9 @@
 refused before any training, with the shared-storage message."""
 
 import json
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -18,15 +21,27 @@ def bed():
         pytest.skip(why)
     b = hosts.HostBed([0, 1, 1], private_tmp=True)
     try:
-        yield b.start()
+        b.start()
+    except hosts.BedUnavailable as e:
+        pytest.skip(str(e))
+    try:
+        yield b
     finally:
         b.close()
 
 
-def test_storage_on_the_drivers_host_only_is_refused_before_training(bed, tmp_path):
-    assert str(tmp_path).startswith("/tmp/")  # the head's own /tmp: the other hosts have theirs
-    run = Launch(bed, tmp_path, "local-only", "train.epochs=1", "train.steps_per_epoch=2")
-    code, result = run.finish(timeout_s=240)
+@pytest.fixture
+def head_only_dir():
+    """A directory in /tmp: the head's own, which the other hosts' private /tmp hides."""
+    path = Path(tempfile.mkdtemp(prefix="raytf-head-only-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_storage_on_the_drivers_host_only_is_refused_before_training(bed, head_only_dir):
+    tmp_path = head_only_dir
+    with Launch(bed, tmp_path, "local-only", "train.epochs=1", "train.steps_per_epoch=2") as run:
+        code, result = run.finish(timeout_s=240)
     assert code == 1, run.output()
     errors = [line for line in run.lines if line.startswith("raytf: ")]
     assert len(errors) == 1 and "is not visible from worker 0" in errors[0] and "use shared storage" in errors[0]

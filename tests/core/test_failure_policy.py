@@ -68,6 +68,9 @@ def test_unreachable_nodes_are_those_tf_names_that_never_answered():
     several = "unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\n/job:ps/replica:0/task:0"
     assert f.unreachable_nodes([several, "ValueError: x"], nodes, answered=set()) == {"B", "C"}
     assert f.unreachable_nodes([several], {}, answered=set()) == set()  # tasks of another spec: nothing known
+    # TF's trailer names the reporter after the list: not one of the unhealthy.
+    trailer = lost + "\nAdditional GRPC error information from remote target /job:ps/replica:0/task:0:"
+    assert f.unreachable_nodes([trailer], nodes, answered={"A"}) == {"B"}
 
 
 def test_a_lost_coordination_leader_points_at_its_node():
@@ -80,3 +83,5 @@ def test_a_lost_coordination_leader_points_at_its_node():
     # Its process killed (host alive): its actor's death came from that node, which is reachable.
     assert f.unreachable_nodes([text], {("worker", 0): "A", ("worker", 1): "B"}, answered={"A", "B"}) == set()
     assert f.unreachable_nodes(["DeadlineExceededError: a collective timed out"], {("worker", 0): "A"}, set()) == set()
+    refused = "UnavailableError: Connection refused\nRPC: /tensorflow.CoordinationService/Heartbeat"
+    assert f.unreachable_nodes([refused], {("worker", 0): "A"}, set()) == set()  # a live host, its process gone
