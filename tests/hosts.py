@@ -241,6 +241,25 @@ class HostBed:
         return self.exec(src, [sys.executable, "-c", code], timeout=timeout_s + 30).returncode == 0
 
 
+def bed_for_tests(cpus: list[float], **kwargs):
+    """A started bed for a pytest fixture (`yield from bed_for_tests([0, 2, 2])`): skips where this machine cannot
+    make one; closed afterwards, whatever the tests did."""
+    import pytest
+
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    bed = HostBed(cpus, **kwargs)
+    try:
+        bed.start()
+    except BedUnavailable as e:
+        pytest.skip(str(e))
+    try:
+        yield bed
+    finally:
+        bed.close()
+
+
 def _pids(ns: str) -> list[int]:
     return [int(p) for p in _ip("netns", "pids", ns, check=False).stdout.split()]
 

@@ -21,19 +21,8 @@ TASK_ROW = re.compile(r"^\s+worker\s+(\d+)\s+\S+\s+(198\.18\.0\.\d+):(\d+)")
 
 @pytest.fixture(scope="module")
 def bed():
-    why = hosts.unavailable()
-    if why:
-        pytest.skip(why)
     # The head (driver, GCS, the run's event bus) with no CPUs for tasks; two hosts for the workers.
-    b = hosts.HostBed([0, 2, 2])
-    try:
-        b.start()
-    except hosts.BedUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from hosts.bed_for_tests([0, 2, 2])
 
 
 class Launch:

@@ -16,18 +16,7 @@ pytestmark = [pytest.mark.timeout(600)]
 
 @pytest.fixture(scope="module")
 def bed():
-    why = hosts.unavailable()
-    if why:
-        pytest.skip(why)
-    b = hosts.HostBed([0, 1, 1], private_tmp=True)
-    try:
-        b.start()
-    except hosts.BedUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from hosts.bed_for_tests([0, 1, 1], private_tmp=True)
 
 
 @pytest.fixture

@@ -25,6 +25,9 @@ def test_scaling_report_runs_each_count(fast_cfg, no_leaks):
     assert list(pd.read_csv(table.attrs["csv"])["workers"]) == [1, 2, 8]
 
 
+# slow: every contender, cold and warm, Ray Train included (~3 min); it keeps the default run under 20 minutes
+# now that the network-namespace host tests run there.
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.timeout(900)
 def test_benchmark_smoke_mode_runs():
