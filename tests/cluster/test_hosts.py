@@ -140,10 +140,11 @@ def test_two_node_yaml_across_hosts_uses_each_hosts_address(bed, tmp_path):
     assert (state["alive"], state["placement_groups"]) == ([], [])
 
 
-@pytest.mark.parametrize("rank", [1, pytest.param(0, marks=pytest.mark.slow)])
-def test_partitioned_worker_host_the_run_finishes_on_the_others(bed, tmp_path, rank):
-    """Rank 1's host, or rank 0's (TF's coordination service, the chief's checkpoint copy)."""
-    run = Launch(bed, tmp_path, "cut", "cluster.placement_strategy=SPREAD", "train.epochs=6",
+def _fault_mid_run(bed, tmp_path, name: str, rank: int, fault, after):
+    """A paced 2-worker run; once it has committed a checkpoint, `fault(victim)` on rank `rank`'s host; the run
+    is left to finish; then `after(victim)` (still inside, e.g. a heal and its checks), and always the victim
+    revived and the driver stopped. Returns (victim, the fault's time, exit code, result.json, the Launch)."""
+    run = Launch(bed, tmp_path, name, "cluster.placement_strategy=SPREAD", "train.epochs=6",
                  "train.steps_per_epoch=10", "train.params.step_s=0.2", "checkpoint.keep_last=0",
                  "failure.max_failures=2")
     victim = None
@@ -151,64 +152,63 @@ def test_partitioned_worker_host_the_run_finishes_on_the_others(bed, tmp_path, r
         workers = run.wait_for_workers(2)
         run.wait_for_commit()
         victim = bed.host_of(workers[rank])
-        cut_at = time.time()
-        bed.partition(victim)
+        fault_at = time.time()
+        fault(victim)
         code, result = run.finish()
-        healed_at = time.monotonic()
-        bed.heal(victim)
-        # Healed, the cut-off host's Ray node learns it was declared dead and takes its workers down with it.
-        left = bed.wait_gone(victim, r"^ray::TaskActor", timeout_s=60)
-        print(f"after heal: the run's processes on the cut-off host gone in {time.monotonic() - healed_at:.1f}s")
+        after(victim)
     finally:
         run.stop()
         if victim is not None:
             bed.heal(victim)
-            bed.revive(victim)  # for the next test: a fresh node in place of the one Ray declared dead
-    assert left == []
+            bed.revive(victim)  # for the next test: a fresh node in place of the lost one
+    return victim, fault_at, code, result, run
+
+
+def _assert_finished_elsewhere(bed, tmp_path, name: str, victim, code: int, result: dict, run: Launch) -> dict:
+    """The run succeeded on the other hosts in a second attempt resumed from the last commit before it, and
+    nothing of it is left on the cluster. Returns that attempt."""
     assert code == 0, run.output()
     assert result["status"] == "succeeded", result["error"]
     first, *rest = result["attempts"]
     assert first["status"] == "failed" and rest and rest[-1]["status"] == "succeeded", result["attempts"]
-    # Resumed from the last commit before the cut: nothing lost beyond it.
-    assert rest[0]["resumed_from"] == _last_commit_before(tmp_path, "cut", rest[0])
+    # Resumed from the last commit before the failure: nothing lost beyond it.
+    assert rest[0]["resumed_from"] == _last_commit_before(tmp_path, name, rest[0])
     assert {t["host"] for t in result["tasks"]} <= {h.address for h in bed.hosts if h is not victim}
+    state = _cluster_state(bed, name)
+    assert (state["alive"], state["placement_groups"]) == ([], [])
+    return rest[0]
+
+
+@pytest.mark.parametrize("rank", [1, pytest.param(0, marks=pytest.mark.slow)])
+def test_partitioned_worker_host_the_run_finishes_on_the_others(bed, tmp_path, rank):
+    """Rank 1's host, or rank 0's (TF's coordination service, the chief's checkpoint copy)."""
+    left = []
+
+    def heal_and_look(victim) -> None:
+        healed_at = time.monotonic()
+        bed.heal(victim)
+        # Healed, the cut-off host's Ray node learns it was declared dead and takes its workers down with it.
+        left.extend(bed.wait_gone(victim, r"^ray::TaskActor", timeout_s=60))
+        print(f"after heal: the run's processes on the cut-off host gone in {time.monotonic() - healed_at:.1f}s")
+
+    victim, cut_at, code, result, run = _fault_mid_run(bed, tmp_path, "cut", rank, bed.partition, heal_and_look)
+    assert left == []
+    second = _assert_finished_elsewhere(bed, tmp_path, "cut", victim, code, result, run)
     epochs = [json.loads(p.read_text())["epoch"] for p in (tmp_path / "cut" / "checkpoints").glob("*/_COMMITTED.json")]
     assert max(epochs) == 6
-    recovered_after = rest[0]["first_step_at"] - cut_at
+    recovered_after = second["first_step_at"] - cut_at
     print(f"partition -> the next attempt's first step: {recovered_after:.1f}s "
-          f"(recovery_s {rest[0]['recovery_s']}s after the failure was seen)")
+          f"(recovery_s {second['recovery_s']}s after the failure was seen)")
     assert recovered_after < 150
-    state = _cluster_state(bed, "cut")
-    assert (state["alive"], state["placement_groups"]) == ([], [])
 
 
 @pytest.mark.parametrize("rank", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_killed_host_the_run_finishes_on_the_other(bed, tmp_path, rank):
     """Every process of rank 0's host (or rank 1's) SIGKILLed: a power cut."""
-    run = Launch(bed, tmp_path, "power", "cluster.placement_strategy=SPREAD", "train.epochs=6",
-                 "train.steps_per_epoch=10", "train.params.step_s=0.2", "checkpoint.keep_last=0",
-                 "failure.max_failures=2")
-    victim = None
-    try:
-        workers = run.wait_for_workers(2)
-        run.wait_for_commit()
-        victim = bed.host_of(workers[rank])
-        killed_at = time.time()
-        bed.kill_host(victim)
-        code, result = run.finish()
-    finally:
-        run.stop()
-        if victim is not None:
-            bed.revive(victim)
-    assert code == 0, run.output()
-    assert result["status"] == "succeeded", result["error"]
-    first, *rest = result["attempts"]
-    assert first["status"] == "failed" and rest[-1]["status"] == "succeeded", result["attempts"]
-    assert rest[0]["resumed_from"] == _last_commit_before(tmp_path, "power", rest[0])
-    assert {t["host"] for t in result["tasks"]} <= {h.address for h in bed.hosts if h is not victim}
-    print(f"host killed -> the next attempt's first step: {rest[0]['first_step_at'] - killed_at:.1f}s")
-    state = _cluster_state(bed, "power")
-    assert (state["alive"], state["placement_groups"]) == ([], [])
+    victim, killed_at, code, result, run = _fault_mid_run(bed, tmp_path, "power", rank, bed.kill_host,
+                                                          lambda victim: None)
+    second = _assert_finished_elsewhere(bed, tmp_path, "power", victim, code, result, run)
+    print(f"host killed -> the next attempt's first step: {second['first_step_at'] - killed_at:.1f}s")
 
 
 @pytest.mark.slow
