@@ -29,6 +29,7 @@ from raytf.errors import RaytfError, WorkerError
 
 log = logging.getLogger(__name__)
 
+
 def reserve_port() -> socket.socket:
     """Bind a free port and keep holding it until TF's server has bound the same port.
 
