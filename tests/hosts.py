@@ -1,6 +1,9 @@
 """A test bed of hosts on one machine: Linux network namespaces joined by a bridge, each host with its own
 address in 198.18.0.0/24 (RFC 2544's benchmarking range: traffic never leaves this machine) and its own Ray
-node, so a run spans several addresses and a host can fail the way real ones do.
+node, so a run spans several addresses and a host can fail the way real ones do. Each host's processes also
+live in a PID (and mount) namespace of their own: Ray finds "its" node by listing the raylets it can see, and on
+one shared process table a driver started on any host would attach to the head's raylet (Ray prefers the head
+among the raylets it sees: ray._private.services.get_node_to_connect_for_driver).
 
 Fault verbs: `partition(host)` / `heal(host)` (its link down / up: a real partition, TCP sees nothing),
 `kill_host(host)` (every process in its namespace, by pid), `slow_link(host, delay_ms, rate)` (tc netem).
@@ -15,6 +18,7 @@ token lives in ~/.ray/auth_token, one file seen by every host here.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shlex
@@ -84,7 +88,10 @@ class HostBed:
     With `private_tmp`, every host but the head sees a /tmp of its own (a mount namespace), so a local path on
     the head is not on the others, as on separate machines."""
 
-    def __init__(self, cpus: list[float], *, private_tmp: bool = False) -> None:
+    def __init__(self, cpus: list[float], *, private_tmp: bool = False,
+                 resources: list[dict[str, float]] | None = None) -> None:
+        """`resources`: custom Ray resources per host (besides `host<i>: 1`, which every host has), to pin roles
+        to hosts (cluster.<role>.custom)."""
         tag = uuid.uuid4().hex[:5]
         self.bridge = f"rtfb{tag}"
         self.private_tmp = private_tmp
@@ -92,8 +99,14 @@ class HostBed:
         self.root = tempfile.mkdtemp(prefix="raytf-hosts-", dir="/var/tmp")
         self.hosts = [Host(f"rtf{tag}h{i}", f"{SUBNET}.{i + 2}", f"rtf{tag}v{i}", os.path.join(self.root, f"h{i}"), c)
                       for i, c in enumerate(cpus)]
+        self.resources = [{f"host{i}": 1.0, **((resources or [])[i] if i < len(resources or []) else {})}
+                          for i in range(len(cpus))]
         self._lock: int | None = None
         self._made: list[str] = []
+        # host name -> its `ray start --block` (the PID namespace's keeper) and the namespace's init, in this
+        # machine's pid numbering
+        self._keepers: dict[str, subprocess.Popen] = {}
+        self._inits: dict[str, int] = {}
 
     @property
     def head(self) -> Host:
@@ -152,18 +165,43 @@ class HostBed:
             self._ray_start(h)
         return self
 
-    def _ray_start(self, h: Host) -> None:
-        args = [*_RAY, "start", f"--node-ip-address={h.address}", f"--num-cpus={h.cpus:g}", "--num-gpus=0",
-                f"--temp-dir={h.temp_dir}", "--disable-usage-stats", f'--resources={{"host{self.hosts.index(h)}": 1}}']
+    def _ray_start(self, h: Host, timeout_s: float = 180.0) -> None:
+        """Start the host's Ray node with `--block` as the first process of a PID namespace of its own: it lives
+        as long as the node does, and when it goes (killed, or the node lost) every process of the host goes
+        with it, as with a machine."""
+        args = [*_RAY, "start", "--block", f"--node-ip-address={h.address}", f"--num-cpus={h.cpus:g}",
+                "--num-gpus=0", f"--temp-dir={h.temp_dir}", "--disable-usage-stats",
+                f"--resources={json.dumps(self.resources[self.hosts.index(h)])}"]
         args += ["--head", f"--port={GCS_PORT}", "--include-dashboard=true"] if h is self.head else \
                 [f"--address={self.address}"]
-        if self.private_tmp and h is not self.head:
-            # Its Ray node (and every task it starts) lives in a mount namespace with an empty /tmp.
-            args = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                    f"mount -t tmpfs raytf-private-tmp /tmp && exec {shlex.join(args)}"]
-        out = self.exec(h, args, capture_output=True, text=True, timeout=180)
-        if out.returncode:
-            raise RuntimeError(f"ray start on {h.name} ({h.address}) failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+        # With a private /tmp, its Ray node (and every task it starts) sees an empty /tmp of its own.
+        tmp = "mount -t tmpfs raytf-private-tmp /tmp && " if self.private_tmp and h is not self.head else ""
+        log_path = os.path.join(self.root, f"{h.name}-ray.log")
+        self._reap(h)
+        with open(log_path, "wb") as log:
+            keeper = subprocess.Popen(
+                ["ip", "netns", "exec", h.name, "unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
+                 "--propagation", "private", "sh", "-c", f"{tmp}exec {shlex.join(args)}"],
+                env=self.env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        self._keepers[h.name] = keeper
+        deadline = time.monotonic() + timeout_s
+        while b"Ray runtime started" not in Path(log_path).read_bytes():
+            if keeper.poll() is not None or time.monotonic() > deadline:
+                tail = Path(log_path).read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"ray start on {h.name} ({h.address}) failed:\n{tail}")
+            time.sleep(0.2)  # `ray start` says so in its output: read it again shortly
+        children = Path(f"/proc/{keeper.pid}/task/{keeper.pid}/children").read_text().split()
+        self._inits[h.name] = int(children[0])  # unshare's one child: pid 1 of the host's namespace
+
+    def _reap(self, h: Host) -> None:
+        keeper = self._keepers.pop(h.name, None)
+        self._inits.pop(h.name, None)
+        if keeper is not None:
+            try:
+                keeper.wait(30)
+            except subprocess.TimeoutExpired:
+                keeper.kill()
+                keeper.wait(30)
 
     def close(self) -> None:
         """Everything the bed made goes, each step tried even if an earlier one failed."""
@@ -172,6 +210,7 @@ class HostBed:
                 if h.name in self._made:
                     try:
                         _remove_host(h.name, h.link)
+                        self._reap(h)
                     except Exception as e:  # go on with the others: leave as little behind as possible
                         print(f"hosts: could not remove {h.name}: {e}", file=sys.stderr)
             if "bridge" in self._made:
@@ -184,13 +223,22 @@ class HostBed:
                 self._lock = None
 
     # -- running things on a host --------------------------------------------------------------
+    def _enter(self, h: Host, cwd: str | None) -> list[str]:
+        """The command prefix that runs a program on `h`: in its network, PID and mount namespaces once its
+        node is up (so Ray there sees that node alone), in its network namespace before. (nsenter into a mount
+        namespace starts at its root unless given a directory.)"""
+        init = self._inits.get(h.name)
+        if init is None:
+            return ["ip", "netns", "exec", h.name]
+        return ["nsenter", "-t", str(init), "--net", "--pid", "--mount", f"--wd={cwd or os.getcwd()}", "--"]
+
     def exec(self, h: Host, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
         kwargs.setdefault("env", self.env())
-        return subprocess.run(["ip", "netns", "exec", h.name, *argv], **kwargs)
+        return subprocess.run([*self._enter(h, kwargs.get("cwd")), *argv], **kwargs)
 
     def popen(self, h: Host, argv: list[str], **kwargs) -> subprocess.Popen:
         kwargs.setdefault("env", self.env())
-        return subprocess.Popen(["ip", "netns", "exec", h.name, *argv], **kwargs)
+        return subprocess.Popen([*self._enter(h, kwargs.get("cwd")), *argv], **kwargs)
 
     def pids(self, h: Host) -> list[int]:
         return _pids(h.name)
@@ -214,6 +262,7 @@ class HostBed:
     def kill_host(self, h: Host, timeout_s: float = 30.0) -> None:
         """SIGKILL every process in the host's namespace (a power cut), until none is left."""
         _kill_namespace(h.name, timeout_s)
+        self._reap(h)
 
     def revive(self, h: Host) -> None:
         """A fresh Ray node on the host (after kill_host, or a partition after which Ray declared it dead)."""

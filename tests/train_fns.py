@@ -90,3 +90,32 @@ def paced_loop(ctx: raytf.TrainContext) -> None:
             time.sleep(max(0.0, step_s - (time.monotonic() - started)))  # the model's compute
             ctx.step_end({"replicas": replicas})
         ctx.epoch_end({"weights": weights})
+
+
+def paced_ps(ctx: raytf.TrainContext) -> None:
+    """ParameterServerStrategy's chief: each step one function scheduled on whichever worker is free (it reads and
+    updates a variable on the ps), at least train.params.step_s apart, joined and checkpointed each epoch. A lost
+    worker's functions are rescheduled on the others by TF's ClusterCoordinator; a lost ps fails the chief."""
+    import time
+
+    import tensorflow as tf
+
+    step_s = float(ctx.params.get("step_s", 0.1))
+    with ctx.strategy.scope():
+        weights = tf.Variable(0.0)
+    ctx.restore(weights=weights)
+
+    @tf.function
+    def step():
+        weights.assign_add(1.0)
+        return weights.read_value()
+
+    for _ in ctx.epoch_range():
+        results = []
+        for _ in range(ctx.steps_per_epoch or 1):
+            started = time.monotonic()
+            results.append(ctx.coordinator.schedule(step))
+            time.sleep(max(0.0, step_s - (time.monotonic() - started)))  # the model's compute
+            ctx.step_end()
+        ctx.coordinator.join()
+        ctx.epoch_end({"weights": weights, "last": float(results[-1].fetch())})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from raytf.config import FailureConfig
@@ -15,6 +16,7 @@ PEER = "peer"  # TF reported a lost peer (UnavailableError & co.): a symptom of 
 HANG = "hang"  # no progress for failure.hang_timeout_s
 STARTUP = "startup"  # tasks did not start, or TF servers did not come up
 PREEMPTED = "preempted"  # a task got notice (SIGTERM) and everyone saved first: retried without limit
+HEAD_LOST = "head_lost"  # the Ray head (its GCS) stopped answering: the cluster is gone, nothing to retry on
 
 # Errors a retry cannot fix: the code itself is wrong.
 DETERMINISTIC = frozenset({"ImportError", "ModuleNotFoundError", "SyntaxError", "NameError", "AttributeError",
@@ -124,3 +126,47 @@ def exit_failure(returncode: int, stderr_tail: list[str], raised: str | None = N
             name = m.group(1)
             return (PEER if name in PEER_ERRORS else USER), name
     return USER, f"exit {returncode}"
+
+
+class Contact(str, enum.Enum):
+    """The driver's contact with the Ray head (its GCS), from periodic probes."""
+
+    UP = "up"
+    SILENT = "silent"  # probes fail, not for long enough to call it lost
+    LOST = "lost"  # final: the driver ends the run
+
+
+@dataclass
+class HeadContact:
+    """LOST once every probe has failed for `lost_after_s`; any answer before that is UP again."""
+
+    lost_after_s: float
+    state: Contact = Contact.UP
+    silent_since: float | None = None
+
+    def observe(self, answered: bool, now: float) -> Contact:
+        if self.state is Contact.LOST:
+            return self.state
+        if answered:
+            self.state, self.silent_since = Contact.UP, None
+            return self.state
+        if self.silent_since is None:
+            self.silent_since = now
+        self.state = Contact.LOST if now - self.silent_since >= self.lost_after_s else Contact.SILENT
+        return self.state
+
+
+# Ray ends a process (driver included) whose GCS has not answered for this long: "Failed to connect to GCS
+# within 60 seconds ... The program will terminate" (RayConfig gcs_rpc_server_reconnect_timeout_s).
+RAY_GCS_TIMEOUT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
+
+
+def head_lost_after(environ: Mapping[str, str]) -> float:
+    """How long the head may stay silent before the driver gives the run up: half of Ray's own limit, so the
+    driver records the run and says why before Ray ends the process without a word (a head that restarts
+    within that, with GCS fault tolerance, is not lost)."""
+    try:
+        ray_limit = float(environ.get(RAY_GCS_TIMEOUT_ENV, "60"))
+    except ValueError:
+        ray_limit = 60.0
+    return max(5.0, ray_limit / 2)

@@ -8,8 +8,11 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import logging
+import os
 import platform
 import secrets
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +30,7 @@ from raytf._core.metrics import MetricsTable
 from raytf._core.plan import EVALUATOR, WORKER, Plan, actor_name, is_server, make_plan, task_table
 from raytf._driver import connect
 from raytf._driver.group import TaskGroup
+from raytf._driver.headwatch import HeadWatch
 from raytf._driver.sinks import Progress, TensorBoardSink
 from raytf.config import Config, ignored_by_scripts, redacted, script_mode, to_dict, to_yaml, validate
 from raytf.errors import RaytfError, TrainingFailedError, WorkerError
@@ -84,6 +88,8 @@ class Driver:
         self.stopping = False  # a save-and-stop is under way
         self.error: TrainingFailedError | None = None
         self.suspects: set[str] = set()  # nodes the last failure left unreachable: the next attempt avoids them
+        self.head_watch: HeadWatch | None = None
+        self._result_lock = threading.Lock()  # result.json is written by the main thread and the head watch
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -119,6 +125,7 @@ class Driver:
         status = FAILED
         self._write_result(RUNNING)
         failures = 0
+        self.head_watch = None if self.embedded else self._watch_head()
         try:
             while True:
                 attempt = Attempt(len(self.previous_attempts) + len(self.attempts) + 1, len(self.attempts) + 1,
@@ -151,12 +158,52 @@ class Driver:
             self.attempts[-1].status, self.attempts[-1].cause = FAILED, type(e).__name__
             raise
         finally:
+            if self.head_watch is not None:
+                self.head_watch.stop()
             self.progress.close()
             self.tensorboard.close()
             self._write_curves()
             self._write_metrics()
             self._write_result(status)
         return self.outcome(status)
+
+    def _watch_head(self) -> HeadWatch | None:
+        try:
+            address = ray.get_runtime_context().gcs_address
+        except Exception:  # a Ray Client connection (ray://): the client server's address is the head's
+            address = connect.resolve_address(self.cfg)
+        if not address or ":" not in address:
+            return None
+        return HeadWatch(address, self._head_lost, lost_after_s=failure.head_lost_after(os.environ)).start()
+
+    def _head_lost(self, why: str) -> None:
+        """From the head watch's thread: the cluster is gone, and the main thread may be blocked on it for good
+        (Ray itself ends this process a little later). Record the run, say what happened in one line, exit:
+        1, or 0 when training had already succeeded and only the teardown was left."""
+        attempt = self.attempts[-1] if self.attempts else None
+        done = attempt is not None and attempt.status == SUCCEEDED
+        latest = self.run_dir.latest_checkpoint()
+        resume = f"it resumes from {latest.name}" if latest is not None else "it starts from scratch"
+        message = (f"run {self.cfg.run.name} {'succeeded, then' if done else 'failed:'} lost the Ray head at "
+                   f"{self.head_watch.address if self.head_watch else '?'} ({why}); a Ray cluster does not "
+                   f"outlive its head and its other nodes stop too. Fix: restart the cluster (ray start --head, "
+                   f"then the workers) and launch again: {resume}")
+        if not done:
+            if attempt is not None and attempt.status == RUNNING:
+                attempt.status, attempt.cause, attempt.ended = FAILED, failure.HEAD_LOST, time.time()
+            self.error = TrainingFailedError(message)
+        try:
+            self._write_metrics(retry=False)
+            self._write_result(SUCCEEDED if done else FAILED, lock_timeout_s=10.0)
+        except Exception as e:  # storage too: still say what happened, and go
+            log.error("result.json not written: %s", e)
+        log.error(message)
+        for handler in logging.getLogger().handlers + log.handlers:
+            handler.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Not an exception: the main thread may sit in a Ray call that never returns without the GCS.
+        os._exit(0 if done else 1)
 
     def _retry(self, attempt: Attempt, error: TrainingFailedError, failures: int) -> bool:
         """Apply the failure policy to a failed attempt; on retry, pick the checkpoint to resume from."""
@@ -248,11 +295,20 @@ class Driver:
                 if error is None:
                     continue
                 if is_server(self.cfg.cluster.strategy, t.role) and t.role == WORKER and error.kind == failure.SYSTEM:
-                    log.warning("lost %s (%s); the coordinator reschedules its work on the other workers",
-                                actor_name(self.cfg.run.name, t.role, t.rank), error.message)
-                    self.lost_tasks.append({"role": t.role, "rank": t.rank, "attempt": attempt.number,
-                                            "time": time.time(), "cause": error.message})
-                    continue
+                    name = actor_name(self.cfg.run.name, t.role, t.rank)
+                    # (Unavailable, not dead: it may be a host cut off that Ray has not declared dead yet.)
+                    if t.rank not in self.group.unavailable and self.group.node_alive(error.node_id):
+                        log.warning("lost %s (%s); the coordinator reschedules its work on the other workers",
+                                    name, error.message)
+                        self.lost_tasks.append({"role": t.role, "rank": t.rank, "attempt": attempt.number,
+                                                "time": time.time(), "cause": error.message})
+                        continue
+                    # Its host is gone (cut off, or down): TF's ClusterCoordinator waits for the calls in flight
+                    # to it with no deadline (a dead process refuses the connection, a lost host never answers,
+                    # and TF's gRPC channels have no keepalive), so the chief would wait until
+                    # failure.hang_timeout_s. Seen on raytf issue 16's partition test (TF 2.21).
+                    log.warning("lost %s with its node; TF's coordinator cannot reschedule what was in flight on "
+                                "it: restarting the attempt", name)
                 more, answered = self._also_failed({**waited, **others})
                 errors = [error, *more]
                 if t.rank not in self.group.unavailable:
@@ -424,8 +480,13 @@ class Driver:
             "config": to_dict(redacted(self.cfg)),
         }
 
-    def _write_result(self, status: str) -> None:
-        self.run_dir.write_json(storage.RESULT_FILE, self.summary(status))
+    def _write_result(self, status: str, lock_timeout_s: float = -1) -> None:
+        locked = self._result_lock.acquire(timeout=lock_timeout_s)
+        try:  # (a holder stuck on storage for lock_timeout_s: written anyway)
+            self.run_dir.write_json(storage.RESULT_FILE, self.summary(status))
+        finally:
+            if locked:
+                self._result_lock.release()
 
     def outcome(self, status: str) -> Outcome:
         summary = self.run_dir.read_json(storage.RESULT_FILE)

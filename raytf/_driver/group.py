@@ -171,6 +171,11 @@ class TaskGroup:
                                remote_traceback=str(e), kind=failure.SYSTEM)
         return None if out.get("ok") else out["error"]
 
+    @staticmethod
+    def node_alive(node_id: str) -> bool:
+        """Whether Ray still counts the node alive (an actor lost with its node: Ray has declared it dead)."""
+        return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
+
     def dump_stacks(self, rank: int) -> str:
         """py-spy the task's process from its own node."""
         info = self.info(rank)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests import hosts
-from tests.cluster.test_hosts import Launch
+from tests.cluster.hostrun import Launch
 
 pytestmark = [pytest.mark.timeout(600)]
 

@@ -85,3 +85,44 @@ def test_a_lost_coordination_leader_points_at_its_node():
     assert f.unreachable_nodes(["DeadlineExceededError: a collective timed out"], {("worker", 0): "A"}, set()) == set()
     refused = "UnavailableError: Connection refused\nRPC: /tensorflow.CoordinationService/Heartbeat"
     assert f.unreachable_nodes([refused], {("worker", 0): "A"}, set()) == set()  # a live host, its process gone
+
+
+def test_head_contact_is_lost_only_after_a_silence_of_lost_after_s():
+    c = f.HeadContact(lost_after_s=30)
+    assert c.observe(True, 0) is f.Contact.UP
+    assert c.observe(False, 10) is f.Contact.SILENT
+    assert c.observe(False, 39.9) is f.Contact.SILENT  # silent since 10
+    assert c.observe(True, 40) is f.Contact.UP  # an answer starts the count again
+    assert c.observe(False, 50) is f.Contact.SILENT
+    assert c.observe(False, 80) is f.Contact.LOST
+    assert c.observe(True, 81) is f.Contact.LOST  # final: the driver has given the run up
+
+
+def test_the_head_is_given_up_at_half_rays_own_limit():
+    assert f.head_lost_after({}) == 30
+    assert f.head_lost_after({f.RAY_GCS_TIMEOUT_ENV: "120"}) == 60
+    assert f.head_lost_after({f.RAY_GCS_TIMEOUT_ENV: "4"}) == 5  # probes need a few rounds
+    assert f.head_lost_after({f.RAY_GCS_TIMEOUT_ENV: "soon"}) == 30
+
+
+def test_head_watch_calls_on_lost_once_after_the_silence():
+    import threading
+
+    from raytf._driver.headwatch import HeadWatch
+
+    answers = iter([True, False, True] + [False] * 1000)  # up, silent, up again, then silent for good
+    lost: list[str] = []
+    called = threading.Event()
+
+    def on_lost(why: str) -> None:
+        lost.append(why)
+        called.set()
+
+    watch = HeadWatch("198.18.0.2:6379", on_lost, lost_after_s=0.05, probe_s=0.005,
+                      probe=lambda address: next(answers)).start()
+    try:
+        assert called.wait(10)
+        watch._thread.join(10)
+        assert not watch._thread.is_alive() and lost == ["it has not answered for 0.05s"]
+    finally:
+        watch.stop()
