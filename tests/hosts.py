@@ -6,7 +6,8 @@ one shared process table a driver started on any host would attach to the head's
 among the raylets it sees: ray._private.services.get_node_to_connect_for_driver).
 
 Fault verbs: `partition(host)` / `heal(host)` (its link down / up: a real partition, TCP sees nothing),
-`kill_host(host)` (every process in its namespace, by pid), `slow_link(host, delay_ms, rate)` (tc netem).
+`kill_host(host)` (every process in its namespace, by pid), `slow_link(host, delay_ms, rate)` (tc netem; tc tbf
+for a rate alone).
 `close()` kills each namespace's processes by pid (`ip netns pids`), never `ray stop`, which would stop every
 Ray on the machine (other test runs included), then removes the namespaces and the bridge; it runs even after a
 failed test. One bed at a time per machine (a lock file): beds would share the subnet.
@@ -270,14 +271,18 @@ class HostBed:
         self._ray_start(h)
 
     def slow_link(self, h: Host, delay_ms: float, rate: str = "1gbit") -> None:
-        """Delay (and rate-limit) what the host sends and receives, on both ends of its link. Raises
-        NetemUnavailable where the kernel has no netem qdisc (some sandboxed kernels)."""
+        """Delay and rate-limit what the host sends and receives, on both ends of its link (tc netem). With
+        `delay_ms=0`, the rate alone (tc tbf: in kernels that have no netem, as some sandboxed ones). Raises
+        NetemUnavailable where a delay is asked for and the kernel has no netem qdisc."""
+        qdisc = ["netem", "delay", f"{delay_ms}ms", "rate", rate] if delay_ms else \
+                ["tbf", "rate", rate, "burst", "256kb", "latency", "50ms"]
         for cmd in (["tc", "qdisc", "replace", "dev", h.link], ["tc", "-n", h.name, "qdisc", "replace", "dev", "eth0"]):
-            out = subprocess.run([*cmd, "root", "netem", "delay", f"{delay_ms}ms", "rate", rate], capture_output=True,
-                                 text=True)
+            out = subprocess.run([*cmd, "root", *qdisc], capture_output=True, text=True)
             if out.returncode:
                 self.unshape(h)
-                raise NetemUnavailable(f"tc netem on {h.name}: {out.stderr.strip()}")
+                if delay_ms:
+                    raise NetemUnavailable(f"tc netem on {h.name}: {out.stderr.strip()}")
+                raise RuntimeError(f"tc tbf on {h.name}: {out.stderr.strip()}")
 
     def unshape(self, h: Host) -> None:
         for cmd in (["tc", "qdisc", "del", "dev", h.link], ["tc", "-n", h.name, "qdisc", "del", "dev", "eth0"]):
