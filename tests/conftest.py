@@ -13,6 +13,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TIERS = ("core", "task", "ray", "cluster")
+# Every process this test run starts (Ray's, and through them the tasks' and scripts') inherits this: leak
+# checks count this run's processes only, not another run's on the same machine (tests/processes.py).
+SESSION_ENV = "RAYTF_TEST_SESSION"
+os.environ.setdefault(SESSION_ENV, f"{os.getpid()}-{os.urandom(4).hex()}")
 
 
 def pytest_collection_modifyitems(config, items):

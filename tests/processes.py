@@ -5,14 +5,22 @@ import select
 import time
 from pathlib import Path
 
+from tests.conftest import SESSION_ENV
+
+MARKS = (b"raytf._task.script.child", b"raytf-test-helper")
+
 
 def _children() -> list[int]:
-    """Script-mode child processes (and the helpers test scripts start) still alive here (Linux /proc)."""
+    """Script-mode child processes (and the helpers test scripts start) of this test run still alive (Linux
+    /proc): those whose environment carries this run's RAYTF_TEST_SESSION (tests/conftest.py), so another test
+    run on the machine is not counted."""
+    mine = f"{SESSION_ENV}={os.environ[SESSION_ENV]}".encode()
     pids = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if any(mark in cmdline.read_bytes() for mark in (b"raytf._task.script.child", b"raytf-test-helper")):
-                pids.append(int(cmdline.parent.name))
+            if any(mark in (proc / "cmdline").read_bytes() for mark in MARKS) and \
+                    mine in (proc / "environ").read_bytes().split(b"\0"):
+                pids.append(int(proc.name))
         except OSError:  # exited while we looked
             continue
     return pids

@@ -76,6 +76,12 @@ def stale_ranks(last_progress: dict[int, float], now: float, timeout_s: float) -
     return sorted(r for r, t in last_progress.items() if now - t > timeout_s)
 
 
+def busy_allowance_s(nbytes: int, hang_timeout_s: float, min_mib_s: float) -> float:
+    """How long a rank may be busy moving `nbytes` (an upload, an export) before it counts as hung: the hang
+    timeout, plus the time the bytes take at storage.min_upload_mib_s."""
+    return hang_timeout_s + nbytes / (min_mib_s * 1024 * 1024)
+
+
 # TF's coordination service, on the tasks still up when another stops heartbeating (a lost host, ~9 s):
 #   "The following tasks are unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1"
 _UNHEALTHY = "stopped sending heartbeats"

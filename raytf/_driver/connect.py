@@ -56,6 +56,15 @@ def ensure_ray(cfg: Config) -> bool:
     return False
 
 
+def started_here() -> bool:
+    """Whether the Ray this process is connected to was started by this process (`ray.init()` without an
+    address, here or in the user's notebook: one machine, no autoscaler), not a cluster it joined
+    (`ray.init(address=...)`, Ray Client). Ray keeps that only on its private node object: a head node
+    started in-process, not a connection to a running one."""
+    node = getattr(ray._private.worker, "_global_node", None)
+    return bool(node is not None and getattr(node, "head", False))
+
+
 def python_path(cfg: Config) -> list[str]:
     """sys.path entries for the tasks: train.python_path, plus the driver's cwd on an embedded Ray."""
     paths = [os.path.abspath(p) for p in cfg.train.python_path]

@@ -25,15 +25,17 @@ from ray.exceptions import RayActorError
 from raytf import _storage as storage
 from raytf._core import checkpoints, failure, figures
 from raytf._core import events as ev
-from raytf._core.attempts import FAILED, INTERRUPTED, PROGRESS, RUNNING, SUCCEEDED, Attempt
+from raytf._core.attempts import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Attempt
 from raytf._core.metrics import MetricsTable
-from raytf._core.plan import EVALUATOR, WORKER, Plan, actor_name, is_server, make_plan, task_table
+from raytf._core.plan import Plan, make_plan, task_table
+from raytf._core.runloop import AttemptLoop, Phase, Timing, drive
 from raytf._driver import connect
 from raytf._driver.group import TaskGroup
 from raytf._driver.headwatch import HeadWatch
+from raytf._driver.port import BusUnresponsive, RayPort
 from raytf._driver.sinks import Progress, TensorBoardSink
 from raytf.config import Config, ignored_by_scripts, redacted, script_mode, to_dict, to_yaml, validate
-from raytf.errors import RaytfError, TrainingFailedError, WorkerError
+from raytf.errors import ConfigError, RaytfError, TrainingFailedError, WorkerError
 
 log = logging.getLogger("raytf")
 
@@ -81,11 +83,8 @@ class Driver:
         self.first_step_at: float | None = None
         self.replicas = 0  # num_replicas_in_sync as the tasks' strategy reported it
         self.lost_tasks: list[dict[str, Any]] = []
-        self.watched: dict[int, float] = {}  # rank -> last progress (driver clock), for hang detection
         self.committed: set[str] = set()  # checkpoints committed during this launch
-        self.preempted: ev.Event | None = None  # a preemption notice not yet acted on
-        self.primary: dict = {}  # the current attempt's primary refs (tasks running user code)
-        self.stopping = False  # a save-and-stop is under way
+        self._last_flush = time.monotonic()  # metrics.parquet's last periodic write
         self.error: TrainingFailedError | None = None
         self.suspects: set[str] = set()  # nodes the last failure left unreachable: the next attempt avoids them
         self.head_watch: HeadWatch | None = None
@@ -104,9 +103,13 @@ class Driver:
             self.resumed_from = rd.latest_checkpoint()
             if rd.exists(storage.METRICS_FILE):
                 previous_table = rd.read_table(storage.METRICS_FILE)
-        elif rd.exists(storage.CHECKPOINTS_DIR) and rd.list_checkpoints():
-            log.warning("checkpoint.resume=false: starting %s from scratch despite its checkpoints",
-                        cfg.run.name)
+        elif rd.exists(storage.CHECKPOINTS_DIR) and (old := rd.list_checkpoints()):
+            # One lineage per run directory: a second one there would be pruned by (epoch, step) against the
+            # first, resumed from the first's newest on a retry and reported as the first's last checkpoint.
+            raise ConfigError(
+                f"checkpoint.resume=false: run.name={cfg.run.name!r} already has {len(old)} checkpoint(s) in "
+                f"{rd.uri_of(storage.CHECKPOINTS_DIR)}. Fix: a new run.name for a fresh start, "
+                "checkpoint.resume=true to continue it, or delete that directory")
         ignored = ignored_by_scripts(cfg)
         if ignored:
             log.warning("train.script: %s have no effect on a script (it builds its own strategy, loop and "
@@ -120,11 +123,13 @@ class Driver:
                                  steps_per_epoch=None if script else cfg.train.steps_per_epoch,
                                  batch_size=None if script else cfg.train.batch_size, quiet=self.quiet)
         started = connect.ensure_ray(cfg)
-        # Only a Ray this process started is known to be one machine with no autoscaler.
-        self.embedded = started or connect.resolve_address(cfg) is None
+        # Only a Ray this process started is known to be one machine with no autoscaler (a notebook's
+        # ray.init(address=<cluster>) before raytf.fit, with no ray.address in the config, is a cluster).
+        self.embedded = started or connect.started_here()
         status = FAILED
         self._write_result(RUNNING)
         failures = 0
+        ended_by: BaseException | None = None
         self.head_watch = None if self.embedded else self._watch_head()
         try:
             while True:
@@ -148,24 +153,40 @@ class Driver:
                     self._write_result(RUNNING)
                 finally:
                     attempt.ended = attempt.ended or time.time()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
+            ended_by = e
             status = INTERRUPTED
             self.attempts[-1].status, self.attempts[-1].cause = INTERRUPTED, "interrupted"
             self.error = TrainingFailedError("interrupted by the user (KeyboardInterrupt)")
             raise
         except RaytfError as e:  # placement and storage errors: recorded, then raised to the caller
+            ended_by = e
             self.error = TrainingFailedError(str(e))
             self.attempts[-1].status, self.attempts[-1].cause = FAILED, type(e).__name__
+            raise
+        except BaseException as e:
+            ended_by = e
             raise
         finally:
             if self.head_watch is not None:
                 self.head_watch.stop()
             self.progress.close()
             self.tensorboard.close()
-            self._write_curves()
-            self._write_metrics()
-            self._write_result(status)
+            self._record_end(status, ended_by)
         return self.outcome(status)
+
+    def _record_end(self, status: str, ended_by: BaseException | None) -> None:
+        """The run's last writes: every one is tried; a failure among them is raised only when nothing else
+        ended the run (it must never replace the error the user needs to see)."""
+        first: Exception | None = None
+        for write in (self._write_curves, self._write_metrics, lambda: self._write_result(status)):
+            try:
+                write()
+            except Exception as e:
+                log.error("the run's end not fully recorded in %s: %s", self.run_dir.uri, e)
+                first = first or e
+        if first is not None and ended_by is None:
+            raise first
 
     def _watch_head(self) -> HeadWatch | None:
         try:
@@ -212,9 +233,8 @@ class Driver:
                                  attempt=attempt.index, progressed=attempt.first_step_at is not None,
                                  failures_so_far=failures, cfg=self.cfg.failure)
         attempt.decision, attempt.reason = verdict.decision.value, verdict.reason
+        # (With checkpoint.resume=false the run directory had no checkpoints: any here are this launch's.)
         latest = self.run_dir.latest_checkpoint()
-        if latest is not None and not self.cfg.checkpoint.resume and latest.name not in self.committed:
-            latest = None  # checkpoint.resume=false: only this launch's own checkpoints count
         attempt.account_loss(latest.step if latest else 0)
         if verdict.decision is failure.Decision.RAISE:
             log.error("attempt %d failed (%s): %s; not retrying", attempt.number, attempt.cause, verdict.reason)
@@ -238,150 +258,63 @@ class Driver:
                                                    resume_from=self.resumed_from)
             except WorkerError as e:
                 raise self._fail(attempt, [e]) from None
-            self.primary, self.preempted, self.stopping = primary, None, False
-            # Watch the ranks running user code; before its first heartbeat a rank gets the start-up allowance.
-            self.watched = {t.rank: time.time() + cfg.cluster.startup_timeout_s for t in primary.values()}
+            loop = AttemptLoop(
+                primary={t.rank: t.role for t in primary.values()},
+                background={t.rank: t.role for t in background.values()},
+                timing=Timing(hang_timeout_s=cfg.failure.hang_timeout_s,
+                              startup_timeout_s=cfg.cluster.startup_timeout_s,
+                              interrupt_timeout_s=cfg.checkpoint.interrupt_timeout_s,
+                              evaluator_grace_s=cfg.cluster.evaluator.finish_timeout_s),
+                attempt=attempt.number, now=time.time(), save_on_interrupt=cfg.checkpoint.on_interrupt,
+                can_save_now=not script_mode(cfg))
+            port = RayPort(group, primary, background, poll_s=self.poll_s)
             try:
-                self._event_loop(primary, background, group.bus, attempt)
-            except RayActorError as e:  # only the bus' calls raise it here: the group reads the tasks' outcomes
+                drive(loop, port, self._dispatch, poll_s=self.poll_s, on_poll=self._flush_metrics)
+                if not loop.at_once:  # the events still on the bus (a second Ctrl-C wants out now)
+                    self._dispatch(port.rest())
+            except (RayActorError, BusUnresponsive) as e:  # the bus: the group reads the tasks' own outcomes
                 raise self._fail(attempt, [WorkerError(f"the run's event bus died: {e}", role="events",
                                                        kind=failure.SYSTEM)]) from None
-            except KeyboardInterrupt:
-                if cfg.checkpoint.on_interrupt and primary:
-                    self._final_save(primary, group.bus, attempt)
-                raise
+            self._conclude(loop, port, attempt)
         finally:
-            self.watched = {}
             group.teardown()
 
-    def _event_loop(self, primary: dict, background: dict, bus, attempt: Attempt) -> None:
-        self._pump(primary, background, bus, attempt, deadline=None)
-        # Training is over: release the servers' serve() calls and let the evaluator finish its last round.
-        ray.get(bus.request_stop.remote())
-        servers = {r: t for r, t in background.items() if t.role != EVALUATOR}
-        if servers:  # they return at once, once their logs are saved; training is over either way
-            ray.wait(list(servers), num_returns=len(servers), timeout=10)
-        evaluators = {r: t for r, t in background.items() if t.role == EVALUATOR}
-        if evaluators:
-            grace = self.cfg.cluster.evaluator.finish_timeout_s
-            if not self._pump(evaluators, {}, bus, attempt, deadline=time.monotonic() + grace):
-                log.warning("the evaluator did not finish within cluster.evaluator.finish_timeout_s=%gs; "
-                            "stopping it", grace)
-        self._dispatch(ray.get(bus.drain.remote(0)))
+    def _conclude(self, loop: AttemptLoop, port: RayPort, attempt: Attempt) -> None:
+        """Turn the loop's end into the attempt's: return (done), raise TrainingFailedError (retried or not by
+        the policy) or KeyboardInterrupt (the user's, after the final save)."""
+        for rank, error, at in loop.lost:
+            self.lost_tasks.append({"role": error.role, "rank": rank, "attempt": attempt.number, "time": at,
+                                    "cause": error.message})
+        if loop.phase is Phase.DONE:
+            return
+        if loop.phase is Phase.INTERRUPTED:
+            raise KeyboardInterrupt
+        if loop.cause == failure.PREEMPTED and loop.notice is not None:
+            e = loop.notice
+            raise self._fail(attempt, [WorkerError(
+                f"preempted (SIGTERM) at step {e.payload.get('step')}; "
+                f"{'saved' if loop.saved else 'could not save'} before stopping",
+                role=e.role, rank=e.rank, node_id=self.group.info(e.rank).get("node_id", ""),
+                kind=failure.PREEMPTED)])
+        if loop.hung:
+            raise self._fail(attempt, [self.group.hang_error(rank, attempt.number, loop.busy.get(rank, (None,))[0])
+                                       for rank in loop.hung])
+        more, answered = port.also_failed()
+        answered |= {self.group.info(e.rank).get("node_id", "") for e in loop.errors
+                     if e.rank not in self.group.unavailable}
+        errors = [*loop.errors, *more]
+        self._suspect_unreachable(errors, answered)
+        self._dispatch(port.rest())
+        raise self._fail(attempt, errors)
 
-    def _pump(self, waited: dict, others: dict, bus, attempt: Attempt, deadline: float | None) -> bool:
-        """Consume events until every ref in `waited` has finished (True) or the deadline passes (False).
-        A failed task fails the attempt, except a lost ParameterServerStrategy worker: the coordinator
-        moves its scheduled functions to the other workers. So does a watched rank without progress for
-        failure.hang_timeout_s (a hang)."""
-        drain = bus.drain.remote(self.poll_s)
-        last_flush = time.monotonic()
-        while waited:
-            if deadline is not None and time.monotonic() > deadline:
-                self._dispatch(ray.get(drain))
-                return False
-            ready, _ = ray.wait([*waited, *others, drain], num_returns=1, timeout=self.poll_s * 4)
-            for ref in ready:
-                if ref == drain:
-                    self._dispatch(ray.get(drain))
-                    drain = bus.drain.remote(self.poll_s)
-                    if self.preempted is not None and waited is self.primary and not self.stopping:
-                        self._dispatch(ray.get(drain))
-                        raise self._preemption(attempt, bus)
-                    continue
-                t = waited.pop(ref) if ref in waited else others.pop(ref)
-                self.watched.pop(t.rank, None)
-                error = self.group.outcome(ref, t)
-                if error is None:
-                    continue
-                if is_server(self.cfg.cluster.strategy, t.role) and t.role == WORKER and error.kind == failure.SYSTEM:
-                    name = actor_name(self.cfg.run.name, t.role, t.rank)
-                    # (Unavailable, not dead: it may be a host cut off that Ray has not declared dead yet.)
-                    if t.rank not in self.group.unavailable and self.group.node_alive(error.node_id):
-                        log.warning("lost %s (%s); the coordinator reschedules its work on the other workers",
-                                    name, error.message)
-                        self.lost_tasks.append({"role": t.role, "rank": t.rank, "attempt": attempt.number,
-                                                "time": time.time(), "cause": error.message})
-                        continue
-                    # Its host is gone (cut off, or down): TF's ClusterCoordinator waits for the calls in flight
-                    # to it with no deadline (a dead process refuses the connection, a lost host never answers,
-                    # and TF's gRPC channels have no keepalive), so the chief would wait until
-                    # failure.hang_timeout_s. Seen on raytf issue 16's partition test (TF 2.21).
-                    log.warning("lost %s with its node; TF's coordinator cannot reschedule what was in flight on "
-                                "it: restarting the attempt", name)
-                more, answered = self._also_failed({**waited, **others})
-                errors = [error, *more]
-                if t.rank not in self.group.unavailable:
-                    answered.add(self.group.info(t.rank).get("node_id", ""))
-                self._suspect_unreachable(errors, answered)
-                self._dispatch(ray.get(drain) + ray.get(bus.drain.remote(0)))
-                raise self._fail(attempt, errors)
-            stale = failure.stale_ranks(self.watched, time.time(), self.cfg.failure.hang_timeout_s)
-            if stale:
-                self._dispatch(ray.get(drain))
-                raise self._fail(attempt, [self.group.hang_error(rank, attempt.number) for rank in stale])
-            if self.metrics.dirty and time.monotonic() - last_flush >= self.cfg.metrics.flush_interval_s:
-                try:
-                    self._write_metrics(retry=False)
-                except RaytfError as e:  # storage away for a while: the next flush (or the last) writes it
-                    log.warning("metrics.parquet not written this time: %s", e)
-                last_flush = time.monotonic()
-        # The outstanding drain returns within poll_s; its events must not be lost.
-        self._dispatch(ray.get(drain) + ray.get(bus.drain.remote(0)))
-        return True
-
-    def _preemption(self, attempt: Attempt, bus) -> TrainingFailedError:
-        """A task was given notice: all save at an agreed step and stop; the attempt then ends as a
-        preemption, retried from that checkpoint (steps lost: none)."""
-        e, self.preempted, self.stopping = self.preempted, None, True
-        saved = self.save_and_stop(self.primary, bus, attempt)
-        info = self.group.info(e.rank)
-        return self._fail(attempt, [WorkerError(
-            f"preempted (SIGTERM) at step {e.payload.get('step')}; "
-            f"{'saved' if saved else 'could not save'} before stopping",
-            role=e.role, rank=e.rank, node_id=info.get("node_id", ""), kind=failure.PREEMPTED)])
-
-    def save_and_stop(self, primary: dict, bus, attempt: Attempt) -> bool:
-        """Have every task running user code save at one agreed step and stop (the save-now protocol in
-        events.EventBuffer); True when they all stopped within checkpoint.interrupt_timeout_s."""
-        if script_mode(self.cfg):
-            # A script owns its checkpoints: raytf cannot ask it to save at a step (its last synced one stands).
-            log.warning("train.script: no save-at-a-step for scripts; the last synced checkpoint stands")
-            return False
-        timeout = self.cfg.checkpoint.interrupt_timeout_s
-        deadline = time.monotonic() + timeout
-        version = ray.get(bus.request_save.remote())
-        reports = ray.get(bus.wait_reports.remote(len(primary), timeout))
-        if not reports:
-            log.warning("save request %d: no task answered in %gs", version, timeout)
-            return False
-        save_at = max(reports.values()) + 1
-        log.warning("every task saves at step %d, then stops", save_at)
-        ray.get(bus.decide.remote(save_at, True))
-        self.watched = {}  # tasks block while the decision travels: not a hang
-        return self._pump(primary, {}, bus, attempt, deadline=deadline)
-
-    def _final_save(self, primary: dict, bus, attempt: Attempt) -> None:
-        log.warning("interrupted: saving a final checkpoint (Ctrl-C again to stop at once)")
-        try:
-            if not self.save_and_stop(primary, bus, attempt):
-                log.warning("no final checkpoint within checkpoint.interrupt_timeout_s")
-        except KeyboardInterrupt:
-            log.warning("second interrupt: tearing down now")
-        except TrainingFailedError as e:
-            log.warning("final checkpoint failed: %s", e)
-        except RayActorError as e:  # the bus is gone: nobody to agree a step with
-            log.warning("final checkpoint failed: the run's event bus died: %s", e)
-
-    def _also_failed(self, pending: dict, grace_s: float = 1.0) -> tuple[list[WorkerError], set[str]]:
-        """Other tasks failing within `grace_s` of the first (a dead task's peers error out within
-        milliseconds, and whichever is seen first, the death is the cause worth reporting), and the nodes
-        whose tasks answered at all in that time."""
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=grace_s) if pending else ([], [])
-        errors = [e for e in (self.group.outcome(r, pending[r]) for r in ready) if e is not None]
-        answered = {self.group.info(pending[r].rank).get("node_id", "") for r in ready
-                    if pending[r].rank not in self.group.unavailable}
-        return errors, answered
+    def _flush_metrics(self) -> None:
+        """Once per loop round: metrics.parquet every metrics.flush_interval_s while rows came in."""
+        if self.metrics.dirty and time.monotonic() - self._last_flush >= self.cfg.metrics.flush_interval_s:
+            try:
+                self._write_metrics(retry=False)
+            except RaytfError as e:  # storage away for a while: the next flush (or the last) writes it
+                log.warning("metrics.parquet not written this time: %s", e)
+            self._last_flush = time.monotonic()
 
     def _suspect_unreachable(self, errors: list[WorkerError], answered: set[str]) -> None:
         """The nodes TF says stopped heartbeating, and that gave no answer: the next attempt avoids them while
@@ -406,17 +339,11 @@ class Driver:
 
     def _dispatch(self, events: list[ev.Event]) -> None:
         attempt = self.attempts[-1]
-        now = time.time()
         previous = self.attempts[-2] if len(self.attempts) > 1 else None
         for e in events:
-            if e.kind in PROGRESS and e.attempt == attempt.number and e.rank in self.watched:
-                self.watched[e.rank] = now  # any progress, heartbeats included, clears a rank of hanging
             committed = attempt.observe(e, previous)
             if committed is not None:
                 self.committed.add(committed)
-            if e.kind == ev.PREEMPTED and e.attempt == attempt.number and self.preempted is None:
-                log.warning("%s %d got a preemption notice (SIGTERM)", e.role, e.rank)
-                self.preempted = e
             if e.kind in (ev.STEP, ev.EPOCH) and self.first_step_at is None:
                 self.first_step_at = e.time
             if e.kind == ev.STARTED:

@@ -20,7 +20,7 @@ from raytf._driver import placement
 from raytf._storage import RunDir
 from raytf._task.actor import TaskActor  # the one task-side module the driver imports: Ray needs the class
 from raytf.config import SINGLE_TASK_STRATEGIES, Config, script_mode
-from raytf.errors import StorageError, WorkerError
+from raytf.errors import RaytfError, StorageError, WorkerError
 
 log = logging.getLogger("raytf")
 
@@ -185,16 +185,23 @@ class TaskGroup:
         except (RayError, KeyError) as e:
             return f"could not dump stacks: {e}"
 
-    def hang_error(self, rank: int, attempt: int) -> WorkerError:
+    def hang_error(self, rank: int, attempt: int, busy_with: str | None = None) -> WorkerError:
         """A rank without progress for failure.hang_timeout_s: its stacks go to the log and the run
         directory, and the error says where."""
         info, timeout = self.info(rank), self.cfg.failure.hang_timeout_s
         rel = f"logs/stacks-attempt{attempt}-{info.get('role')}{rank}.txt"
         text = self.dump_stacks(rank)
         log.error("stacks of %s %s (pid %s):\n%s", info.get("role"), rank, info.get("pid"), text)
-        self.run_dir.write_text(rel, text)
+        where = self.run_dir.uri_of(rel)
+        try:
+            self.run_dir.write_text(rel, text)
+        except (RaytfError, OSError) as e:  # the hang is the error to report, not the storage's
+            log.warning("stacks not saved to %s: %s", where, e)
+            where = "the driver's log"
+        why = (f"still {busy_with} past its allowance (failure.hang_timeout_s={timeout:g}s plus its bytes at "
+               f"storage.min_upload_mib_s)" if busy_with else f"no progress for {timeout:g}s (failure.hang_timeout_s)")
         return WorkerError(
-            f"no progress for {timeout:g}s (failure.hang_timeout_s); stacks in {self.run_dir.uri_of(rel)}",
+            f"{why}; stacks in {where}",
             role=info.get("role", ""), rank=rank, node_id=info.get("node_id", ""), kind=failure.HANG)
 
     def teardown(self) -> None:

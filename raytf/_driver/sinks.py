@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 import pyarrow.fs as pafs
 
@@ -119,12 +120,19 @@ class TensorBoardSink:
         self.local = isinstance(run_dir.fs, pafs.LocalFileSystem)
         self.root = run_dir.path(TENSORBOARD_DIR) if self.local else tempfile.mkdtemp(prefix="raytf-tb-")
         self.writers: dict[str, object] = {}
+        self._flushed = time.monotonic()
+
+    FLUSH_S = 5.0
 
     def _writer(self, name: str):
+        # tensorboardX's synchronous EventsWriter, not its SummaryWriter: that one logs through a
+        # multiprocessing.Queue and a thread, and after a Ctrl-C in the driver its close() was seen to join
+        # that thread for good (raytf issue 17: the CLI's SIGINT test hung in TensorBoardSink.close).
         if name not in self.writers:
-            from tensorboardX import SummaryWriter
+            from tensorboardX.event_file_writer import EventsWriter
 
-            self.writers[name] = SummaryWriter(logdir=os.path.join(self.root, name), flush_secs=5)
+            os.makedirs(os.path.join(self.root, name), exist_ok=True)
+            self.writers[name] = EventsWriter(os.path.join(self.root, name, "events"))
         return self.writers[name]
 
     def __call__(self, e: ev.Event) -> None:
@@ -133,10 +141,17 @@ class TensorBoardSink:
         metrics = e.payload.get("metrics") or {}
         if not metrics:
             return
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.summary import scalar
+
         w = self._writer(f"{e.role}{e.rank}")
         step = int(e.payload["step"])
         for name, value in metrics.items():
-            w.add_scalar(f"{e.kind}/{name}", float(value), global_step=step, walltime=e.time)
+            w.write_event(Event(wall_time=e.time, step=step, summary=scalar(f"{e.kind}/{name}", float(value))))
+        if time.monotonic() - self._flushed >= self.FLUSH_S:  # TensorBoard can watch the files live
+            for writer in self.writers.values():
+                writer.flush()
+            self._flushed = time.monotonic()
 
     def close(self) -> None:
         for w in self.writers.values():

@@ -24,8 +24,9 @@ from raytf._core import events as ev
 from raytf._core import failure
 from raytf._core.plan import TaskSpec
 from raytf._storage import RunDir
+from raytf._task.tee import OutputCapture
 from raytf.config import Config
-from raytf.errors import RaytfError, WorkerError
+from raytf.errors import WorkerError
 
 log = logging.getLogger(__name__)
 
@@ -63,58 +64,6 @@ def _task_logging(tag: str) -> None:
         # Our handler prints it; a root handler that the user's code or a library set up (basicConfig) would
         # print every line a second time, as "INFO:raytf.context:...".
         logger.propagate = False
-
-
-class _OutputCapture:
-    """Tee this process's stdout and stderr (fds 1 and 2: Python prints and TF's C++ logs alike) into a
-    per-rank log file, while Ray's own capture (worker logs, log_to_driver) keeps seeing everything.
-
-    On a local run directory the file is written in place (readable while the run goes); on an object
-    store it is written locally and uploaded by `close()`."""
-
-    def __init__(self, run_dir: RunDir, rel: str) -> None:
-        import pyarrow.fs as pafs
-
-        self.run_dir, self.rel = run_dir, rel
-        self.local = isinstance(run_dir.fs, pafs.LocalFileSystem)
-        path = run_dir.path(rel) if self.local else os.path.join(tempfile.mkdtemp(prefix="raytf-log-"), "task.log")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.path = path
-        self.file = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
-        self._streams = []
-        for fd in (1, 2):
-            sys.stdout.flush() if fd == 1 else sys.stderr.flush()
-            read_end, write_end = os.pipe()
-            original = os.dup(fd)
-            os.dup2(write_end, fd)
-            os.close(write_end)
-            t = threading.Thread(target=self._pump, args=(read_end, original), daemon=True,
-                                 name=f"raytf-tee-{fd}")
-            t.start()
-            self._streams.append((fd, original, t))
-
-    def _pump(self, read_end: int, original: int) -> None:
-        while chunk := os.read(read_end, 65536):
-            os.write(original, chunk)
-            self.file.write(chunk)
-        os.close(read_end)
-
-    def close(self) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for fd, original, t in self._streams:
-            os.dup2(original, fd)  # closes the pipe's last write end: the pump sees EOF
-            t.join(timeout=5)
-            os.close(original)
-        self._streams = []
-        self.file.close()
-        if not self.local:
-            try:
-                with open(self.path, "rb") as f:
-                    self.run_dir.write_bytes(self.rel, f.read(), retry=False)
-            except (OSError, RaytfError) as e:
-                log.warning("task log not uploaded to %s: %s", self.run_dir.uri_of(self.rel), e)
-            shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
 
 
 class _Emitter:
@@ -204,7 +153,7 @@ class TaskActor:
             remote_traceback=traceback.format_exc(), kind=kind, error_type=type(e).__name__)}
 
     def _capture(self, run_dir: RunDir, attempt: int) -> None:
-        self._output = _OutputCapture(run_dir, f"logs/{self.spec.role}{self.spec.rank}-attempt{attempt}.log")
+        self._output = OutputCapture(run_dir, f"logs/{self.spec.role}{self.spec.rank}-attempt{attempt}.log")
 
     def _end_capture(self) -> None:
         if getattr(self, "_output", None) is not None:

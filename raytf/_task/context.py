@@ -163,8 +163,9 @@ class TrainContext(StepCounter):
 
     def save(self) -> str | None:
         """Write a checkpoint of the registered objects now. Every task must call it (the save is
-        collective); the chief's copy is then uploaded and committed in the background (at most
-        storage.max_inflight_uploads at once). Returns the checkpoint's URI on the chief."""
+        collective); the chief's copy is then uploaded and committed in the background (one at a time, in
+        order; at most storage.max_inflight_uploads checkpoints waiting or uploading). Returns the
+        checkpoint's URI on the chief."""
         if self._writer is None:
             raise RuntimeError("ctx.save() before ctx.restore(model=..., ...): register what to checkpoint")
         local = self._writer.write(self.epoch, self.step)

@@ -82,6 +82,8 @@ def validate(cfg: Config) -> Config:
     st = cfg.storage
     if st.max_inflight_uploads < 1:
         raise ConfigError(f"storage.max_inflight_uploads ({st.max_inflight_uploads}) must be at least 1")
+    if not st.min_upload_mib_s > 0:
+        raise ConfigError(f"storage.min_upload_mib_s ({st.min_upload_mib_s}) must be above 0, e.g. 1.0 (MiB/s)")
     _non_negative(st.upload_retries, "storage.upload_retries", "e.g. 5")
     _non_negative(st.upload_backoff_s, "storage.upload_backoff_s", "e.g. 0.5")
     if st.scheme not in (None, "http", "https"):

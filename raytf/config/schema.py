@@ -194,11 +194,14 @@ class StorageConfig:
     region: str | None = None
     access_key: str | None = None
     secret_key: str | None = None
-    # Checkpoint uploads run beside training: at most this many at once (a save waits for a free slot),
-    # each retried with exponential back-off.
+    # Checkpoint uploads run beside training, one at a time and in order: at most this many checkpoints
+    # waiting or uploading (a further save waits for one to commit), each retried with exponential back-off.
     max_inflight_uploads: int = 1
     upload_retries: int = 5
     upload_backoff_s: float = 0.5
+    # The slowest storage to wait for: a rank uploading or exporting N bytes (and the ranks blocked on it) is
+    # hung only after failure.hang_timeout_s plus N bytes at this rate.
+    min_upload_mib_s: float = 1.0
 
 
 @dataclass

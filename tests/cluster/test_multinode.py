@@ -71,6 +71,17 @@ def test_unsatisfiable_gpu_placement_fails_in_bounded_time_and_releases(clean, t
     assert "cluster.placement_timeout_s=3" in msg and "GPU: 1" in msg, msg
 
 
+def test_a_notebooks_own_connection_is_a_cluster_not_an_embedded_ray(clean, tmp_path):
+    """The module's ray.init(address=<cluster>) is a notebook's; the config names no ray.address. Three GPU
+    workers do not fit the cluster now, but an autoscaler could add a node: wait, don't call it impossible."""
+    cfg = two_node(tmp_path, "run.name=notebook", "ray.address=null", "cluster.num_workers=3",
+                   "cluster.placement_timeout_s=3")
+    with pytest.raises(PlacementError) as info:
+        raytf.fit(cfg, quiet=True)
+    msg = str(info.value)
+    assert "embedded" not in msg and "not ready after cluster.placement_timeout_s=3" in msg, msg
+
+
 def test_storage_not_shared_fails_before_training(clean, tmp_path):
     """One node sees local paths under another root, as a node without the NFS mount would."""
     c, _ = clean

@@ -70,6 +70,7 @@ BAD = [
     (["run.name=a/b"], "run.name", "a/b"),
     (["ray.address=nowhere"], "ray.address", "nowhere"),
     (["storage.path="], "storage.path", ""),
+    (["storage.min_upload_mib_s=0"], "storage.min_upload_mib_s", "(0.0)"),
     (["nonsense=1"], "nonsense", ""),
     (["train.epochs"], "train.epochs", "key=value"),
     (["cluster.strategy=parameter_server"], "cluster.num_ps", "(0)"),

@@ -201,7 +201,10 @@ def test_cli_sigint_exits_130_and_releases(tmp_path):
     assert summary["checkpoints"]  # epochs finished before the interrupt stay committed
 
 
-def test_interrupt_saves_a_final_checkpoint_at_an_agreed_step(fast_cfg, no_leaks):
+def test_interrupt_saves_a_final_checkpoint_at_an_agreed_step(fast_cfg, no_leaks, caplog):
+    import logging
+    import re
+
     seen = []
 
     def interrupt_once(e):
@@ -211,13 +214,15 @@ def test_interrupt_saves_a_final_checkpoint_at_an_agreed_step(fast_cfg, no_leaks
 
     cfg = fast_cfg("run.name=final", "train.epochs=50", "train.entrypoint=examples.custom_loop:train",
                    "metrics.every_steps=1")
-    with pytest.raises(KeyboardInterrupt):
+    with caplog.at_level(logging.WARNING, logger="raytf"), pytest.raises(KeyboardInterrupt):
         raytf.fit(cfg, quiet=True, on_event=interrupt_once)
+    agreed = [int(m.group(1)) for r in caplog.records
+              if (m := re.fullmatch(r"every task saves at step (\d+), then stops", r.getMessage()))]
     interrupted = raytf.load_result(f"{cfg.storage.path}/final")
     assert interrupted.status == "interrupted"
     last = Path(interrupted.last_checkpoint).name
     step = int(last.split("-s")[1])
-    assert step > seen[0] and step % 8 != 0  # a mid-epoch save at the agreed step, past the epoch checkpoints
+    assert len(agreed) == 1 and step == agreed[0] > seen[0]  # the newest checkpoint: the save at the agreed step
     # Relaunch: continues from exactly that step.
     again = raytf.fit(raytf.load_config(cfg, ["train.epochs=3"]), quiet=True)
     assert again.status == "succeeded", again.error

@@ -1,0 +1,303 @@
+"""One attempt's event loop as an explicit state machine, and the loop that drives it over a task group. Pure:
+no Ray, no TensorFlow; the group is a parameter (`Port`: the Ray one in _driver/port.py, a fake in tests/core).
+
+Phases, once the attempt's tasks run:
+
+    TRAINING ──a preemption notice, or Ctrl-C (checkpoint.on_interrupt)──▶ SAVING
+       │  │                                                                  │ every task reported its step
+       │  │                                                                  ▼
+       │  │                                          STOPPING (all save at max(step) + 1, then stop)
+       │  │                                                                  │ all stopped, or the deadline
+       │  │                                                                  ▼
+       │  └──a task failed (not a tolerated PS worker), a rank hung──▶ FAILED ◀── (preempted: retried)
+       │                                                                  INTERRUPTED ◀── (Ctrl-C)
+       └──every task running user code returned──▶ DRAINING (servers released, the evaluator's last round)
+                                                     │ all returned, or their grace is over
+                                                     ▼
+                                                    DONE
+
+`AttemptLoop` only decides; `drive` feeds it what the group reports (events, finished tasks, the clock, Ctrl-C)
+and carries out the actions it returns (ask for a save, decide the step, release the servers).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from raytf._core import events as ev
+from raytf._core import failure
+from raytf._core.attempts import PROGRESS
+from raytf.errors import WorkerError
+
+log = logging.getLogger("raytf")
+
+
+class Phase(str, enum.Enum):
+    TRAINING = "training"
+    SAVING = "saving"  # a save-now was asked: waiting for every task to report its step
+    STOPPING = "stopping"  # every task saves at the agreed step, then stops
+    DRAINING = "draining"  # training is over: the servers are released, the evaluator finishes
+    DONE = "done"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+TERMINAL = frozenset({Phase.DONE, Phase.FAILED, Phase.INTERRUPTED})
+
+
+# -- actions: what the driver does against the group -------------------------------------------
+@dataclass(frozen=True)
+class AskSave:
+    """Ask every task running user code to pause and report its step (events.EventBuffer's save-now)."""
+
+    count: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Decide:
+    save_at: int
+
+
+@dataclass(frozen=True)
+class Release:
+    """Training is over: the servers' serve() calls return, the evaluator finishes its last round."""
+
+
+Action = AskSave | Decide | Release
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A task's call returned: `error` None when it succeeded. `alone`: a ParameterServerStrategy worker whose
+    process died on a host that is still up (TF's coordinator moves its functions to the other workers)."""
+
+    rank: int
+    error: WorkerError | None = None
+    alone: bool = False
+
+
+@dataclass(frozen=True)
+class Timing:
+    hang_timeout_s: float
+    startup_timeout_s: float
+    interrupt_timeout_s: float
+    server_grace_s: float = 10.0
+    evaluator_grace_s: float = 300.0
+
+
+@dataclass
+class AttemptLoop:
+    """The decisions of one attempt's event loop. `primary`: rank -> role of the tasks running user code;
+    `background`: rank -> role of the servers and the evaluator."""
+
+    primary: dict[int, str]
+    background: dict[int, str]
+    timing: Timing
+    attempt: int
+    now: float
+    save_on_interrupt: bool = True
+    can_save_now: bool = True  # script mode cannot (a script owns its checkpoints)
+    phase: Phase = Phase.TRAINING
+    errors: list[WorkerError] = field(default_factory=list)
+    hung: list[int] = field(default_factory=list)  # ranks without progress for hang_timeout_s
+    busy: dict[int, tuple[str, float]] = field(default_factory=dict)  # rank -> (what, until): see events.BUSY
+    lost: list[tuple[int, WorkerError, float]] = field(default_factory=list)  # tolerated PS workers, when
+    cause: str = ""  # of a save-and-stop: failure.PREEMPTED or "interrupted"
+    notice: ev.Event | None = None  # the preemption notice acted on
+    saved: bool = False  # the save-and-stop ended with every task stopped
+    at_once: bool = False  # ended by an interrupt that skips everything left (a second Ctrl-C): no more events
+    watched: dict[int, float] = field(default_factory=dict)  # rank -> last progress (driver clock)
+    deadline: float | None = None
+
+    def __post_init__(self) -> None:
+        # Before its first heartbeat a rank gets the start-up allowance on top of the hang timeout.
+        self.watched = {r: self.now + self.timing.startup_timeout_s for r in self.primary}
+        self.running = set(self.primary)  # primary ranks whose call has not returned
+        self.serving = set(self.background)
+
+    @property
+    def done(self) -> bool:
+        return self.phase in TERMINAL
+
+    # -- inputs --------------------------------------------------------------------------------
+    def on_events(self, events: list[ev.Event], now: float) -> list[Action]:
+        self.now = now
+        actions: list[Action] = []
+        for e in events:
+            if e.attempt != self.attempt:
+                continue
+            if e.kind in PROGRESS and e.rank in self.watched:
+                self.watched[e.rank] = now  # any progress, heartbeats included, clears a rank of hanging
+            if e.kind == ev.BUSY and e.rank in self.watched and float(e.payload.get("allow_s", 0)) > 0:
+                self.busy[e.rank] = (str(e.payload.get("what", "busy")), now + float(e.payload["allow_s"]))
+            elif (e.kind == ev.BUSY or e.kind in (ev.STEP, ev.EPOCH)) and self.busy.pop(e.rank, None):
+                # The wait is over: the ranks that were blocked on it start their hang clock afresh.
+                self.watched = {r: max(t, now) for r, t in self.watched.items()}
+            if e.kind == ev.PREEMPTED and self.phase is Phase.TRAINING:
+                log.warning("%s %d got a preemption notice (SIGTERM)", e.role, e.rank)
+                self.notice = e
+                actions += self._save_and_stop(failure.PREEMPTED)
+        return actions
+
+    def on_finished(self, f: Finished, now: float) -> list[Action]:
+        self.now = now
+        self.watched.pop(f.rank, None)
+        self.busy.pop(f.rank, None)
+        self.running.discard(f.rank)
+        self.serving.discard(f.rank)
+        if f.error is not None and f.alone:
+            self.lost.append((f.rank, f.error, now))
+            return self._progress()
+        if f.error is not None:
+            if self.phase is Phase.STOPPING:  # a task that fails while stopping: the save did not complete
+                self.errors.append(f.error)
+                return self._end_stop(saved=False)
+            self.errors.append(f.error)
+            self.phase = Phase.FAILED
+            return []
+        return self._progress()
+
+    def on_tick(self, now: float) -> list[Action]:
+        self.now = now
+        if self.phase is Phase.TRAINING:
+            if self.busy:
+                # Healthy ranks go silent in their next collective while a peer uploads or exports: only a
+                # busy rank past its own allowance is hung.
+                self.hung = sorted(r for r, (_, until) in self.busy.items() if now > until)
+            else:
+                self.hung = failure.stale_ranks(self.watched, now, self.timing.hang_timeout_s)
+            if self.hung:
+                self.phase = Phase.FAILED
+            return []
+        if self.deadline is not None and now > self.deadline:
+            if self.phase is Phase.SAVING or self.phase is Phase.STOPPING:
+                log.warning("the save-and-stop did not complete within checkpoint.interrupt_timeout_s=%gs",
+                            self.timing.interrupt_timeout_s)
+                return self._end_stop(saved=False)
+            if self.phase is Phase.DRAINING:
+                if any(self.background[r] == "evaluator" for r in self.serving):
+                    log.warning("the evaluator did not finish within cluster.evaluator.finish_timeout_s=%gs; "
+                                "stopping it", self.timing.evaluator_grace_s)
+                self.phase = Phase.DONE
+        return []
+
+    def on_interrupt(self, now: float) -> list[Action]:
+        """Ctrl-C (or SIGTERM on the driver). A second one, or one while already stopping, ends at once."""
+        self.now = now
+        if self.phase is Phase.TRAINING and self.save_on_interrupt and self.running:
+            log.warning("interrupted: saving a final checkpoint (Ctrl-C again to stop at once)")
+            return self._save_and_stop("interrupted")
+        if self.phase in (Phase.SAVING, Phase.STOPPING):
+            log.warning("second interrupt: tearing down now")
+        self.cause, self.phase, self.at_once = "interrupted", Phase.INTERRUPTED, True
+        return []
+
+    def on_reports(self, reports: dict[int, int], now: float) -> list[Action]:
+        """The tasks' steps in answer to AskSave (as many as answered within its timeout)."""
+        self.now = now
+        if self.phase is not Phase.SAVING:
+            return []
+        if len(reports) < len(self.running) or not reports:
+            log.warning("save request: %d of %d tasks answered within checkpoint.interrupt_timeout_s",
+                        len(reports), len(self.running))
+            return self._end_stop(saved=False)
+        save_at = max(reports.values()) + 1  # no task can have passed it: collectives keep them within a step
+        log.warning("every task saves at step %d, then stops", save_at)
+        self.phase = Phase.STOPPING
+        self.watched = {}  # tasks block while the decision travels, then save: not a hang
+        return [Decide(save_at)]
+
+    # -- transitions ---------------------------------------------------------------------------
+    def _save_and_stop(self, cause: str) -> list[Action]:
+        self.cause = cause
+        self.deadline = self.now + self.timing.interrupt_timeout_s
+        if not self.can_save_now:
+            log.warning("train.script: no save-at-a-step for scripts; the last synced checkpoint stands")
+            return self._end_stop(saved=False)
+        self.phase = Phase.SAVING
+        return [AskSave(len(self.running), self.timing.interrupt_timeout_s)]
+
+    def _end_stop(self, saved: bool) -> list[Action]:
+        self.saved = saved
+        self.phase = Phase.INTERRUPTED if self.cause == "interrupted" else Phase.FAILED
+        return []
+
+    def _progress(self) -> list[Action]:
+        if self.running:
+            return []
+        if self.phase is Phase.STOPPING:
+            return self._end_stop(saved=True)
+        if self.phase is Phase.TRAINING:
+            self.phase = Phase.DRAINING
+            servers = any(self.background[r] != "evaluator" for r in self.serving)
+            grace = self.timing.evaluator_grace_s if any(self.background[r] == "evaluator" for r in self.serving) \
+                else self.timing.server_grace_s if servers else 0.0
+            self.deadline = self.now + grace
+            if not self.serving:
+                self.phase = Phase.DONE
+            return [Release()]
+        if self.phase is Phase.DRAINING and not self.serving:
+            self.phase = Phase.DONE
+        return []
+
+
+# -- the loop over a task group ----------------------------------------------------------------
+class Port(Protocol):
+    """What the loop needs of a task group."""
+
+    def poll(self, timeout_s: float) -> tuple[list[ev.Event], list[Finished]]:
+        """Events drained from the bus and tasks whose call returned, waiting up to `timeout_s` for either."""
+
+    def ask_save(self, count: int, timeout_s: float) -> dict[int, int]:
+        """Ask for a save-now; the steps reported within `timeout_s` (rank -> step)."""
+
+    def decide(self, save_at: int) -> None: ...
+
+    def release(self) -> None: ...
+
+    def rest(self) -> list[ev.Event]:
+        """The events still on the bus once the loop has ended."""
+
+
+def drive(loop: AttemptLoop, port: Port, on_events: Callable[[list[ev.Event]], None], *, poll_s: float = 0.5,
+          clock: Callable[[], float] = time.time, on_poll: Callable[[], None] | None = None) -> AttemptLoop:
+    """Run `loop` to a terminal phase over `port`. `on_events` gets every event drained (the driver's sinks);
+    `on_poll` runs once per round (the metrics flush). A KeyboardInterrupt is an input, not an exit: the loop
+    decides (a save-and-stop, or at once)."""
+    while not loop.done:
+        try:
+            events, finished = port.poll(poll_s)
+            on_events(events)
+            actions = loop.on_events(events, clock())
+            for f in finished:
+                actions += loop.on_finished(f, clock())
+            actions += loop.on_tick(clock())
+            _carry_out(loop, port, actions, clock)
+            if on_poll is not None:
+                on_poll()
+        except KeyboardInterrupt:
+            pending = loop.on_interrupt(clock())
+            while pending:  # the final save's calls; a second Ctrl-C during them ends at once
+                try:
+                    _carry_out(loop, port, pending, clock)
+                    pending = []
+                except KeyboardInterrupt:
+                    pending = loop.on_interrupt(clock())
+    return loop
+
+
+def _carry_out(loop: AttemptLoop, port: Port, actions: list[Action], clock: Callable[[], float]) -> None:
+    while actions:
+        a = actions.pop(0)
+        if isinstance(a, AskSave):
+            actions += loop.on_reports(port.ask_save(a.count, a.timeout_s), clock())
+        elif isinstance(a, Decide):
+            port.decide(a.save_at)
+        elif isinstance(a, Release):
+            port.release()
