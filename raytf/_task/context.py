@@ -8,7 +8,8 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from raytf._core import checkpoints
+from raytf._core import checkpoints, failure
+from raytf._core import events as ev
 from raytf._core.progress import StepCounter
 from raytf._storage import RunDir
 from raytf._task import report as reporting
@@ -180,11 +181,19 @@ class TrainContext(StepCounter):
         uploads still running (heartbeating meanwhile); raises if one failed."""
         if completed and self.cfg.checkpoint.export_model and self._writer is not None:
             self.heartbeat()
-            local = self._writer.export_model()
-            if local is not None:
-                uri = self._run_dir.upload_model(local)
-                shutil.rmtree(os.path.dirname(local), ignore_errors=True)
-                log.info("model exported to %s", uri)
+            # The export and its upload may outlast the hang timeout on a large model and slow storage: say
+            # so, with an allowance sized by the model's state (its last checkpoint).
+            size = self._uploader.last_bytes if self._uploader is not None else 0
+            self._emit(ev.BUSY, {"what": "exporting the model", "allow_s": failure.busy_allowance_s(
+                2 * size, self.cfg.failure.hang_timeout_s, self.cfg.storage.min_upload_mib_s)})
+            try:
+                local = self._writer.export_model()
+                if local is not None:
+                    uri = self._run_dir.upload_model(local)
+                    shutil.rmtree(os.path.dirname(local), ignore_errors=True)
+                    log.info("model exported to %s", uri)
+            finally:
+                self._emit(ev.BUSY, {"what": "", "allow_s": 0.0})
         if self._uploader is not None:
             self._uploader.close()
 

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
+import time
 
-from raytf._core import checkpoints
+from raytf._core import checkpoints, failure
 from raytf._core import events as ev
 from raytf._storage import CHECKPOINTS_DIR, RunDir
 from raytf.config import Config
+
+# Test seam: seconds each checkpoint upload takes at least (storage slower than failure.hang_timeout_s).
+UPLOAD_DELAY_ENV = "RAYTF_TEST_UPLOAD_DELAY_S"
+
+
+def dir_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 class Uploader:
@@ -25,23 +34,46 @@ class Uploader:
         self._slots = threading.Semaphore(cfg.storage.max_inflight_uploads)
         self._pending: list = []
         self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self.inflight_bytes = 0  # of the checkpoints waiting or uploading
+        self.last_bytes = 0  # of the last checkpoint submitted: the size of this model's state
+
+    def busy(self, what: str | None, nbytes: int = 0) -> None:
+        """Tell the driver this rank is busy (its peers wait for it in their next collective) for at most the
+        time `nbytes` take at storage.min_upload_mib_s on top of the hang timeout; None: no longer."""
+        allow = 0.0 if what is None else failure.busy_allowance_s(nbytes, self.cfg.failure.hang_timeout_s,
+                                                                   self.cfg.storage.min_upload_mib_s)
+        self.emit(ev.BUSY, {"what": what or "", "allow_s": allow})
 
     def submit(self, local: str, epoch: int, step: int, meta: dict) -> str:
         self._raise_if_failed()
-        # The bound on checkpoints in flight: wait for a slot, telling the driver we are alive.
-        while not self._slots.acquire(timeout=self.cfg.failure.heartbeat_s):
-            self.heartbeat()
-            self._raise_if_failed()
+        nbytes = dir_bytes(local)
+        # The bound on checkpoints in flight: wait for a slot, telling the driver we are alive and why the
+        # other ranks are silent.
+        if not self._slots.acquire(blocking=False):
+            self.busy("waiting for an upload slot", self.inflight_bytes)
+            try:
+                while not self._slots.acquire(timeout=self.cfg.failure.heartbeat_s):
+                    self.heartbeat()
+                    self._raise_if_failed()
+            finally:
+                self.busy(None)
         if self._error is not None:  # an upload failed while we waited for the slot it freed
             self._slots.release()
             raise self._error
-        self._pending.append(self._pool.submit(self._upload, local, epoch, step, meta))
+        with self._lock:
+            self.inflight_bytes += nbytes
+        self.last_bytes = nbytes
+        self._pending.append(self._pool.submit(self._upload, local, epoch, step, meta, nbytes))
         return self.run_dir.uri_of(CHECKPOINTS_DIR, checkpoints.checkpoint_name(epoch, step))
 
-    def _upload(self, local: str, epoch: int, step: int, meta: dict) -> None:
+    def _upload(self, local: str, epoch: int, step: int, meta: dict, nbytes: int = 0) -> None:
         try:
             if self._error is not None:  # an earlier upload failed: the run is failing, this one is moot
                 return
+            delay = float(os.environ.get(UPLOAD_DELAY_ENV) or 0)
+            if delay:
+                time.sleep(delay)  # the test seam's slow storage
             uri = self.run_dir.upload_checkpoint(local, epoch, step, meta, before_commit=self.before_commit)
             self.emit(ev.CHECKPOINT, {"epoch": epoch, "step": step, "uri": uri})
             self.run_dir.prune_checkpoints(self.cfg.checkpoint.keep_last)
@@ -52,6 +84,8 @@ class Uploader:
             raise
         finally:
             shutil.rmtree(local, ignore_errors=True)
+            with self._lock:
+                self.inflight_bytes -= nbytes
             self._slots.release()
 
     def _raise_if_failed(self) -> None:
@@ -61,9 +95,14 @@ class Uploader:
     def close(self) -> None:
         from concurrent.futures import wait
 
-        while self._pending:
-            _, not_done = wait(self._pending, timeout=self.cfg.failure.heartbeat_s)
-            self.heartbeat()
-            self._pending = list(not_done)
+        if any(not f.done() for f in self._pending):
+            self.busy("finishing its checkpoint uploads", self.inflight_bytes)
+        try:
+            while self._pending:
+                _, not_done = wait(self._pending, timeout=self.cfg.failure.heartbeat_s)
+                self.heartbeat()
+                self._pending = list(not_done)
+        finally:
+            self.busy(None)
         self._pool.shutdown(wait=True)
         self._raise_if_failed()

@@ -114,3 +114,6 @@ def test_task_env_sets_keras_and_openmp_before_tf_and_the_users_env_wins():
     assert task_runtime_env(mine, chief)["env_vars"]["OMP_NUM_THREADS"] == "8"
     assert task_runtime_env(_ps_cfg("cluster.threads=3"), ps)["env_vars"]["OMP_NUM_THREADS"] == "3"
     assert "env_vars" not in cfg.ray.runtime_env or "OMP_NUM_THREADS" not in cfg.ray.runtime_env["env_vars"]
+    # Numbers and booleans from the command line or YAML reach Ray as strings (Ray refuses anything else).
+    typed = task_runtime_env(_ps_cfg("ray.runtime_env.env_vars.N=4", "ray.runtime_env.env_vars.DEBUG=true"), ps)
+    assert (typed["env_vars"]["N"], typed["env_vars"]["DEBUG"]) == ("4", "true")

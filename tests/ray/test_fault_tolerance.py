@@ -10,6 +10,7 @@ import pytest
 
 import raytf
 from raytf._core import events as ev
+from raytf._task.upload import UPLOAD_DELAY_ENV
 from tests.conftest import state_address
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
@@ -177,3 +178,15 @@ def test_preempted_worker_saves_first_and_nothing_is_lost(fast_cfg, no_leaks):
     rows = result.metrics[(result.metrics["attempt"] == second["attempt"]) & (result.metrics["kind"] == "step")]
     assert rows["step"].min() == saved_step + 1
     assert result.final_metrics["step"] == 24
+
+
+def test_a_slow_upload_is_not_a_hang(fast_cfg, no_leaks):
+    """Storage slower than failure.hang_timeout_s: the chief waits for an upload slot (heartbeating) while rank
+    1 waits for it in the next all-reduce, silent. Both are healthy: no hang, no restart."""
+    cfg = fast_cfg("run.name=slowup", "train.entrypoint=examples.custom_loop:train", "train.epochs=3",
+                   "failure.hang_timeout_s=3", "failure.heartbeat_s=0.5", "failure.max_failures=0",
+                   "storage.min_upload_mib_s=0.001", f"ray.runtime_env.env_vars.{UPLOAD_DELAY_ENV}=5")
+    result = raytf.fit(cfg, quiet=True)
+    assert result.status == "succeeded", result.error
+    assert [a["status"] for a in result.attempts] == ["succeeded"]
+    assert len(result.checkpoints) == 3
