@@ -1,4 +1,6 @@
-"""The Ray driver: reserve, start the tasks, wire TF_CONFIG, consume events, tear everything down.
+"""The Ray driver: one launch's attempts. Each reserves and starts the task group, runs the attempt loop
+(_core.runloop over _driver.port), concludes (done, or a failure for the policy) and tears everything down.
+What the launch writes is _driver.record's.
 
 Imports Ray, never TensorFlow.
 """
@@ -15,16 +17,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 import ray
 from ray.exceptions import RayActorError
 
 from raytf import _storage as storage
-from raytf._core import checkpoints, failure, figures
 from raytf._core import events as ev
+from raytf._core import failure
 from raytf._core.attempts import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Attempt
 from raytf._core.metrics import MetricsTable
 from raytf._core.plan import Plan, make_plan, task_table
@@ -33,25 +33,12 @@ from raytf._driver import connect
 from raytf._driver.group import TaskGroup
 from raytf._driver.headwatch import HeadWatch
 from raytf._driver.port import BusUnresponsive, RayPort
+from raytf._driver.record import Outcome, RunRecord
 from raytf._driver.sinks import Progress, TensorBoardSink
-from raytf.config import Config, ignored_by_scripts, redacted, script_mode, to_dict, to_yaml, validate
+from raytf.config import Config, ignored_by_scripts, redacted, script_mode, to_yaml, validate
 from raytf.errors import ConfigError, RaytfError, TrainingFailedError, WorkerError
 
 log = logging.getLogger("raytf")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one launch produced; the API wraps it in the public `raytf.Result` (the driver stays below the
-    API: it never imports it)."""
-
-    status: str
-    run_dir: str
-    config: Config
-    summary: dict[str, Any]
-    metrics_table: pa.Table
-    error: TrainingFailedError | None
-    checkpoints: list[str]
 
 
 def default_run_name(now: _dt.datetime | None = None) -> str:
@@ -59,7 +46,7 @@ def default_run_name(now: _dt.datetime | None = None) -> str:
     return f"run-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-class Driver:
+class Driver(RunRecord):
     """Runs one launch of a run: attempts until one succeeds or the failure policy says stop."""
 
     poll_s = 0.5
@@ -170,23 +157,8 @@ class Driver:
         finally:
             if self.head_watch is not None:
                 self.head_watch.stop()
-            self.progress.close()
-            self.tensorboard.close()
-            self._record_end(status, ended_by)
+            self._record_end(status, ended_by, closing=(self.progress.close, self.tensorboard.close))
         return self.outcome(status)
-
-    def _record_end(self, status: str, ended_by: BaseException | None) -> None:
-        """The run's last writes: every one is tried; a failure among them is raised only when nothing else
-        ended the run (it must never replace the error the user needs to see)."""
-        first: Exception | None = None
-        for write in (self._write_curves, self._write_metrics, lambda: self._write_result(status)):
-            try:
-                write()
-            except Exception as e:
-                log.error("the run's end not fully recorded in %s: %s", self.run_dir.uri, e)
-                first = first or e
-        if first is not None and ended_by is None:
-            raise first
 
     def _watch_head(self) -> HeadWatch | None:
         try:
@@ -276,6 +248,7 @@ class Driver:
                 raise self._fail(attempt, [WorkerError(f"the run's event bus died: {e}", role="events",
                                                        kind=failure.SYSTEM)]) from None
             self._conclude(loop, port, attempt)
+            attempt.status = SUCCEEDED  # trained: a head lost during the teardown does not undo that
         finally:
             group.teardown()
 
@@ -306,15 +279,6 @@ class Driver:
         self._suspect_unreachable(errors, answered)
         self._dispatch(port.rest())
         raise self._fail(attempt, errors)
-
-    def _flush_metrics(self) -> None:
-        """Once per loop round: metrics.parquet every metrics.flush_interval_s while rows came in."""
-        if self.metrics.dirty and time.monotonic() - self._last_flush >= self.cfg.metrics.flush_interval_s:
-            try:
-                self._write_metrics(retry=False)
-            except RaytfError as e:  # storage away for a while: the next flush (or the last) writes it
-                log.warning("metrics.parquet not written this time: %s", e)
-            self._last_flush = time.monotonic()
 
     def _suspect_unreachable(self, errors: list[WorkerError], answered: set[str]) -> None:
         """The nodes TF says stopped heartbeating, and that gave no answer: the next attempt avoids them while
@@ -356,71 +320,6 @@ class Driver:
             self.tensorboard(e)
             if self.on_event is not None:
                 self.on_event(e)
-
-    # -- outputs -----------------------------------------------------------------------------
-    def _write_curves(self) -> None:
-        """learning_curves.png in the run directory (a plot must never fail a run)."""
-        try:
-            curves = figures.learning_curves(self.metrics.to_arrow())
-            if not curves.empty:
-                self.run_dir.write_bytes(figures.CURVES_FILE, figures.png_bytes(curves, title=self.cfg.run.name))
-        except (RaytfError, OSError, ValueError) as e:
-            log.warning("learning curves not plotted: %s", e)
-
-    def _write_metrics(self, retry: bool = True) -> None:
-        if self.metrics.rows:
-            self.run_dir.write_table(storage.METRICS_FILE, self.metrics.to_arrow(), retry=retry)
-
-    def _checkpoint_uris(self) -> list[str]:
-        return [self.run_dir.uri_of(storage.CHECKPOINTS_DIR, e.name)
-                for e in self.run_dir.list_checkpoints() if e.committed]
-
-    def summary(self, status: str) -> dict[str, Any]:
-        ckpts = self._checkpoint_uris()
-        now = time.time()
-        return {
-            "run": self.cfg.run.name,
-            "run_dir": self.run_dir.uri,
-            "status": status,
-            "strategy": self.cfg.cluster.strategy.value,
-            "num_replicas_in_sync": self.replicas,
-            "tasks": [{k: i[k] for k in ("role", "index", "rank", "node_id", "host", "port", "gpu_ids",
-                                         "cuda_visible_devices")}
-                      | {"address": f"{i['host']}:{i['port']}"} for i in self.tasks],
-            "attempts": self.previous_attempts + [a.to_json() for a in self.attempts],
-            "roles": {role: sum(1 for t in self.plan.tasks if t.role == role)
-                      for role in dict.fromkeys(t.role for t in self.plan.tasks)},
-            "lost_tasks": self.lost_tasks,
-            "resumed_from": (self.run_dir.uri_of(storage.CHECKPOINTS_DIR, self.resumed_from.name)
-                             if self.resumed_from else None),
-            "final_metrics": self.metrics.final(),
-            "last_checkpoint": ckpts[-1] if ckpts else None,
-            "model": (self.run_dir.uri_of(storage.MODEL_DIR)
-                      if self.run_dir.exists(f"{storage.MODEL_DIR}/{checkpoints.COMMIT_MARKER}") else None),
-            "checkpoints": ckpts,
-            "versions": self.versions,
-            "error": None if self.error is None else self.error.to_json(),
-            "started_at": self.t0,
-            "ended_at": None if status == RUNNING else now,
-            "duration_s": round(now - self.t0, 3),
-            "first_step_s": None if self.first_step_at is None else round(self.first_step_at - self.t0, 3),
-            "config": to_dict(redacted(self.cfg)),
-        }
-
-    def _write_result(self, status: str, lock_timeout_s: float = -1) -> None:
-        locked = self._result_lock.acquire(timeout=lock_timeout_s)
-        try:  # (a holder stuck on storage for lock_timeout_s: written anyway)
-            self.run_dir.write_json(storage.RESULT_FILE, self.summary(status))
-        finally:
-            if locked:
-                self._result_lock.release()
-
-    def outcome(self, status: str) -> Outcome:
-        summary = self.run_dir.read_json(storage.RESULT_FILE)
-        return Outcome(status=status, run_dir=self.run_dir.uri, config=self.cfg, summary=summary,
-                       metrics_table=self.metrics.to_arrow(), error=self.error,
-                       checkpoints=summary["checkpoints"])
-
 
 def run(cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None) -> Outcome:
     """Run `cfg` to completion; failures come back as status "failed" with `error` set.

@@ -1,0 +1,129 @@
+"""What a launch leaves in its run directory, written by the driver: result.json (status, tasks, attempts,
+checkpoints, timings), metrics.parquet and the learning curves. A mixin of `Driver` (its state is the driver's)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from raytf import _storage as storage
+from raytf._core import checkpoints, figures
+from raytf._core.attempts import RUNNING
+from raytf._core.metrics import MetricsTable
+from raytf.config import Config, redacted, to_dict
+from raytf.errors import RaytfError, TrainingFailedError
+
+log = logging.getLogger("raytf")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one launch produced; the API wraps it in the public `raytf.Result` (the driver stays below the
+    API: it never imports it)."""
+
+    status: str
+    run_dir: str
+    config: Config
+    summary: dict[str, Any]
+    metrics_table: pa.Table
+    error: TrainingFailedError | None
+    checkpoints: list[str]
+
+
+class RunRecord:
+    """The driver's outputs. Expects the driver's attributes: cfg, run_dir, metrics, plan, tasks, attempts,
+    previous_attempts, resumed_from, replicas, lost_tasks, versions, error, t0, first_step_at."""
+
+    metrics: MetricsTable
+    _result_lock: threading.Lock
+    _last_flush: float
+
+    def _write_curves(self) -> None:
+        """learning_curves.png in the run directory (a plot must never fail a run)."""
+        try:
+            curves = figures.learning_curves(self.metrics.to_arrow())
+            if not curves.empty:
+                self.run_dir.write_bytes(figures.CURVES_FILE, figures.png_bytes(curves, title=self.cfg.run.name))
+        except (RaytfError, OSError, ValueError) as e:
+            log.warning("learning curves not plotted: %s", e)
+
+    def _write_metrics(self, retry: bool = True) -> None:
+        if self.metrics.rows:
+            self.run_dir.write_table(storage.METRICS_FILE, self.metrics.to_arrow(), retry=retry)
+
+    def _checkpoint_uris(self) -> list[str]:
+        return [self.run_dir.uri_of(storage.CHECKPOINTS_DIR, e.name)
+                for e in self.run_dir.list_checkpoints() if e.committed]
+
+    def summary(self, status: str) -> dict[str, Any]:
+        ckpts = self._checkpoint_uris()
+        now = time.time()
+        return {
+            "run": self.cfg.run.name,
+            "run_dir": self.run_dir.uri,
+            "status": status,
+            "strategy": self.cfg.cluster.strategy.value,
+            "num_replicas_in_sync": self.replicas,
+            "tasks": [{k: i[k] for k in ("role", "index", "rank", "node_id", "host", "port", "gpu_ids",
+                                         "cuda_visible_devices")}
+                      | {"address": f"{i['host']}:{i['port']}"} for i in self.tasks],
+            "attempts": self.previous_attempts + [a.to_json() for a in self.attempts],
+            "roles": {role: sum(1 for t in self.plan.tasks if t.role == role)
+                      for role in dict.fromkeys(t.role for t in self.plan.tasks)},
+            "lost_tasks": self.lost_tasks,
+            "resumed_from": (self.run_dir.uri_of(storage.CHECKPOINTS_DIR, self.resumed_from.name)
+                             if self.resumed_from else None),
+            "final_metrics": self.metrics.final(),
+            "last_checkpoint": ckpts[-1] if ckpts else None,
+            "model": (self.run_dir.uri_of(storage.MODEL_DIR)
+                      if self.run_dir.exists(f"{storage.MODEL_DIR}/{checkpoints.COMMIT_MARKER}") else None),
+            "checkpoints": ckpts,
+            "versions": self.versions,
+            "error": None if self.error is None else self.error.to_json(),
+            "started_at": self.t0,
+            "ended_at": None if status == RUNNING else now,
+            "duration_s": round(now - self.t0, 3),
+            "first_step_s": None if self.first_step_at is None else round(self.first_step_at - self.t0, 3),
+            "config": to_dict(redacted(self.cfg)),
+        }
+
+    def _write_result(self, status: str, lock_timeout_s: float = -1) -> None:
+        locked = self._result_lock.acquire(timeout=lock_timeout_s)
+        try:  # (a holder stuck on storage for lock_timeout_s: written anyway)
+            self.run_dir.write_json(storage.RESULT_FILE, self.summary(status))
+        finally:
+            if locked:
+                self._result_lock.release()
+
+    def outcome(self, status: str) -> Outcome:
+        summary = self.run_dir.read_json(storage.RESULT_FILE)
+        return Outcome(status=status, run_dir=self.run_dir.uri, config=self.cfg, summary=summary,
+                       metrics_table=self.metrics.to_arrow(), error=self.error,
+                       checkpoints=summary["checkpoints"])
+
+    def _record_end(self, status: str, ended_by: BaseException | None, closing=()) -> None:
+        """The run's last writes (after `closing`, the sinks): every one is tried; a failure among them is
+        raised only when nothing else ended the run (it must never replace the error the user needs to see)."""
+        first: Exception | None = None
+        for write in (*closing, self._write_curves, self._write_metrics, lambda: self._write_result(status)):
+            try:
+                write()
+            except Exception as e:
+                log.error("the run's end not fully recorded in %s: %s", self.run_dir.uri, e)
+                first = first or e
+        if first is not None and ended_by is None:
+            raise first
+
+    def _flush_metrics(self) -> None:
+        """Once per loop round: metrics.parquet every metrics.flush_interval_s while rows came in."""
+        if self.metrics.dirty and time.monotonic() - self._last_flush >= self.cfg.metrics.flush_interval_s:
+            try:
+                self._write_metrics(retry=False)
+            except RaytfError as e:  # storage away for a while: the next flush (or the last) writes it
+                log.warning("metrics.parquet not written this time: %s", e)
+            self._last_flush = time.monotonic()
