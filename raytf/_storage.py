@@ -175,7 +175,8 @@ class RunDir:
             return False
 
     # -- checkpoints -------------------------------------------------------------------------
-    def list_checkpoints(self) -> list[checkpoints.CheckpointEntry]:
+    def _checkpoint_dirs(self) -> tuple[set[str], set[str]]:
+        """The directories under checkpoints/, and those with a commit marker."""
         base = self.path(CHECKPOINTS_DIR)
         infos = self.fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=True))
         dirs, committed = set(), set()
@@ -185,7 +186,10 @@ class RunDir:
             dirs.add(parts[0])
             if len(parts) == 2 and parts[1] == checkpoints.COMMIT_MARKER:
                 committed.add(parts[0])
-        return checkpoints.entries_from_listing(dirs, committed)
+        return dirs, committed
+
+    def list_checkpoints(self) -> list[checkpoints.CheckpointEntry]:
+        return checkpoints.entries_from_listing(*self._checkpoint_dirs())
 
     def latest_checkpoint(self) -> checkpoints.CheckpointEntry | None:
         return checkpoints.latest_committed(self.list_checkpoints())
@@ -195,17 +199,39 @@ class RunDir:
         """Copy a finished local checkpoint up (retried), then commit it by writing the marker last."""
         o = self.options
         name = checkpoints.checkpoint_name(epoch, step)
-        with_retries(f"uploading checkpoint {name}", lambda: self._copy_up(local_dir, name), o.upload_retries,
+        # The same name again (a script's final sync, Keras step checkpoints after a mid-epoch resume): the
+        # committed copy stays until its replacement is committed, in a staging directory that resume finds.
+        replacing = self.exists(posixpath.join(CHECKPOINTS_DIR, name, checkpoints.COMMIT_MARKER))
+        target = name + checkpoints.STAGING_SUFFIX if replacing else name
+        with_retries(f"uploading checkpoint {name}", lambda: self._copy_up(local_dir, target), o.upload_retries,
                      o.upload_backoff_s)
         if before_commit is not None:
             before_commit()
-        self.write_json(posixpath.join(CHECKPOINTS_DIR, name, checkpoints.COMMIT_MARKER),
+        self.write_json(posixpath.join(CHECKPOINTS_DIR, target, checkpoints.COMMIT_MARKER),
                         {"epoch": epoch, "step": step, **meta})
+        if replacing:
+            with_retries(f"replacing checkpoint {name}", lambda: self._promote(target, name), o.upload_retries,
+                         o.upload_backoff_s)
         return self.uri_of(CHECKPOINTS_DIR, name)
 
     def _copy_up(self, local_dir: str, name: str) -> None:
         # A partial copy from an earlier, interrupted try or attempt is started over.
         self._put_dir(local_dir, self.path(CHECKPOINTS_DIR, name), replace=True)
+
+    def _promote(self, staging: str, name: str) -> None:
+        """The committed `staging` copy takes `name`'s place: the old copy goes, then the files are copied
+        over with the marker last (so `name` is never committed half-copied), then the staging goes. Until
+        `name` is committed again, listing finds the staging copy."""
+        src, dst = self.path(CHECKPOINTS_DIR, staging), self.path(CHECKPOINTS_DIR, name)
+        if self.fs.get_file_info(dst).type != pafs.FileType.NotFound:
+            self.fs.delete_dir(dst)
+        files = [i for i in self.fs.get_file_info(pafs.FileSelector(src, recursive=True))
+                 if i.type == pafs.FileType.File]
+        for i in sorted(files, key=lambda i: i.base_name == checkpoints.COMMIT_MARKER):
+            out = posixpath.join(dst, posixpath.relpath(i.path, src))
+            self.fs.create_dir(posixpath.dirname(out), recursive=True)
+            self.fs.copy_file(i.path, out)
+        self.fs.delete_dir(src)
 
     def _put_dir(self, local_dir: str, dest: str, *, replace: bool) -> None:
         """One copy of a local directory's files to `dest`; with `replace`, whatever was there goes first."""
@@ -239,15 +265,19 @@ class RunDir:
     def download_checkpoint(self, entry: checkpoints.CheckpointEntry, local_dir: str) -> str:
         """Copy a committed checkpoint into local_dir; returns the tf.train.Checkpoint prefix."""
         os.makedirs(local_dir, exist_ok=True)
-        pafs.copy_files(self.path(CHECKPOINTS_DIR, entry.name), local_dir, source_filesystem=self.fs,
+        pafs.copy_files(self.path(CHECKPOINTS_DIR, entry.dir), local_dir, source_filesystem=self.fs,
                         destination_filesystem=pafs.LocalFileSystem())
         return os.path.join(local_dir, checkpoints.TF_PREFIX)
 
     def prune_checkpoints(self, keep_last: int) -> list[str]:
-        doomed = checkpoints.to_prune(self.list_checkpoints(), keep_last)
-        for e in doomed:
+        """Called by the one uploader after an upload (none is in flight): old checkpoints, and staging
+        directories no longer needed."""
+        dirs, committed = self._checkpoint_dirs()
+        doomed = [e.dir for e in checkpoints.to_prune(checkpoints.entries_from_listing(dirs, committed), keep_last)]
+        doomed += checkpoints.stale_staging(dirs, committed)
+        for d in doomed:
             try:
-                self.fs.delete_dir(self.path(CHECKPOINTS_DIR, e.name))
+                self.fs.delete_dir(self.path(CHECKPOINTS_DIR, d))
             except OSError as err:  # pruning is housekeeping: never fail a run for it
-                log.warning("could not prune checkpoint %s: %s", e.name, err)
-        return [e.name for e in doomed]
+                log.warning("could not prune checkpoint %s: %s", d, err)
+        return doomed

@@ -60,62 +60,78 @@ def print_rank(ctx: raytf.TrainContext) -> None:
     report_only(ctx)
 
 
-def paced_loop(ctx: raytf.TrainContext) -> None:
-    """A custom loop whose steps take at least train.params.step_s seconds (a model with real compute), an
-    all-reduce across the workers each step and a checkpoint each epoch: a run long enough to cut a host off in
-    the middle of. Prints its TF_CONFIG first."""
-    import os
+def _paced(ctx: raytf.TrainContext, step, *, end_epoch=None) -> None:
+    """Train with `step()` (returns the step's metrics) for the configured epochs, each step taking at least
+    train.params.step_s seconds (a model with real compute), a checkpoint of a `weights` variable each epoch."""
     import time
+
+    import tensorflow as tf
+
+    step_s = float(ctx.params.get("step_s", 0.1))
+    with ctx.strategy.scope():
+        weights = tf.Variable(0.0)
+    ctx.restore(weights=weights)
+    run = step(weights)
+    for _ in ctx.epoch_range():
+        for _ in range(ctx.steps_per_epoch or 1):
+            started = time.monotonic()
+            metrics = run()
+            time.sleep(max(0.0, step_s - (time.monotonic() - started)))  # the model's compute
+            ctx.step_end(metrics)
+        ctx.epoch_end({"weights": weights, **(end_epoch() if end_epoch else {})})
+
+
+def paced_loop(ctx: raytf.TrainContext) -> None:
+    """A MultiWorkerMirroredStrategy custom loop with an all-reduce across the workers each step (_paced): a run
+    long enough to cut a host off in the middle of. Prints its TF_CONFIG first."""
+    import os
 
     import tensorflow as tf
 
     print(f"TF_CONFIG {os.environ.get('TF_CONFIG')}", flush=True)
-    step_s = float(ctx.params.get("step_s", 0.1))
-    with ctx.strategy.scope():
-        weights = tf.Variable(0.0)
-    ctx.restore(weights=weights)
 
-    @tf.function
-    def step():
-        def replica():
-            return tf.distribute.get_replica_context().all_reduce("sum", tf.constant(1.0))
+    def make(weights):
+        @tf.function
+        def step():
+            def replica():
+                return tf.distribute.get_replica_context().all_reduce("sum", tf.constant(1.0))
 
-        return ctx.strategy.reduce("sum", ctx.strategy.run(replica), axis=None)
+            return ctx.strategy.reduce("sum", ctx.strategy.run(replica), axis=None)
 
-    for _ in ctx.epoch_range():
-        for _ in range(ctx.steps_per_epoch or 1):
-            started = time.monotonic()
+        def run():
             replicas = step()
             weights.assign_add(1.0)
-            time.sleep(max(0.0, step_s - (time.monotonic() - started)))  # the model's compute
-            ctx.step_end({"replicas": replicas})
-        ctx.epoch_end({"weights": weights})
+            return {"replicas": replicas}
+
+        return run
+
+    _paced(ctx, make)
 
 
 def paced_ps(ctx: raytf.TrainContext) -> None:
-    """ParameterServerStrategy's chief: each step one function scheduled on whichever worker is free (it reads and
-    updates a variable on the ps), at least train.params.step_s apart, joined and checkpointed each epoch. A lost
-    worker's functions are rescheduled on the others by TF's ClusterCoordinator; a lost ps fails the chief."""
-    import time
-
+    """ParameterServerStrategy's chief (_paced): each step one function scheduled on whichever worker is free (it
+    updates a variable on the ps), joined each epoch. A lost worker's functions are rescheduled on the others by
+    TF's ClusterCoordinator; a lost ps fails the chief."""
     import tensorflow as tf
 
-    step_s = float(ctx.params.get("step_s", 0.1))
-    with ctx.strategy.scope():
-        weights = tf.Variable(0.0)
-    ctx.restore(weights=weights)
+    scheduled = []
 
-    @tf.function
-    def step():
-        weights.assign_add(1.0)
-        return weights.read_value()
+    def make(weights):
+        @tf.function
+        def step():
+            weights.assign_add(1.0)
+            return weights.read_value()
 
-    for _ in ctx.epoch_range():
-        results = []
-        for _ in range(ctx.steps_per_epoch or 1):
-            started = time.monotonic()
-            results.append(ctx.coordinator.schedule(step))
-            time.sleep(max(0.0, step_s - (time.monotonic() - started)))  # the model's compute
-            ctx.step_end()
+        def run():
+            scheduled.append(ctx.coordinator.schedule(step))
+            return None
+
+        return run
+
+    def end_epoch():
         ctx.coordinator.join()
-        ctx.epoch_end({"weights": weights, "last": float(results[-1].fetch())})
+        last = float(scheduled[-1].fetch())
+        scheduled.clear()
+        return {"last": last}
+
+    _paced(ctx, make, end_epoch=end_epoch)

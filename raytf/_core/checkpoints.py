@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Written last, after every file of a checkpoint is in place: a checkpoint directory without it
 # is a partial write (the writer died mid-upload) and is never selected for resume.
@@ -13,6 +13,9 @@ COMMIT_MARKER = "_COMMITTED.json"
 TF_PREFIX = "ckpt"
 
 _NAME = re.compile(r"^ckpt-e(\d{6})-s(\d{10})$")
+# A replacement for a committed checkpoint of the same name is uploaded and committed here first; only then
+# does the old copy go and this one take its name. Found by listing in the meantime (a writer that died there).
+STAGING_SUFFIX = ".next"
 
 
 @dataclass(frozen=True, order=True)
@@ -23,6 +26,12 @@ class CheckpointEntry:
     step: int
     name: str
     committed: bool = True
+    stored_as: str = field(default="", compare=False)  # the directory, when not `name` (a staged replacement)
+
+    @property
+    def dir(self) -> str:
+        """Its directory under <run>/checkpoints/."""
+        return self.stored_as or self.name
 
 
 def checkpoint_name(epoch: int, step: int) -> str:
@@ -38,14 +47,31 @@ def parse_name(name: str) -> tuple[int, int] | None:
 
 
 def entries_from_listing(dirs: Iterable[str], committed: Iterable[str]) -> list[CheckpointEntry]:
-    """Entries for the checkpoint-named directories in `dirs`; `committed` names those with a marker."""
-    done = set(committed)
+    """Entries for the checkpoint-named directories in `dirs`; `committed` names those with a marker. A committed
+    staged replacement (`<name>.next`) stands for `<name>` while `<name>` itself is not committed."""
+    dirs, done = set(dirs), set(committed)
+    staged = {}  # name -> its committed replacement, where the name's own directory is not committed
+    for d in dirs:
+        base = d.removesuffix(STAGING_SUFFIX)
+        if d != base and parse_name(base) is not None and d in done and base not in done:
+            staged[base] = d
     out = []
-    for name in dirs:
-        parsed = parse_name(name)
-        if parsed is not None:
-            out.append(CheckpointEntry(parsed[0], parsed[1], name, name in done))
+    for d in dirs:
+        parsed = parse_name(d)
+        if parsed is not None and d not in staged:
+            out.append(CheckpointEntry(parsed[0], parsed[1], d, d in done))
+    for base, d in staged.items():
+        epoch, step = parse_name(base)
+        out.append(CheckpointEntry(epoch, step, base, True, stored_as=d))
     return sorted(out)
+
+
+def stale_staging(dirs: Iterable[str], committed: Iterable[str]) -> list[str]:
+    """Staged replacements no longer needed: their checkpoint's own directory is committed (the swap finished,
+    or a later upload of that name did), or the staging was never committed (a writer that died before)."""
+    done = set(committed)
+    return sorted(d for d in dirs if d.endswith(STAGING_SUFFIX) and parse_name(d.removesuffix(STAGING_SUFFIX))
+                  and (d.removesuffix(STAGING_SUFFIX) in done or d not in done))
 
 
 def latest_committed(entries: Iterable[CheckpointEntry]) -> CheckpointEntry | None:

@@ -57,7 +57,7 @@ class RunRecord:
             self.run_dir.write_table(storage.METRICS_FILE, self.metrics.to_arrow(), retry=retry)
 
     def _checkpoint_uris(self) -> list[str]:
-        return [self.run_dir.uri_of(storage.CHECKPOINTS_DIR, e.name)
+        return [self.run_dir.uri_of(storage.CHECKPOINTS_DIR, e.dir)
                 for e in self.run_dir.list_checkpoints() if e.committed]
 
     def summary(self, status: str) -> dict[str, Any]:
@@ -76,7 +76,7 @@ class RunRecord:
             "roles": {role: sum(1 for t in self.plan.tasks if t.role == role)
                       for role in dict.fromkeys(t.role for t in self.plan.tasks)},
             "lost_tasks": self.lost_tasks,
-            "resumed_from": (self.run_dir.uri_of(storage.CHECKPOINTS_DIR, self.resumed_from.name)
+            "resumed_from": (self.run_dir.uri_of(storage.CHECKPOINTS_DIR, self.resumed_from.dir)
                              if self.resumed_from else None),
             "final_metrics": self.metrics.final(),
             "last_checkpoint": ckpts[-1] if ckpts else None,

@@ -112,7 +112,7 @@ def load_result(run_dir: str) -> Result:
     summary = rd.read_json(storage.RESULT_FILE)
     cfg = load_config(_yaml_dict(rd.read_text(storage.CONFIG_FILE)))
     table = rd.read_table(storage.METRICS_FILE) if rd.exists(storage.METRICS_FILE) else pa.table({})
-    ckpts = [rd.uri_of(storage.CHECKPOINTS_DIR, e.name) for e in rd.list_checkpoints() if e.committed]
+    ckpts = [rd.uri_of(storage.CHECKPOINTS_DIR, e.dir) for e in rd.list_checkpoints() if e.committed]
     return Result(status=summary.get("status", RUNNING), run_dir=rd.uri, config=cfg, summary=summary,
                   metrics_table=table, checkpoints=ckpts)
 

@@ -2,6 +2,7 @@
 
 import os
 
+import pyarrow.fs as pafs
 import pytest
 
 from raytf._core import checkpoints as ck
@@ -103,3 +104,49 @@ def test_redaction_masks_credentials_and_secret_env():
     text = to_yaml(redacted(cfg))
     assert "AKIA123" not in text and "shh" not in text and "pw\n" not in text and "debug" in text
     assert redacted(cfg).storage.secret_key == SECRET and cfg.storage.secret_key == "shh"  # the original is intact
+
+
+def test_a_committed_staged_replacement_stands_for_its_name_until_the_name_is_committed_again():
+    name = ck.checkpoint_name(2, 20)
+    staged = name + ck.STAGING_SUFFIX
+    # The writer died after committing the replacement and deleting the old copy (or half copying it over).
+    for dirs, committed in (({staged}, {staged}), ({name, staged}, {staged})):
+        (e,) = ck.entries_from_listing(dirs, committed)
+        assert (e.name, e.dir, e.committed) == (name, staged, True)
+        assert ck.stale_staging(dirs, committed) == []
+    # The old copy still committed (the replacement not yet, or the swap done but the staging not yet deleted).
+    for committed in ({name}, {name, staged}):
+        (e,) = ck.entries_from_listing({name, staged}, committed)
+        assert (e.dir, e.committed) == (name, True)
+        assert ck.stale_staging({name, staged}, committed) == [staged]
+
+
+def _local_checkpoint(path, content: bytes) -> str:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "ckpt.index").write_bytes(b"index")
+    (path / "ckpt.data-00000-of-00001").write_bytes(content)
+    return str(path)
+
+
+def test_rundir_replacing_a_committed_checkpoint_keeps_it_until_the_new_copy_is_committed(tmp_path, monkeypatch):
+    rd = RunDir(str(tmp_path / "runs"), "r1")
+    rd.makedirs()
+    rd.upload_checkpoint(_local_checkpoint(tmp_path / "a", b"old" * 100), 1, 10, {"attempt": 1})
+
+    def dies_mid_copy(*args, **kwargs) -> None:
+        raise OSError("connection reset")
+
+    monkeypatch.setattr(pafs, "copy_files", dies_mid_copy)  # storage gone mid-upload, every retry
+    monkeypatch.setattr(rd.options, "upload_retries", 0)
+    with pytest.raises(Exception, match="connection reset"):
+        rd.upload_checkpoint(_local_checkpoint(tmp_path / "b", b"new" * 100), 1, 10, {"attempt": 2})
+    latest = rd.latest_checkpoint()
+    assert latest.dir == ck.checkpoint_name(1, 10)  # the committed copy is still there, and still the latest
+    monkeypatch.undo()
+    rd.upload_checkpoint(_local_checkpoint(tmp_path / "c", b"new" * 100), 1, 10, {"attempt": 3})
+    prefix = rd.download_checkpoint(rd.latest_checkpoint(), str(tmp_path / "dl"))
+    with open(prefix + ".data-00000-of-00001", "rb") as f:
+        assert f.read() == b"new" * 100
+    assert rd.read_json(f"{CHECKPOINTS_DIR}/{ck.checkpoint_name(1, 10)}/{ck.COMMIT_MARKER}")["attempt"] == 3
+    rd.prune_checkpoints(keep_last=3)  # the dead writer's staging directory goes
+    assert sorted(os.listdir(tmp_path / "runs" / "r1" / CHECKPOINTS_DIR)) == [ck.checkpoint_name(1, 10)]

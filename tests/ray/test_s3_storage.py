@@ -148,3 +148,27 @@ def test_endpoint_outage_mid_run(s3, no_leaks):
     entries = RunDir(cfg.storage, "outage").list_checkpoints()
     assert entries and all(e.committed for e in entries)  # nothing partial visible
     assert entries[-1].name == "ckpt-e000003-s0000000090"
+
+
+def test_replacing_a_committed_checkpoint_on_s3(s3, tmp_path):
+    """The same checkpoint name uploaded again: the new copy is committed beside the old one, then takes its
+    place (on S3 a directory cannot be renamed: its files are copied over, the marker last)."""
+    fs = s3fs(s3)
+    fs.create_dir("replace-bucket")
+    rd = RunDir(cfg_for(s3, "replace-bucket").storage, "r")
+    rd.makedirs()
+    for i, content in enumerate((b"old" * 100, b"new" * 100)):
+        local = tmp_path / f"ckpt{i}"
+        local.mkdir()
+        (local / "ckpt.index").write_bytes(b"index")
+        (local / "ckpt.data-00000-of-00001").write_bytes(content)
+        rd.upload_checkpoint(str(local), 1, 10, {"attempt": i + 1})
+    (latest,) = rd.list_checkpoints()
+    assert latest.dir == latest.name == "ckpt-e000001-s0000000010"
+    prefix = rd.download_checkpoint(latest, str(tmp_path / "dl"))
+    with open(prefix + ".data-00000-of-00001", "rb") as f:
+        assert f.read() == b"new" * 100
+    names = {i.path.removeprefix("replace-bucket/runs/r/checkpoints/")
+             for i in all_objects(fs, "replace-bucket/runs/r/checkpoints")}
+    assert names == {"ckpt-e000001-s0000000010/" + n for n in ("ckpt.index", "ckpt.data-00000-of-00001",
+                                                                 "_COMMITTED.json")}
