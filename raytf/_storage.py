@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from raytf._core import checkpoints
+from raytf._core import checkpoints, metrics
 from raytf.config import StorageConfig
 from raytf.errors import StorageError
 
@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config.yaml"
 RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.parquet"
+METRICS_PARTS_DIR = "metrics.parts"  # while a run goes: one Parquet file per flush (see RunDir.append_metrics)
+METRICS_PARTS_KEY = b"raytf.parts"  # metrics.parquet's schema metadata: the parts it already includes
 CHECKPOINTS_DIR = "checkpoints"
 MODEL_DIR = "model"
 
@@ -154,6 +156,42 @@ class RunDir:
 
     def read_table(self, rel: str) -> pa.Table:
         return pq.read_table(self.path(rel), filesystem=self.fs)
+
+    # -- metrics: appended in parts while the run goes, compacted into metrics.parquet at its end ---------
+    def _metrics_parts(self) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path(METRICS_PARTS_DIR), allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.base_name.endswith(".parquet"))
+
+    def append_metrics(self, table: pa.Table, part: str, *, retry: bool = True) -> None:
+        """The rows since the last flush as one more part: a flush costs what it adds, not the whole run."""
+        self.write_table(f"{METRICS_PARTS_DIR}/{part}.parquet", table, retry=retry)
+
+    def write_metrics(self, table: pa.Table, *, retry: bool = True) -> None:
+        """metrics.parquet, the whole table (it includes every part there now, and says so), then the parts go.
+        A reader that finds both skips the parts metrics.parquet names."""
+        parts = self._metrics_parts()
+        meta = {**(table.schema.metadata or {}), METRICS_PARTS_KEY: json.dumps(parts).encode()}
+        self.write_table(METRICS_FILE, table.replace_schema_metadata(meta), retry=retry)
+        for name in parts:
+            try:
+                self.fs.delete_file(self.path(METRICS_PARTS_DIR, name))
+            except OSError as e:  # metrics.parquet names it: readers skip it
+                log.debug("metrics part %s not removed: %s", name, e)
+
+    def has_metrics(self) -> bool:
+        return self.exists(METRICS_FILE) or bool(self._metrics_parts())
+
+    def read_metrics(self) -> pa.Table:
+        """metrics.parquet plus the parts it does not include (a run still going, or a driver that died)."""
+        tables, included = [], set()
+        if self.exists(METRICS_FILE):
+            table = self.read_table(METRICS_FILE)
+            included = set(json.loads((table.schema.metadata or {}).get(METRICS_PARTS_KEY, b"[]")))
+            tables.append(table.replace_schema_metadata(None))
+        for name in self._metrics_parts():
+            if name not in included:
+                tables.append(self.read_table(f"{METRICS_PARTS_DIR}/{name}"))
+        return metrics.concat(tables)
 
     # -- is this run directory shared with every node? -------------------------------------------
     def write_storage_marker(self) -> str:

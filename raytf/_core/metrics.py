@@ -1,8 +1,12 @@
-"""The driver's metrics table: one row per reported (rank, step) from every task, as Arrow/Parquet."""
+"""The driver's metrics table: one row per reported (rank, step) from every task, as Arrow/Parquet.
+
+Rows arrive as dicts and are kept as Arrow tables once taken for writing (`take_new`): a flush writes only the
+rows since the last one, so its cost does not grow with the run; `to_arrow` gives the whole table."""
 
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from raytf._core import events as ev
 
@@ -12,11 +16,41 @@ _BASE_TYPES = {"run": pa.string(), "attempt": pa.int64(), "rank": pa.int64(), "r
                "kind": pa.string(), "epoch": pa.int64(), "step": pa.int64(), "time": pa.float64()}
 
 
+def rows_to_arrow(rows: list[dict]) -> pa.Table:
+    """Rows in the order they happened (a task's events can reach the threaded bus out of order)."""
+    metric_names = sorted({k for r in rows for k in r} - set(BASE_COLUMNS))
+    fields = [pa.field(c, _BASE_TYPES[c]) for c in BASE_COLUMNS]
+    fields += [pa.field(m, pa.float64()) for m in metric_names]
+    rows = sorted(rows, key=lambda r: r["time"])
+    return pa.table({f.name: [r.get(f.name) for r in rows] for f in fields}, schema=pa.schema(fields))
+
+
+def concat(tables: list[pa.Table]) -> pa.Table:
+    """Tables whose metric columns differ, as one (missing columns null), fixed columns first, by time."""
+    tables = [t for t in tables if t.num_columns]
+    if not tables:
+        return rows_to_arrow([])
+    whole = pa.concat_tables(tables, promote_options="default")
+    metrics = sorted(set(whole.column_names) - set(BASE_COLUMNS))
+    whole = whole.select([c for c in BASE_COLUMNS if c in whole.column_names] + metrics)
+    return whole.take(pc.sort_indices(whole, sort_keys=[("time", "ascending")])) if whole.num_rows else whole
+
+
 class MetricsTable:
     def __init__(self, run: str, previous: pa.Table | None = None) -> None:
         self.run = run
-        self.rows: list[dict] = previous.to_pylist() if previous is not None else []
-        self._dirty = False
+        self._tables: list[pa.Table] = [previous] if previous is not None and previous.num_rows else []
+        self._new: list[dict] = []
+        self._last_epoch: dict[int, dict] = {}  # rank -> its last epoch row (final metrics)
+        if self._tables:
+            for row in previous.filter(pc.equal(previous["kind"], ev.EPOCH)).to_pylist():
+                self._note_epoch(row)
+
+    def _note_epoch(self, row: dict) -> None:
+        key = (row["attempt"], row["step"], row["epoch"])
+        mine = self._last_epoch.get(row["rank"])
+        if mine is None or key >= (mine["attempt"], mine["step"], mine["epoch"]):
+            self._last_epoch[row["rank"]] = row
 
     def add(self, event: ev.Event) -> dict | None:
         if event.kind not in (ev.STEP, ev.EPOCH, ev.EVAL):
@@ -26,32 +60,37 @@ class MetricsTable:
                "kind": event.kind, "epoch": int(p["epoch"]), "step": int(p["step"]), "time": event.time}
         for k, v in p.get("metrics", {}).items():
             row[k if k not in _BASE_TYPES else f"metric_{k}"] = float(v)
-        self.rows.append(row)
-        self._dirty = True
+        self._new.append(row)
+        if event.kind == ev.EPOCH:
+            self._note_epoch(row)
         return row
 
     @property
     def dirty(self) -> bool:
-        return self._dirty
+        """Rows arrived since the last `take_new`."""
+        return bool(self._new)
+
+    def __len__(self) -> int:
+        return sum(t.num_rows for t in self._tables) + len(self._new)
+
+    def take_new(self) -> pa.Table:
+        """The rows since the last call, as a table (kept, and from now on no longer new)."""
+        table = rows_to_arrow(self._new)
+        self._new = []
+        if table.num_rows:
+            self._tables.append(table)
+        return table
 
     def to_arrow(self) -> pa.Table:
-        self._dirty = False
-        metric_names = sorted({k for r in self.rows for k in r} - set(BASE_COLUMNS))
-        fields = [pa.field(c, _BASE_TYPES[c]) for c in BASE_COLUMNS]
-        fields += [pa.field(m, pa.float64()) for m in metric_names]
-        schema = pa.schema(fields)
-        # In the order they happened: a task's events can reach the (threaded) bus out of order.
-        rows = sorted(self.rows, key=lambda r: r["time"])
-        columns = {f.name: [r.get(f.name) for r in rows] for f in fields}
-        return pa.table(columns, schema=schema)
+        self.take_new()
+        return concat(self._tables)
 
     def final(self, rank: int = 0) -> dict[str, float]:
         """The last epoch row of `rank` (else of any rank) as {metric: value}."""
-        epochs = [r for r in self.rows if r["kind"] == ev.EPOCH]
-        mine = [r for r in epochs if r["rank"] == rank] or epochs
-        if not mine:
+        if not self._last_epoch:
             return {}
-        last = max(mine, key=lambda r: (r["attempt"], r["step"], r["epoch"]))
+        last = self._last_epoch.get(rank) or max(self._last_epoch.values(),
+                                                  key=lambda r: (r["attempt"], r["step"], r["epoch"]))
         out = {k: v for k, v in last.items() if k not in BASE_COLUMNS and v is not None}
         out["epoch"], out["step"] = last["epoch"], last["step"]
         return out

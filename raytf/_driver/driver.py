@@ -71,7 +71,9 @@ class Driver(RunRecord):
         self.replicas = 0  # num_replicas_in_sync as the tasks' strategy reported it
         self.lost_tasks: list[dict[str, Any]] = []
         self.committed: set[str] = set()  # checkpoints committed during this launch
-        self._last_flush = time.monotonic()  # metrics.parquet's last periodic write
+        self._last_flush = time.monotonic()  # the last metrics part's write
+        self._launch_id = f"{int(self.t0)}-{secrets.token_hex(3)}"
+        self._parts_written = 0
         self.error: TrainingFailedError | None = None
         self.suspects: set[str] = set()  # nodes the last failure left unreachable: the next attempt avoids them
         self.head_watch: HeadWatch | None = None
@@ -88,8 +90,8 @@ class Driver(RunRecord):
             self.previous_attempts = list(rd.read_json(storage.RESULT_FILE).get("attempts", []))
         if cfg.checkpoint.resume:
             self.resumed_from = rd.latest_checkpoint()
-            if rd.exists(storage.METRICS_FILE):
-                previous_table = rd.read_table(storage.METRICS_FILE)
+            if rd.has_metrics():
+                previous_table = rd.read_metrics()
         elif rd.exists(storage.CHECKPOINTS_DIR) and (old := rd.list_checkpoints()):
             # One lineage per run directory: a second one there would be pruned by (epoch, step) against the
             # first, resumed from the first's newest on a retry and reported as the first's last checkpoint.
@@ -136,7 +138,7 @@ class Driver(RunRecord):
                         break
                     if attempt.cause != failure.PREEMPTED:
                         failures += 1
-                    self._write_metrics()
+                    self._write_metrics()  # metrics.parquet whole at each attempt's end: rare, and fresh
                     self._write_result(RUNNING)
                 finally:
                     attempt.ended = attempt.ended or time.time()
@@ -250,7 +252,7 @@ class Driver(RunRecord):
             self._conclude(loop, port, attempt)
             attempt.status = SUCCEEDED  # trained: a head lost during the teardown does not undo that
         finally:
-            group.teardown()
+            group.teardown(skip=self.suspects)  # (their scratch sweep would wait on unreachable nodes)
 
     def _conclude(self, loop: AttemptLoop, port: RayPort, attempt: Attempt) -> None:
         """Turn the loop's end into the attempt's: return (done), raise TrainingFailedError (retried or not by

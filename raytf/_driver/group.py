@@ -18,7 +18,9 @@ from raytf._core import failure, topology
 from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_name, is_server, streamed, task_runtime_env
 from raytf._driver import placement
 from raytf._storage import RunDir
-from raytf._task.actor import TaskActor  # the one task-side module the driver imports: Ray needs the class
+
+# The one task-side module the driver imports: Ray needs the class (and the sweep's function).
+from raytf._task.actor import TaskActor, sweep_scratch
 from raytf.config import SINGLE_TASK_STRATEGIES, Config, script_mode
 from raytf.errors import RaytfError, StorageError, WorkerError
 
@@ -204,7 +206,7 @@ class TaskGroup:
             f"{why}; stacks in {where}",
             role=info.get("role", ""), rank=rank, node_id=info.get("node_id", ""), kind=failure.HANG)
 
-    def teardown(self) -> None:
+    def teardown(self, skip: set[str] = frozenset()) -> None:
         """Kill every task and the bus, release the placement group, and wait until the names are
         free again (a relaunch with the same run.name reuses them)."""
         handles = [*self.actors, *([self.bus] if self.bus is not None else [])]
@@ -226,3 +228,18 @@ class TaskGroup:
                     break
                 time.sleep(0.05)  # polling the GCS for the name to be released, bounded by deadline
         self.actors, self.bus, self.pg = [], None, None
+        self._sweep_scratch(skip)
+
+    def _sweep_scratch(self, skip: set[str], timeout_s: float = 5.0) -> None:
+        """The killed tasks' scratch directories (ray.kill skips their `finally`), on the nodes that are up and
+        reachable; bounded, and never a reason to fail (the next task on the node sweeps too)."""
+        nodes = {i.get("node_id") for i in self.infos} - skip - {None, ""}
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+                for n in nodes & alive]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except RayError as e:
+                log.debug("scratch sweep: %s", e)

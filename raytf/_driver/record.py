@@ -42,6 +42,8 @@ class RunRecord:
     metrics: MetricsTable
     _result_lock: threading.Lock
     _last_flush: float
+    _launch_id: str  # names this launch's metrics parts
+    _parts_written: int
 
     def _write_curves(self) -> None:
         """learning_curves.png in the run directory (a plot must never fail a run)."""
@@ -53,8 +55,9 @@ class RunRecord:
             log.warning("learning curves not plotted: %s", e)
 
     def _write_metrics(self, retry: bool = True) -> None:
-        if self.metrics.rows:
-            self.run_dir.write_table(storage.METRICS_FILE, self.metrics.to_arrow(), retry=retry)
+        """metrics.parquet whole (the parts written so far folded in): at the run's end."""
+        if len(self.metrics):
+            self.run_dir.write_metrics(self.metrics.to_arrow(), retry=retry)
 
     def _checkpoint_uris(self) -> list[str]:
         return [self.run_dir.uri_of(storage.CHECKPOINTS_DIR, e.dir)
@@ -119,11 +122,16 @@ class RunRecord:
         if first is not None and ended_by is None:
             raise first
 
-    def _flush_metrics(self) -> None:
-        """Once per loop round: metrics.parquet every metrics.flush_interval_s while rows came in."""
-        if self.metrics.dirty and time.monotonic() - self._last_flush >= self.cfg.metrics.flush_interval_s:
-            try:
-                self._write_metrics(retry=False)
-            except RaytfError as e:  # storage away for a while: the next flush (or the last) writes it
-                log.warning("metrics.parquet not written this time: %s", e)
-            self._last_flush = time.monotonic()
+    def _flush_metrics(self, force: bool = False) -> None:
+        """Once per loop round (and between attempts, forced): the rows since the last flush as one more part,
+        every metrics.flush_interval_s while rows came in. Its cost is what it adds, not the whole run."""
+        if not self.metrics.dirty or (not force and
+                                      time.monotonic() - self._last_flush < self.cfg.metrics.flush_interval_s):
+            return
+        self._parts_written += 1
+        part = f"{self._launch_id}-{self._parts_written:06d}"
+        try:
+            self.run_dir.append_metrics(self.metrics.take_new(), part, retry=False)
+        except RaytfError as e:  # storage away for a while: the rows stay in memory for the run's end
+            log.warning("metrics part %s not written: %s", part, e)
+        self._last_flush = time.monotonic()

@@ -8,11 +8,9 @@ import importlib
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import traceback
 from collections.abc import Callable
@@ -24,6 +22,8 @@ from raytf._core import events as ev
 from raytf._core import failure
 from raytf._core.plan import TaskSpec
 from raytf._storage import RunDir
+from raytf._task import scratch
+from raytf._task.scratch import Scratch
 from raytf._task.tee import OutputCapture
 from raytf.config import Config
 from raytf.errors import WorkerError
@@ -88,6 +88,12 @@ class _Emitter:
             ray.wait(refs, num_returns=len(refs), timeout=timeout)
 
 
+@ray.remote(num_cpus=0)
+def sweep_scratch() -> list[str]:
+    """Run on a node by the driver after an attempt's teardown: the scratch directories its killed tasks left."""
+    return scratch.sweep()
+
+
 class TaskActor:
     """One TF task. Lifecycle: __init__ (reserve the port) -> address() -> run(TF_CONFIG, ...)."""
 
@@ -97,8 +103,21 @@ class TaskActor:
         self._port = self._sock.getsockname()[1]
         self._host = advertise_address or ray.util.get_node_ip_address()
         self._node_id = ray.get_runtime_context().get_node_id()
-        self._scratch = tempfile.mkdtemp(prefix=f"raytf-{spec.role}{spec.index}-")
+        self._scratch: Scratch | None = None  # per run() / run_script(): see _task/scratch.py
         self._server = None  # ParameterServerStrategy ps/worker: TF's in-process server
+
+    def _new_scratch(self, run_dir: RunDir, attempt: int) -> str:
+        """This attempt's scratch directory; first, those of this node's tasks that were killed go."""
+        gone = scratch.sweep()
+        if gone:
+            log.info("removed %d scratch directories of tasks that are gone", len(gone))
+        self._scratch = Scratch(run_dir.run_name, f"{self.spec.role}{self.spec.index}-a{attempt}")
+        return self._scratch.path
+
+    def _drop_scratch(self) -> None:
+        if self._scratch is not None:
+            self._scratch.remove()
+            self._scratch = None
 
     def address(self, run_dir: RunDir | None = None, marker: str | None = None) -> dict[str, Any]:
         """Where this task listens, what it holds, and whether it sees the driver's storage marker."""
@@ -208,7 +227,7 @@ class TaskActor:
         _task_logging(f"{spec.role}{spec.index}")
         try:
             host = ScriptHost(cfg=cfg, spec=spec, run_dir=run_dir, emit=emit, attempt=attempt, is_chief=is_chief,
-                              scratch=self._scratch, log_file=self._output.file, stream=stream)
+                              scratch=self._new_scratch(run_dir, attempt), log_file=self._output.file, stream=stream)
             host.restore(resume_from)
             num_workers = len((tf_config or {}).get("cluster", {}).get("worker", [])) or 1
             env = child_env(base=dict(os.environ), tf_config=tf_config, spec=spec, cfg=cfg, run_uri=run_dir.uri,
@@ -233,7 +252,7 @@ class TaskActor:
             return self._error(e, kind="system")
         finally:
             self._release_port()
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._drop_scratch()
             self._end_capture()
 
     def run(
@@ -268,8 +287,8 @@ class TaskActor:
                 cfg=cfg, strategy=strategy, role=spec.role, index=spec.index, rank=spec.rank,
                 is_chief=is_chief, num_workers=len((tf_config or {}).get("cluster", {}).get("worker", [])) or 1,
                 attempt=attempt, run_dir=run_dir, emit=emit, resume_from=None if evaluator else resume_from,
-                scratch_dir=self._scratch, wait_stop=lambda timeout: ray.get(bus.wait_stop.remote(timeout)),
-                bus=bus,
+                scratch_dir=self._new_scratch(run_dir, attempt),
+                wait_stop=lambda timeout: ray.get(bus.wait_stop.remote(timeout)), bus=bus,
             )
             self._on_sigterm(lambda: emit(ev.PREEMPTED, {"step": ctx.step}))
             stopped = False
@@ -288,5 +307,5 @@ class TaskActor:
             return self._error(e)
         finally:
             self._release_port()
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._drop_scratch()
             self._end_capture()

@@ -75,6 +75,7 @@ class Result:
     def load_model(self, strategy=None):
         """The trained model with plain tf_keras (no raytf strategy); within `strategy.scope()` if given,
         as the seed tutorial does. Imports TensorFlow into this process."""
+        import shutil
         import tempfile
 
         import tf_keras
@@ -88,11 +89,15 @@ class Result:
         if options.secret_key == SECRET:  # masked in config.yaml: use the environment's credentials
             options = dataclasses.replace(options, access_key=None, secret_key=None)
         rd = storage.RunDir(options, self.run_dir.rpartition("/")[2])
-        local = rd.download_dir(storage.MODEL_DIR, tempfile.mkdtemp(prefix="raytf-model-"))
-        if strategy is None:
-            return tf_keras.models.load_model(local)
-        with strategy.scope():
-            return tf_keras.models.load_model(local)
+        local = tempfile.mkdtemp(prefix="raytf-model-")
+        try:
+            rd.download_dir(storage.MODEL_DIR, local)
+            if strategy is None:
+                return tf_keras.models.load_model(local)
+            with strategy.scope():
+                return tf_keras.models.load_model(local)
+        finally:  # the model is in memory now: the download goes
+            shutil.rmtree(local, ignore_errors=True)
 
     def raise_for_status(self) -> Result:
         if self.error is not None:
@@ -111,7 +116,7 @@ def load_result(run_dir: str) -> Result:
     rd = storage.RunDir((parent or ".") + (f"?{query}" if query else ""), name)
     summary = rd.read_json(storage.RESULT_FILE)
     cfg = load_config(_yaml_dict(rd.read_text(storage.CONFIG_FILE)))
-    table = rd.read_table(storage.METRICS_FILE) if rd.exists(storage.METRICS_FILE) else pa.table({})
+    table = rd.read_metrics() if rd.has_metrics() else pa.table({})
     ckpts = [rd.uri_of(storage.CHECKPOINTS_DIR, e.dir) for e in rd.list_checkpoints() if e.committed]
     return Result(status=summary.get("status", RUNNING), run_dir=rd.uri, config=cfg, summary=summary,
                   metrics_table=table, checkpoints=ckpts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -132,8 +133,11 @@ def sweep(
                                     search_alg=search_alg),
         run_config=tune.RunConfig(name=sweep_name, storage_path=tune_dir, verbose=0),
     )
-    grid = tuner.fit()
-    return pd.DataFrame([_row(r, list(space), metric, mode) for r in grid])
+    try:
+        grid = tuner.fit()
+        return pd.DataFrame([_row(r, list(space), metric, mode) for r in grid])
+    finally:  # Tune's own records of the trials: every run's results are in its run directory
+        shutil.rmtree(tune_dir, ignore_errors=True)
 
 
 def _check_keys(base: dict[str, Any], space: Mapping[str, Any]) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 import raytf
 from raytf._core import events as ev
+from raytf._task import scratch
 from raytf._task.upload import UPLOAD_DELAY_ENV
 from tests.conftest import state_address
 
@@ -78,6 +79,8 @@ def test_chaos_killed_workers_resume_from_last_commit(fast_cfg, no_leaks):
     assert result.status == "succeeded", result.error
     assert len(chaos.killed) == 2
     _check_continuity(result, chaos, epochs=6)
+    # The killed tasks' scratch directories (checkpoint copies; ray.kill skips their `finally`) are gone too.
+    assert scratch.leftovers("chaos") == []
 
 
 @pytest.mark.slow
