@@ -135,3 +135,25 @@ def paced_ps(ctx: raytf.TrainContext) -> None:
         return {"last": last}
 
     _paced(ctx, make, end_epoch=end_epoch)
+
+
+def keras_iterations(ctx: raytf.TrainContext) -> None:
+    """Keras Model.fit on a small model that reports its optimizer's iteration count with every epoch row."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(ctx.seed)
+    x = rng.normal(size=(512, 8)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("float32")
+    with ctx.strategy.scope():
+        model = tf.keras.Sequential([tf.keras.layers.Input(shape=(8,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
+    ctx.restore(model=model, optimizer=model.optimizer)
+
+    class Iterations(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            logs["iterations"] = float(model.optimizer.iterations.numpy())
+
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(ctx.global_batch_size)
+    model.fit(ds, epochs=ctx.epochs, initial_epoch=ctx.initial_epoch, steps_per_epoch=ctx.steps_per_epoch,
+              callbacks=[Iterations(), *ctx.keras_callbacks()], verbose=0)

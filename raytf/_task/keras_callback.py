@@ -11,6 +11,8 @@ from raytf._core.progress import scalar
 
 
 class RaytfCallback(tf.keras.callbacks.Callback):
+    _skip = 0  # steps of the first epoch the checkpoint already holds (a mid-epoch resume)
+
     def __init__(self, ctx) -> None:
         super().__init__()
         self.ctx = ctx
@@ -26,15 +28,26 @@ class RaytfCallback(tf.keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None) -> None:
         self._set_scale()
-        # Keras restarts a resumed run at the beginning of initial_epoch; line the step counter up
-        # with that (a mid-epoch checkpoint's extra steps are trained again).
-        spe = self.ctx.steps_per_epoch
-        if spe:
-            self.ctx.step = self.ctx.initial_epoch * spe
         self.ctx.epoch = self.ctx.initial_epoch
+        self._skip = 0
+        if getattr(self.model, "_training_state", None) is None:
+            # Right after on_train_begin, tf-keras's fit asks model._training_state at which (epoch, step) to
+            # start: its own BackupAndRestore resumes mid-epoch that way (tf_keras/src/engine/training.py,
+            # Model._maybe_load_initial_counters_from_ckpt). Without it, fit restarts the checkpoint's epoch
+            # from its first step and trains that epoch's saved steps twice (raytf issue 17).
+            self.model._training_state = _ResumeMidEpoch(self)
+        else:  # the user's own BackupAndRestore decides; line the step counter up with the epoch's start
+            spe = self.ctx.steps_per_epoch
+            if spe:
+                self.ctx.step = self.ctx.initial_epoch * spe
+
+    def on_train_end(self, logs=None) -> None:
+        if isinstance(getattr(self.model, "_training_state", None), _ResumeMidEpoch):
+            self.model._training_state = None
 
     def on_epoch_begin(self, epoch, logs=None) -> None:
-        self._last_batch = -1
+        self._last_batch = self._skip - 1  # Keras numbers a resumed epoch's batches from where it resumes
+        self._skip = 0
 
     def on_train_batch_end(self, batch, logs=None) -> None:
         # With steps_per_execution > 1 Keras calls this once per group, with the group's last index.
@@ -61,6 +74,25 @@ class ScriptCallback(RaytfCallback):
     def on_epoch_begin(self, epoch, logs=None) -> None:
         super().on_epoch_begin(epoch, logs)
         self.ctx.epoch_begin(epoch)
+
+
+class _ResumeMidEpoch:
+    """What tf-keras's fit asks at its start (the interface of tf_keras's WorkerTrainingState): resume at the
+    checkpoint's step within its epoch, so the optimizer's iterations end where an uninterrupted run's do."""
+
+    def __init__(self, callback: RaytfCallback) -> None:
+        self.callback = callback
+
+    def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch, initial_epoch, mode=None):
+        ctx = self.callback.ctx
+        done = ctx.initial_step - initial_epoch * steps_per_epoch if steps_per_epoch else 0
+        if 0 < done < (steps_per_epoch or 0):
+            self.callback._skip = done
+            ctx.step = ctx.initial_step
+            return initial_epoch, done
+        if steps_per_epoch:
+            ctx.step = initial_epoch * steps_per_epoch
+        return initial_epoch, 0
 
 
 class _LazyScaled(Mapping):

@@ -246,3 +246,27 @@ def test_second_interrupt_skips_the_final_save(fast_cfg, no_leaks):
     assert len(interrupts) == 2  # the second one, during the final save, ended it
     result = raytf.load_result(f"{cfg.storage.path}/twice")
     assert result.status == "interrupted"
+
+
+def test_keras_fit_resumes_mid_epoch_exactly(fast_cfg, no_leaks):
+    """Model.fit interrupted mid-epoch (a save at the agreed step), then relaunched: it resumes at that step, and
+    its optimizer has taken exactly as many steps as an uninterrupted run (no epoch's steps trained twice)."""
+    seen = []
+
+    def interrupt_once(e):
+        if e.kind == "step" and e.payload["step"] >= 10 and not seen:
+            seen.append(e.payload["step"])
+            raise KeyboardInterrupt
+
+    cfg = fast_cfg("run.name=kerasmid", "train.epochs=50", "train.steps_per_epoch=40",
+                   "train.entrypoint=tests.train_fns:keras_iterations", "metrics.every_steps=1")
+    with pytest.raises(KeyboardInterrupt):
+        raytf.fit(cfg, quiet=True, on_event=interrupt_once)
+    saved = int(Path(raytf.load_result(f"{cfg.storage.path}/kerasmid").last_checkpoint).name.split("-s")[1])
+    assert 10 < saved < 40  # inside the first epoch
+    again = raytf.fit(raytf.load_config(cfg, ["train.epochs=2"]), quiet=True)
+    assert again.status == "succeeded", again.error
+    df = again.metrics
+    rows = df[(df["attempt"] == again.attempts[-1]["attempt"]) & (df["kind"] == "step") & (df["rank"] == 0)]
+    assert rows["step"].min() == saved + 1  # the resumed epoch starts after the saved step
+    assert again.final_metrics["iterations"] == 80 and again.final_metrics["step"] == 80
