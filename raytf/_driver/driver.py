@@ -13,7 +13,6 @@ import logging
 import os
 import platform
 import secrets
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -170,35 +169,6 @@ class Driver(RunRecord):
         if not address or ":" not in address:
             return None
         return HeadWatch(address, self._head_lost, lost_after_s=failure.head_lost_after(os.environ)).start()
-
-    def _head_lost(self, why: str) -> None:
-        """From the head watch's thread: the cluster is gone, and the main thread may be blocked on it for good
-        (Ray itself ends this process a little later). Record the run, say what happened in one line, exit:
-        1, or 0 when training had already succeeded and only the teardown was left."""
-        attempt = self.attempts[-1] if self.attempts else None
-        done = attempt is not None and attempt.status == SUCCEEDED
-        latest = self.run_dir.latest_checkpoint()
-        resume = f"it resumes from {latest.name}" if latest is not None else "it starts from scratch"
-        message = (f"run {self.cfg.run.name} {'succeeded, then' if done else 'failed:'} lost the Ray head at "
-                   f"{self.head_watch.address if self.head_watch else '?'} ({why}); a Ray cluster does not "
-                   f"outlive its head and its other nodes stop too. Fix: restart the cluster (ray start --head, "
-                   f"then the workers) and launch again: {resume}")
-        if not done:
-            if attempt is not None and attempt.status == RUNNING:
-                attempt.status, attempt.cause, attempt.ended = FAILED, failure.HEAD_LOST, time.time()
-            self.error = TrainingFailedError(message)
-        try:
-            self._write_metrics(retry=False)
-            self._write_result(SUCCEEDED if done else FAILED, lock_timeout_s=10.0)
-        except Exception as e:  # storage too: still say what happened, and go
-            log.error("result.json not written: %s", e)
-        log.error(message)
-        for handler in logging.getLogger().handlers + log.handlers:
-            handler.flush()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # Not an exception: the main thread may sit in a Ray call that never returns without the GCS.
-        os._exit(0 if done else 1)
 
     def _retry(self, attempt: Attempt, error: TrainingFailedError, failures: int) -> bool:
         """Apply the failure policy to a failed attempt; on retry, pick the checkpoint to resume from."""

@@ -1,9 +1,12 @@
 """What a launch leaves in its run directory, written by the driver: result.json (status, tasks, attempts,
-checkpoints, timings), metrics.parquet and the learning curves. A mixin of `Driver` (its state is the driver's)."""
+checkpoints, timings), metrics.parquet and the learning curves, also when the Ray head is lost. A mixin of
+`Driver` (its state is the driver's)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -12,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 
 from raytf import _storage as storage
-from raytf._core import checkpoints, figures
-from raytf._core.attempts import RUNNING
+from raytf._core import checkpoints, failure, figures
+from raytf._core.attempts import FAILED, RUNNING, SUCCEEDED
 from raytf._core.metrics import MetricsTable
 from raytf.config import Config, redacted, to_dict
 from raytf.errors import RaytfError, TrainingFailedError
@@ -44,6 +47,7 @@ class RunRecord:
     _last_flush: float
     _launch_id: str  # names this launch's metrics parts
     _parts_written: int
+    head_watch: object | None  # _driver.headwatch.HeadWatch on a cluster
 
     def _write_curves(self) -> None:
         """learning_curves.png in the run directory (a plot must never fail a run)."""
@@ -135,3 +139,32 @@ class RunRecord:
         except RaytfError as e:  # storage away for a while: the rows stay in memory for the run's end
             log.warning("metrics part %s not written: %s", part, e)
         self._last_flush = time.monotonic()
+
+    def _head_lost(self, why: str) -> None:
+        """From the head watch's thread: the cluster is gone, and the main thread may be blocked on it for good
+        (Ray itself ends this process a little later). Record the run, say what happened in one line, exit:
+        1, or 0 when training had already succeeded and only the teardown was left."""
+        attempt = self.attempts[-1] if self.attempts else None
+        done = attempt is not None and attempt.status == SUCCEEDED
+        latest = self.run_dir.latest_checkpoint()
+        resume = f"it resumes from {latest.name}" if latest is not None else "it starts from scratch"
+        message = (f"run {self.cfg.run.name} {'succeeded, then' if done else 'failed:'} lost the Ray head at "
+                   f"{self.head_watch.address if self.head_watch else '?'} ({why}); a Ray cluster does not "
+                   f"outlive its head and its other nodes stop too. Fix: restart the cluster (ray start --head, "
+                   f"then the workers) and launch again: {resume}")
+        if not done:
+            if attempt is not None and attempt.status == RUNNING:
+                attempt.status, attempt.cause, attempt.ended = FAILED, failure.HEAD_LOST, time.time()
+            self.error = TrainingFailedError(message)
+        try:
+            self._write_metrics(retry=False)
+            self._write_result(SUCCEEDED if done else FAILED, lock_timeout_s=10.0)
+        except Exception as e:  # storage too: still say what happened, and go
+            log.error("result.json not written: %s", e)
+        log.error(message)
+        for handler in logging.getLogger().handlers + log.handlers:
+            handler.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Not an exception: the main thread may sit in a Ray call that never returns without the GCS.
+        os._exit(0 if done else 1)
