@@ -112,13 +112,15 @@ class AttemptLoop:
     notice: ev.Event | None = None  # the preemption notice acted on
     saved: bool = False  # the save-and-stop ended with every task stopped
     at_once: bool = False  # ended by an interrupt that skips everything left (a second Ctrl-C): no more events
-    watched: dict[int, float] = field(default_factory=dict)  # rank -> last progress (driver clock)
-    deadline: float | None = None
+    watched: dict[int, float] = field(init=False)  # rank -> last progress (driver clock)
+    running: set[int] = field(init=False)  # primary ranks whose call has not returned
+    serving: set[int] = field(init=False)  # background ranks whose call has not returned
+    deadline: float | None = None  # of a save-and-stop, or of draining
 
     def __post_init__(self) -> None:
         # Before its first heartbeat a rank gets the start-up allowance on top of the hang timeout.
         self.watched = {r: self.now + self.timing.startup_timeout_s for r in self.primary}
-        self.running = set(self.primary)  # primary ranks whose call has not returned
+        self.running = set(self.primary)
         self.serving = set(self.background)
 
     @property
