@@ -41,6 +41,7 @@ _LOCK_WAIT_S = 900.0  # another test run's bed, at most
 _STALE_NS = re.compile(r"^rtf[0-9a-f]{5}h\d+$")
 _STALE_LINK = re.compile(r"^(rtfb[0-9a-f]{5}|rtf[0-9a-f]{5}v\d+)(@\S+)?$")
 _RAY = [sys.executable, "-m", "ray.scripts.scripts"]
+_REPO = str(Path(__file__).resolve().parents[1])  # this checkout: its tasks import raytf, tests, examples from it
 
 
 def unavailable() -> str | None:
@@ -176,7 +177,7 @@ class HostBed:
         args += ["--head", f"--port={GCS_PORT}", "--include-dashboard=true"] if h is self.head else \
                 [f"--address={self.address}"]
         # With a private /tmp, its Ray node (and every task it starts) sees an empty /tmp of its own.
-        tmp = "mount -t tmpfs raytf-private-tmp /tmp && " if self.private_tmp and h is not self.head else ""
+        tmp = self._private_tmp(h) if self.private_tmp and h is not self.head else ""
         log_path = os.path.join(self.root, f"{h.name}-ray.log")
         self._reap(h)
         with open(log_path, "wb") as log:
@@ -193,6 +194,22 @@ class HostBed:
             time.sleep(0.2)  # `ray start` says so in its output: read it again shortly
         children = Path(f"/proc/{keeper.pid}/task/{keeper.pid}/children").read_text().split()
         self._inits[h.name] = int(children[0])  # unshare's one child: pid 1 of the host's namespace
+
+    def _private_tmp(self, h: Host) -> str:
+        """Shell commands that give the host an empty /tmp of its own, except the code this test run imports
+        (a checkout or installed package under /tmp, as a CI's clone may be): bound back in at its own path."""
+        keep = sorted({p for p in (_REPO, *sys.path) if p and (p == "/tmp" or p.startswith("/tmp/"))
+                       and os.path.isdir(p) and p != "/tmp"})
+        cmds = []
+        for i, path in enumerate(keep):
+            stage = os.path.join(self.root, f"{h.name}-keep{i}")
+            os.makedirs(stage, exist_ok=True)
+            cmds.append(f"mount --bind {shlex.quote(path)} {shlex.quote(stage)}")
+        cmds.append("mount -t tmpfs raytf-private-tmp /tmp")
+        for i, path in enumerate(keep):
+            stage = os.path.join(self.root, f"{h.name}-keep{i}")
+            cmds.append(f"mkdir -p {shlex.quote(path)} && mount --bind {shlex.quote(stage)} {shlex.quote(path)}")
+        return " && ".join(cmds) + " && "
 
     def _reap(self, h: Host) -> None:
         keeper = self._keepers.pop(h.name, None)
