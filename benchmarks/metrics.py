@@ -10,6 +10,7 @@ temporary directory), so the numbers are the driver's own CPU and bytes, not a n
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import tempfile
@@ -36,16 +37,19 @@ def measure(size: int, new_rows: int, repeats: int) -> dict:
             table.add(e)
         table.take_new()  # everything so far already flushed
         all_rows = table.to_arrow().to_pylist()  # what the old flush rebuilt from, every time
+        batches = [list(_events(new_rows, size + r * new_rows)) for r in range(repeats)]
         old, new = [], []
-        for r in range(repeats):
-            batch = list(_events(new_rows, size + r * new_rows))
-            t = time.perf_counter()  # before: rebuild every row, rewrite the whole file
+        for batch in batches:  # before: rebuild every row, rewrite the whole file
+            t = time.perf_counter()
             rows = all_rows + [{"run": "r", "attempt": e.attempt, "rank": e.rank, "role": e.role, "kind": e.kind,
                                 "epoch": e.payload["epoch"], "step": e.payload["step"], "time": e.time,
                                 **e.payload["metrics"]} for e in batch]
             rd.write_table(METRICS_FILE, rows_to_arrow(rows))
             old.append(time.perf_counter() - t)
-            t = time.perf_counter()  # now: the new rows, appended as a part
+        del all_rows, rows  # the old way's Python rows would slow everything after them (the GC walks them)
+        gc.collect()
+        for r, batch in enumerate(batches):  # now: the new rows, appended as a part
+            t = time.perf_counter()
             for e in batch:
                 table.add(e)
             rd.append_metrics(table.take_new(), f"bench-{r:06d}")

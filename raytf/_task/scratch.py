@@ -31,10 +31,20 @@ class Scratch:
 
     def __init__(self, run_name: str, label: str, base: str | None = None) -> None:
         parent = os.path.join(base or root(), run_name)
-        os.makedirs(parent, exist_ok=True)
-        self.path = tempfile.mkdtemp(prefix=f"{label}-", dir=parent)
+        for _ in range(10):  # a sweep may remove the run's (empty) directory between these two calls
+            os.makedirs(parent, exist_ok=True)
+            try:
+                self.path = tempfile.mkdtemp(prefix=f"{label}-", dir=parent)
+                break
+            except FileNotFoundError:
+                continue
+        else:
+            raise OSError(f"could not make a scratch directory in {parent}")
         self._owner = os.open(os.path.join(self.path, _OWNER), os.O_CREAT | os.O_RDWR, 0o600)
         fcntl.flock(self._owner, fcntl.LOCK_EX)
+        # Only now, holding the lock, does the owner sign it: a sweep that takes the lock of an unsigned file
+        # has come between its creation and its locking (not a dead owner), and leaves it alone.
+        os.write(self._owner, f"{os.getpid()}\n".encode())
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
@@ -93,9 +103,13 @@ def _ownerless(path: str) -> bool:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
     except BlockingIOError:
-        return False
+        os.close(fd)
+        return False  # its owner lives
+    try:
+        signed = os.read(fd, 64).strip() != b""
+        # Unsigned: its owner is between creating the file and locking it (or died right there: then old).
+        return signed or os.path.getmtime(path) < _now() - 3600
     finally:
         os.close(fd)
 

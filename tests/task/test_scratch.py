@@ -36,3 +36,14 @@ def test_a_killed_tasks_scratch_is_swept_a_live_ones_is_kept(tmp_path):
         live.wait(10)
     assert scratch.sweep(base=str(tmp_path)) == [live_path]
     assert os.listdir(tmp_path) == []  # the run's root goes once empty
+
+
+def test_a_scratch_directory_caught_before_its_owner_locks_it_is_left_alone(tmp_path):
+    # The owner has made the directory and its lock file, and not yet locked and signed it (a sweep by another
+    # task on the node can come right then): not a dead owner's.
+    fresh = tmp_path / "run1" / "worker0-a1-abcd"
+    fresh.mkdir(parents=True)
+    (fresh / ".owner").write_bytes(b"")
+    assert scratch.sweep(base=str(tmp_path)) == [] and fresh.exists()
+    (fresh / ".owner").write_bytes(b"12345\n")  # signed, and nobody holds its lock: its owner is gone
+    assert scratch.sweep(base=str(tmp_path)) == [str(fresh)]
