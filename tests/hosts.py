@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -180,18 +181,29 @@ class HostBed:
         tmp = self._private_tmp(h) if self.private_tmp and h is not self.head else ""
         log_path = os.path.join(self.root, f"{h.name}-ray.log")
         self._reap(h)
-        with open(log_path, "wb") as log:
-            keeper = subprocess.Popen(
-                ["ip", "netns", "exec", h.name, "unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
-                 "--propagation", "private", "sh", "-c", f"{tmp}exec {shlex.join(args)}"],
-                env=self.env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        keeper = subprocess.Popen(
+            ["ip", "netns", "exec", h.name, "unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
+             "--propagation", "private", "sh", "-c", f"{tmp}exec {shlex.join(args)}"],
+            env=self.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self._keepers[h.name] = keeper
-        deadline = time.monotonic() + timeout_s
-        while b"Ray runtime started" not in Path(log_path).read_bytes():
-            if keeper.poll() is not None or time.monotonic() > deadline:
-                tail = Path(log_path).read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"ray start on {h.name} ({h.address}) failed:\n{tail}")
-            time.sleep(0.2)  # `ray start` says so in its output: read it again shortly
+        # Its output, copied to the log for as long as it runs (the pipe must never fill), says when the node
+        # is up: that line, or the end of the output (it failed), is the signal waited for.
+        up, settled = threading.Event(), threading.Event()
+
+        def copy_output() -> None:
+            with open(log_path, "wb") as log:
+                for line in keeper.stdout:
+                    log.write(line)
+                    log.flush()
+                    if b"Ray runtime started" in line:
+                        up.set()
+                        settled.set()
+            settled.set()  # the output ended: it failed (or, once up, the node went)
+
+        threading.Thread(target=copy_output, name=f"hostbed-{h.name}", daemon=True).start()
+        if not settled.wait(timeout_s) or not up.is_set():
+            tail = Path(log_path).read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"ray start on {h.name} ({h.address}) failed or timed out:\n{tail}")
         children = Path(f"/proc/{keeper.pid}/task/{keeper.pid}/children").read_text().split()
         self._inits[h.name] = int(children[0])  # unshare's one child: pid 1 of the host's namespace
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import socket
 import sys
 from collections.abc import Mapping
 
 import ray
 
+from raytf._driver.headwatch import unreachable
 from raytf.config import Config
 from raytf.errors import ConfigError, RaytfError
 
@@ -25,13 +25,8 @@ def resolve_address(cfg: Config, environ: Mapping[str, str] = os.environ) -> str
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """Fail in seconds, not minutes, when a host:port address has nothing listening."""
-    hostport = address.removeprefix("ray://")
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        return
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except OSError as e:
+    e = unreachable(address, timeout_s)
+    if e is not None:
         raise RaytfError(f"ray.address ({address!r}): nothing reachable there ({e}). Fix: start the cluster "
                          "with `ray start --head` and pass its address, or ray.address=null for an embedded "
                          "local Ray") from None

@@ -16,15 +16,21 @@ from raytf._core.failure import Contact, HeadContact
 log = logging.getLogger(__name__)
 
 
-def answers(address: str, timeout_s: float = 2.0) -> bool:
-    """Whether something accepts a TCP connection at host:port. A killed head refuses at once; a head cut off
-    the network lets the connection time out."""
+def unreachable(address: str, timeout_s: float) -> OSError | None:
+    """Why nothing accepts a TCP connection at a host:port (or ray://host:port) address, or None when something
+    does (or the address has no port to try). A killed host refuses at once; one cut off lets it time out."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return None
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-        return True
-    except (OSError, ValueError):
-        return False
+        return None
+    except OSError as e:
+        return e
+
+
+def answers(address: str, timeout_s: float = 2.0) -> bool:
+    return unreachable(address, timeout_s) is None
 
 
 class HeadWatch:

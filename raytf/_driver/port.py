@@ -84,8 +84,12 @@ class RayPort:
         self._get(self.bus.request_stop.remote())
 
     def rest(self) -> list[ev.Event]:
-        """The events still on the bus (the outstanding drain returns within poll_s)."""
-        return self._get(self._drain, self.poll_s) + self._get(self.bus.drain.remote(0))
+        """The events still on the bus (the outstanding drain returns within poll_s). May be called again (after
+        also_failed's grace): the outstanding drain's events are taken once."""
+        events = []
+        if self._drain is not None:
+            events, self._drain = self._get(self._drain, self.poll_s), None
+        return events + self._get(self.bus.drain.remote(0))
 
     def also_failed(self, grace_s: float = 1.0) -> tuple[list[WorkerError], set[str]]:
         """Other tasks failing within `grace_s` of the first (a dead task's peers error out within

@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ def _ownerless(path: str) -> bool:
     except FileNotFoundError:
         # Being created (mkdtemp, then the lock a moment later) or from an older raytf: leave it to its age.
         try:
-            return os.path.getmtime(path) < _now() - 3600
+            return os.path.getmtime(path) < time.time() - 3600
         except OSError:
             return False
     except OSError:
@@ -109,12 +110,7 @@ def _ownerless(path: str) -> bool:
     try:
         signed = os.read(fd, 64).strip() != b""
         # Unsigned: its owner is between creating the file and locking it (or died right there: then old).
-        return signed or os.path.getmtime(path) < _now() - 3600
+        return signed or os.path.getmtime(path) < time.time() - 3600
     finally:
         os.close(fd)
 
-
-def _now() -> float:
-    import time
-
-    return time.time()

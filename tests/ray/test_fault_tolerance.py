@@ -187,8 +187,8 @@ def test_a_slow_upload_is_not_a_hang(fast_cfg, no_leaks):
     """Storage slower than failure.hang_timeout_s: the chief waits for an upload slot (heartbeating) while rank
     1 waits for it in the next all-reduce, silent. Both are healthy: no hang, no restart."""
     cfg = fast_cfg("run.name=slowup", "train.entrypoint=examples.custom_loop:train", "train.epochs=3",
-                   "failure.hang_timeout_s=3", "failure.heartbeat_s=0.5", "failure.max_failures=0",
-                   "storage.min_upload_mib_s=0.001", f"ray.runtime_env.env_vars.{UPLOAD_DELAY_ENV}=5")
+                   "failure.hang_timeout_s=5", "failure.heartbeat_s=0.5", "failure.max_failures=0",
+                   "storage.min_upload_mib_s=0.001", f"ray.runtime_env.env_vars.{UPLOAD_DELAY_ENV}=9")
     result = raytf.fit(cfg, quiet=True)
     assert result.status == "succeeded", result.error
     assert [a["status"] for a in result.attempts] == ["succeeded"]

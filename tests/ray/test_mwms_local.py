@@ -201,17 +201,24 @@ def test_cli_sigint_exits_130_and_releases(tmp_path):
     assert summary["checkpoints"]  # epochs finished before the interrupt stay committed
 
 
+def _interrupt_once_at(step: int, seen: list[int]):
+    """An on_event that raises KeyboardInterrupt (a Ctrl-C in the driver) at the first step row at or past `step`,
+    noting that row's step in `seen`."""
+
+    def interrupt_once(e):
+        if e.kind == "step" and e.payload["step"] >= step and not seen:
+            seen.append(e.payload["step"])
+            raise KeyboardInterrupt
+
+    return interrupt_once
+
+
 def test_interrupt_saves_a_final_checkpoint_at_an_agreed_step(fast_cfg, no_leaks, caplog):
     import logging
     import re
 
-    seen = []
-
-    def interrupt_once(e):
-        if e.kind == "step" and e.payload["step"] >= 11 and not seen:
-            seen.append(e.payload["step"])
-            raise KeyboardInterrupt
-
+    seen: list[int] = []
+    interrupt_once = _interrupt_once_at(11, seen)
     cfg = fast_cfg("run.name=final", "train.epochs=50", "train.entrypoint=examples.custom_loop:train",
                    "metrics.every_steps=1")
     with caplog.at_level(logging.WARNING, logger="raytf"), pytest.raises(KeyboardInterrupt):
@@ -251,13 +258,7 @@ def test_second_interrupt_skips_the_final_save(fast_cfg, no_leaks):
 def test_keras_fit_resumes_mid_epoch_exactly(fast_cfg, no_leaks):
     """Model.fit interrupted mid-epoch (a save at the agreed step), then relaunched: it resumes at that step, and
     its optimizer has taken exactly as many steps as an uninterrupted run (no epoch's steps trained twice)."""
-    seen = []
-
-    def interrupt_once(e):
-        if e.kind == "step" and e.payload["step"] >= 10 and not seen:
-            seen.append(e.payload["step"])
-            raise KeyboardInterrupt
-
+    interrupt_once = _interrupt_once_at(10, [])
     cfg = fast_cfg("run.name=kerasmid", "train.epochs=50", "train.steps_per_epoch=40",
                    "train.entrypoint=tests.train_fns:keras_iterations", "metrics.every_steps=1")
     with pytest.raises(KeyboardInterrupt):
