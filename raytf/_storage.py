@@ -232,11 +232,15 @@ class RunDir:
     def latest_checkpoint(self) -> checkpoints.CheckpointEntry | None:
         return checkpoints.latest_committed(self.list_checkpoints())
 
+    def next_checkpoint_seq(self) -> int:
+        """The lineage number the next checkpoint of this run takes (checkpoints._NAME)."""
+        return checkpoints.next_seq(self._checkpoint_dirs()[0])
+
     def upload_checkpoint(self, local_dir: str, epoch: int, step: int, meta: dict[str, Any],
-                          before_commit: Callable[[], None] | None = None) -> str:
+                          before_commit: Callable[[], None] | None = None, seq: int = 0) -> str:
         """Copy a finished local checkpoint up (retried), then commit it by writing the marker last."""
         o = self.options
-        name = checkpoints.checkpoint_name(epoch, step)
+        name = checkpoints.checkpoint_name(epoch, step, seq)
         # The same name again (a script's final sync, Keras step checkpoints after a mid-epoch resume): the
         # committed copy stays until its replacement is committed, in a staging directory that resume finds.
         replacing = self.exists(posixpath.join(CHECKPOINTS_DIR, name, checkpoints.COMMIT_MARKER))
@@ -246,7 +250,7 @@ class RunDir:
         if before_commit is not None:
             before_commit()
         self.write_json(posixpath.join(CHECKPOINTS_DIR, target, checkpoints.COMMIT_MARKER),
-                        {"epoch": epoch, "step": step, **meta})
+                        {"epoch": epoch, "step": step, "seq": seq, **meta})
         if replacing:
             with_retries(f"replacing checkpoint {name}", lambda: self._promote(target, name), o.upload_retries,
                          o.upload_backoff_s)

@@ -38,11 +38,22 @@ class Attempt:
     recovery_s: float | None = None  # previous attempt's failure -> this attempt's first step
     steps_lost: int | None = None  # steps trained in this attempt beyond what the next one resumes from
     time_lost_s: float | None = None  # training time beyond the last commit (or first step) of this attempt
+    # The epoch count at which training is over: train.epochs for a training function; for a script, its current
+    # Model.fit's last epoch (unknown without one). Reached by rank 0: a failure after it reruns nothing.
+    epoch_target: int | None = None
+    training_finished: bool = False
 
     def observe(self, e: ev.Event, previous: Attempt | None = None) -> str | None:
         """Account one of this attempt's progress events; returns the name of the checkpoint it commits, if any.
         `previous` is the attempt before this one in this launch (its end starts the recovery clock)."""
-        if e.kind not in PROGRESS or e.attempt != self.number:
+        if e.attempt != self.number:
+            return None
+        if e.rank == 0 and e.kind == ev.STARTED and e.payload.get("epochs") is not None:  # a Model.fit began
+            self.epoch_target = int(e.payload.get("base_epoch") or 0) + int(e.payload["epochs"])
+            self.training_finished = False
+        if e.rank == 0 and e.kind == ev.EPOCH and self.epoch_target is not None:
+            self.training_finished = int(e.payload["epoch"]) >= self.epoch_target
+        if e.kind not in PROGRESS:
             return None
         # Only a step counts as training progress (a script's heartbeats may just be its printing).
         if e.kind in (ev.STEP, ev.EPOCH) and self.first_step_at is None:
@@ -53,7 +64,7 @@ class Attempt:
             self.last_step = max(self.last_step or 0, int(e.payload["step"]))
         if e.kind == ev.CHECKPOINT:
             self.last_commit_at = e.time
-            return checkpoints.checkpoint_name(e.payload["epoch"], e.payload["step"])
+            return checkpoints.checkpoint_name(e.payload["epoch"], e.payload["step"], int(e.payload.get("seq", 0)))
         return None
 
     def account_loss(self, resume_step: int) -> None:

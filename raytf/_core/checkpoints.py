@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -12,38 +13,67 @@ COMMIT_MARKER = "_COMMITTED.json"
 # tf.train.Checkpoint file prefix inside a checkpoint directory.
 TF_PREFIX = "ckpt"
 
-_NAME = re.compile(r"^ckpt-e(\d{6})-s(\d{10})$")
+# ckpt-nNNNNNNNN-eEEEEEE-sSSSSSSSSSS: the Nth checkpoint committed in the run's lineage, after E epochs and S
+# steps as the program counted them. The lineage number orders checkpoints, not (epoch, step): a program's
+# second Model.fit counts epochs from 0 again, a retried script restarts its count, and the newest checkpoint
+# must still be the one resumed from and the one pruning keeps. Names without it (ckpt-eE-sS, before raytf
+# 0.3) are older than any with it, and order among themselves by (epoch, step).
+_NAME = re.compile(r"^ckpt-(?:n(\d{8})-)?e(\d{6})-s(\d{10})$")
 # A replacement for a committed checkpoint of the same name is uploaded and committed here first; only then
 # does the old copy go and this one take its name. Found by listing in the meantime (a writer that died there).
 STAGING_SUFFIX = ".next"
 
 
-@dataclass(frozen=True, order=True)
+@functools.total_ordering
+@dataclass(frozen=True)
 class CheckpointEntry:
-    """A checkpoint directory under <run>/checkpoints/. Orders by (epoch, step)."""
+    """A checkpoint directory under <run>/checkpoints/. Orders by lineage number, then (epoch, step)."""
 
     epoch: int
     step: int
     name: str
     committed: bool = True
     stored_as: str = field(default="", compare=False)  # the directory, when not `name` (a staged replacement)
+    seq: int = 0  # its place in the run's lineage (0: a name from before lineage numbers)
 
     @property
     def dir(self) -> str:
         """Its directory under <run>/checkpoints/."""
         return self.stored_as or self.name
 
+    def _key(self) -> tuple:
+        return (self.seq, self.epoch, self.step, self.name)
 
-def checkpoint_name(epoch: int, step: int) -> str:
-    """Directory name for the state after `epoch` completed epochs and `step` global steps."""
-    if epoch < 0 or step < 0:
-        raise ValueError(f"epoch ({epoch}) and step ({step}) must not be negative")
-    return f"ckpt-e{epoch:06d}-s{step:010d}"
+    def __lt__(self, other: CheckpointEntry) -> bool:
+        return self._key() < other._key()
+
+
+def checkpoint_name(epoch: int, step: int, seq: int = 0) -> str:
+    """Directory name for the `seq`th checkpoint of the lineage, the state after `epoch` completed epochs and
+    `step` global steps (seq 0: the name without a lineage number)."""
+    if epoch < 0 or step < 0 or seq < 0:
+        raise ValueError(f"epoch ({epoch}), step ({step}) and seq ({seq}) must not be negative")
+    lineage = f"n{seq:08d}-" if seq else ""
+    return f"ckpt-{lineage}e{epoch:06d}-s{step:010d}"
 
 
 def parse_name(name: str) -> tuple[int, int] | None:
+    """(epoch, step) of a checkpoint's name, None for other names."""
+    parsed = parse_full(name)
+    return parsed[1:] if parsed else None
+
+
+def parse_full(name: str) -> tuple[int, int, int] | None:
+    """(seq, epoch, step) of a checkpoint's name (seq 0 when it has no lineage number), None for other names."""
     m = _NAME.match(name)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    return (int(m.group(1) or 0), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def next_seq(dirs: Iterable[str]) -> int:
+    """The lineage number of the next checkpoint: one past every checkpoint directory's, committed or not (a
+    writer that died mid-upload left a number that must not be reused)."""
+    seqs = [p[0] for d in dirs if (p := parse_full(d.removesuffix(STAGING_SUFFIX)))]
+    return max(seqs, default=0) + 1
 
 
 def entries_from_listing(dirs: Iterable[str], committed: Iterable[str]) -> list[CheckpointEntry]:
@@ -57,12 +87,12 @@ def entries_from_listing(dirs: Iterable[str], committed: Iterable[str]) -> list[
             staged[base] = d
     out = []
     for d in dirs:
-        parsed = parse_name(d)
+        parsed = parse_full(d)
         if parsed is not None and d not in staged:
-            out.append(CheckpointEntry(parsed[0], parsed[1], d, d in done))
+            out.append(CheckpointEntry(parsed[1], parsed[2], d, d in done, seq=parsed[0]))
     for base, d in staged.items():
-        epoch, step = parse_name(base)
-        out.append(CheckpointEntry(epoch, step, base, True, stored_as=d))
+        seq, epoch, step = parse_full(base)
+        out.append(CheckpointEntry(epoch, step, base, True, stored_as=d, seq=seq))
     return sorted(out)
 
 

@@ -22,6 +22,15 @@ HEAD_LOST = "head_lost"  # the Ray head (its GCS) stopped answering: the cluster
 DETERMINISTIC = frozenset({"ImportError", "ModuleNotFoundError", "SyntaxError", "NameError", "AttributeError",
                            "IndentationError", "TypeError"})
 
+# TF's errors on the surviving tasks when another task dies or stalls.
+PEER_ERRORS = frozenset({"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"})
+
+# Exceptions in the user's code that a retry can fix: a lost peer, a network or storage hiccup. Any other (KeyError,
+# ValueError, a script's sys.exit(3)) would happen again: it fails the run unless failure.retry_user_errors.
+TRANSIENT = PEER_ERRORS | frozenset({"StorageError", "OSError", "IOError", "ConnectionError", "ConnectionResetError",
+                                     "ConnectionRefusedError", "ConnectionAbortedError", "BrokenPipeError",
+                                     "TimeoutError"})
+
 # How informative a failure is about the root cause, when several tasks fail together.
 _CAUSE_RANK = {PREEMPTED: 0, SYSTEM: 1, HANG: 2, USER: 3, STARTUP: 4, PEER: 5}
 
@@ -37,28 +46,44 @@ class Verdict:
     reason: str
 
 
+def _what_failed(error_type: str, script: bool) -> str:
+    if not script:
+        return "the training function failed"
+    if error_type.startswith("exit "):
+        return f"the script exited {error_type.removeprefix('exit ')}"
+    return f"the script raised {error_type}" if error_type else "the script failed"
+
+
 def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failures_so_far: int,
-           cfg: FailureConfig) -> Verdict:
+           cfg: FailureConfig, trained: bool = False, script: bool = False) -> Verdict:
     """Retry the whole group from the latest committed checkpoint, or fail the run.
 
     Args:
         kind: the failure kind (USER, SYSTEM, PEER, HANG, STARTUP).
-        error_type: the exception's class name ("" for deaths and hangs).
+        error_type: the exception's class name ("" for deaths and hangs; "exit N" for a script's plain exit).
         attempt: the attempt that failed, from 1.
         progressed: whether any task completed a training step in that attempt.
         failures_so_far: failures already retried in this launch.
         cfg: failure.* settings.
+        trained: the attempt had finished its last epoch (the program's code after training failed).
+        script: the program is a script (train.script / train.module), for the wording.
     """
     if kind == PREEMPTED:
         # Like Ray Train's separate preemption budget: notice was given and the state saved, nothing is lost.
         return Verdict(Decision.RETRY, "preemption (does not count against failure.max_failures)")
+    if trained:
+        return Verdict(Decision.RAISE, "training had finished its last epoch: a retry would train it all again; "
+                                       "the checkpoints committed stay, a relaunch resumes from the last")
     if kind == USER:
+        what = _what_failed(error_type, script)
         if error_type in DETERMINISTIC:
             return Verdict(Decision.RAISE, f"{error_type} is a bug in the code, not worth a retry")
         if attempt == 1 and not progressed:
-            return Verdict(Decision.RAISE, "the training function failed before its first step: a retry would too")
-        if not cfg.retry_user_errors:
-            return Verdict(Decision.RAISE, "failure.retry_user_errors is false")
+            return Verdict(Decision.RAISE, f"{what} before its first step: a retry would too")
+        if error_type not in TRANSIENT and not cfg.retry_user_errors:
+            return Verdict(Decision.RAISE, f"{what}: {error_type or 'that'} is not a transient error (a lost peer, "
+                                           "a network or storage error), so a retry would fail the same way "
+                                           "(failure.retry_user_errors=true retries it anyway)")
     if cfg.max_failures != -1 and failures_so_far >= cfg.max_failures:
         return Verdict(Decision.RAISE, f"failure.max_failures ({cfg.max_failures}) reached")
     return Verdict(Decision.RETRY, f"{kind} failure; retry {failures_so_far + 1} of "
@@ -112,8 +137,6 @@ def unreachable_nodes(reports: list[str], nodes: dict[tuple[str, int], str], ans
     return {nodes[t] for t in named if t in nodes} - answered
 
 
-# TF's errors on the surviving tasks when another task dies or stalls.
-PEER_ERRORS = frozenset({"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"})
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?::|$)")
 
 

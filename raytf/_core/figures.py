@@ -16,8 +16,9 @@ CURVES_FILE = "learning_curves.png"
 def learning_curves(metrics: pa.Table | pd.DataFrame) -> pd.DataFrame:
     """One row per epoch: every epoch metric averaged over ranks, plus the evaluator's as `eval_<name>`.
 
-    Where an epoch was trained by several attempts (a failure, a resume), the last attempt's rows count:
-    they are the ones the final model descends from."""
+    Where an epoch was trained by several attempts (a failure, a resume), or numbered again by a later Model.fit
+    of the same program, the last attempt's (and in it the last fit's) rows count: they are the ones the final
+    model descends from."""
     df = metrics.to_pandas() if isinstance(metrics, pa.Table) else metrics
     if df.empty or "kind" not in df:
         return pd.DataFrame()
@@ -26,8 +27,10 @@ def learning_curves(metrics: pa.Table | pd.DataFrame) -> pd.DataFrame:
         rows = df[df["kind"] == kind]
         if rows.empty:
             continue
-        last = rows.groupby("epoch")["attempt"].transform("max")
-        rows = rows[rows["attempt"] == last]
+        # (attempt, fit) as one orderable number; a missing fit (custom loops, older runs) is 0.
+        order = rows["attempt"].astype("int64") * 1_000_000 + rows.get("fit", pd.Series(0, index=rows.index)) \
+            .fillna(0).astype("int64")
+        rows = rows[order == order.groupby(rows["epoch"]).transform("max")]
         values = [c for c in rows.columns if c not in BASE_COLUMNS and rows[c].notna().any()]
         out.append(rows.groupby("epoch")[values].mean().add_prefix(prefix))
     return pd.concat(out, axis=1).sort_index() if out else pd.DataFrame()

@@ -11,9 +11,11 @@ import pyarrow.compute as pc
 from raytf._core import events as ev
 
 # Fixed columns first, then one float64 column per metric name (null where a row lacks it).
-BASE_COLUMNS = ("run", "attempt", "rank", "role", "kind", "epoch", "step", "time")
+# `fit`: which Model.fit call of the attempt's program the row came from (1, 2, ...; null outside Keras fit).
+BASE_COLUMNS = ("run", "attempt", "rank", "role", "kind", "epoch", "step", "time", "fit")
 _BASE_TYPES = {"run": pa.string(), "attempt": pa.int64(), "rank": pa.int64(), "role": pa.string(),
-               "kind": pa.string(), "epoch": pa.int64(), "step": pa.int64(), "time": pa.float64()}
+               "kind": pa.string(), "epoch": pa.int64(), "step": pa.int64(), "time": pa.float64(),
+               "fit": pa.int64()}
 
 
 def rows_to_arrow(rows: list[dict]) -> pa.Table:
@@ -57,7 +59,8 @@ class MetricsTable:
             return None
         p = event.payload
         row = {"run": self.run, "attempt": event.attempt, "rank": event.rank, "role": event.role,
-               "kind": event.kind, "epoch": int(p["epoch"]), "step": int(p["step"]), "time": event.time}
+               "kind": event.kind, "epoch": int(p["epoch"]), "step": int(p["step"]), "time": event.time,
+               "fit": p.get("fit")}
         for k, v in p.get("metrics", {}).items():
             row[k if k not in _BASE_TYPES else f"metric_{k}"] = float(v)
         self._new.append(row)

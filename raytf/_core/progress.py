@@ -70,14 +70,17 @@ class StepCounter:
         self._now = clock
         self.epoch = epoch  # completed epochs
         self.step = step  # completed global steps
+        self.fit: int | None = None  # the program's Model.fit call under way (1, 2, ...): None outside Keras fit
         self._cadence = Cadence(every_steps, step, clock)
         self._last_beat = clock()
 
     def report(self, metrics: Mapping[str, Any] | None, *, kind: str = STEP) -> None:
         """Send a metrics row (this task's rank, current epoch and step) to the driver."""
         self._last_beat = self._now()
-        self._emit(kind, {"epoch": self.epoch + (1 if kind == STEP else 0), "step": self.step,
-                          "metrics": scalars(metrics)})
+        payload = {"epoch": self.epoch + (1 if kind == STEP else 0), "step": self.step, "metrics": scalars(metrics)}
+        if self.fit is not None:
+            payload["fit"] = self.fit
+        self._emit(kind, payload)
 
     def heartbeat(self) -> None:
         """Tell the driver this task is making progress (at most every failure.heartbeat_s). Called for you

@@ -122,7 +122,8 @@ class Driver(RunRecord):
         try:
             while True:
                 attempt = Attempt(len(self.previous_attempts) + len(self.attempts) + 1, len(self.attempts) + 1,
-                                   resumed_from=self.resumed_from.name if self.resumed_from else None)
+                                   resumed_from=self.resumed_from.name if self.resumed_from else None,
+                                   epoch_target=None if script else cfg.train.epochs)
                 self.attempts.append(attempt)
                 if self.resumed_from is not None:
                     log.info("attempt %d: resuming %s from %s", attempt.number, cfg.run.name,
@@ -175,7 +176,8 @@ class Driver(RunRecord):
         attempt.status, attempt.ended = FAILED, time.time()
         verdict = failure.decide(kind=attempt.cause or failure.SYSTEM, error_type=attempt.error_type or "",
                                  attempt=attempt.index, progressed=attempt.first_step_at is not None,
-                                 failures_so_far=failures, cfg=self.cfg.failure)
+                                 failures_so_far=failures, cfg=self.cfg.failure,
+                                 trained=attempt.training_finished, script=script_mode(self.cfg))
         attempt.decision, attempt.reason = verdict.decision.value, verdict.reason
         # (With checkpoint.resume=false the run directory had no checkpoints: any here are this launch's.)
         latest = self.run_dir.latest_checkpoint()

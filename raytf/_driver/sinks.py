@@ -32,16 +32,28 @@ class Progress:
         self.bars = not quiet and (sys.stderr.isatty() or "ipykernel" in sys.modules)
         self._bar = None
         self._epoch = None
+        self.fit: int | None = None  # the Model.fit under way (a script's, or a function's later ones)
+        self._base = (0, 0)  # (epochs, steps) counted before it, by the program's earlier fits
+
+    def _label(self, epoch: int) -> str:
+        """`epoch 3/5`, in the fit's own count: `fit 2 · epoch 1/2` for a program's second Model.fit."""
+        label = f"epoch {epoch - self._base[0]}" + (f"/{self.epochs}" if self.epochs else "")
+        return f"fit {self.fit} · {label}" if (self.fit or 1) > 1 else label
+
+    def _in_epoch(self, epoch: int, step: int) -> int:
+        """Steps done in epoch `epoch` (1-based, the run's count) at global step `step`."""
+        return max(0, min(self.steps_per_epoch, step - self._base[1] - (epoch - 1 - self._base[0])
+                          * self.steps_per_epoch))
 
     def _open(self, epoch: int, step: int) -> None:
         from tqdm.auto import tqdm
 
         self._close()
         self._epoch = epoch
-        self._bar = tqdm(total=self.steps_per_epoch, desc=f"epoch {epoch}/{self.epochs or '?'}", unit="step",
+        self._bar = tqdm(total=self.steps_per_epoch, desc=self._label(epoch), unit="step",
                          leave=True, dynamic_ncols=True)
         if self.steps_per_epoch:
-            self._bar.n = step - (epoch - 1) * self.steps_per_epoch
+            self._bar.n = self._in_epoch(epoch, step)
             self._bar.refresh()
 
     def _close(self) -> None:
@@ -55,8 +67,11 @@ class Progress:
             return
         if e.kind == ev.STARTED:
             self.replicas = max(self.replicas, int(e.payload.get("replicas", 1)))
-            if e.rank == self.rank and "epochs" in e.payload:  # a script's Model.fit began
-                self.epochs, self.steps_per_epoch = e.payload["epochs"], e.payload["steps_per_epoch"]
+            p = e.payload
+            if e.rank == self.rank and "epochs" in p:  # a script's Model.fit began (or a function's later one)
+                self.epochs, self.steps_per_epoch = p["epochs"], p["steps_per_epoch"]
+                self.fit = p.get("fit")
+                self._base = (int(p.get("base_epoch") or 0), int(p.get("base_step") or 0))
             return
         p = e.payload
         metrics = p.get("metrics", {})
@@ -75,7 +90,7 @@ class Progress:
             if self._epoch != p["epoch"]:
                 self._open(p["epoch"], p["step"])
             if self.steps_per_epoch:
-                self._bar.n = min(self.steps_per_epoch, p["step"] - (p["epoch"] - 1) * self.steps_per_epoch)
+                self._bar.n = self._in_epoch(p["epoch"], p["step"])
             else:
                 self._bar.n = p["step"]
             self._bar.set_postfix(shown, refresh=True)
@@ -86,8 +101,9 @@ class Progress:
                 self._bar.set_postfix(shown, refresh=True)
                 self._close()
                 self._epoch = None
-            log.info("epoch %d/%s step %d: %s", p["epoch"], self.epochs or "?", p["step"],
-                     " ".join(f"{k}={v}" for k, v in shown.items()))
+            # (A script that reports epochs without counting steps has none to show.)
+            at = f" step {p['step']}" if p["step"] else ""
+            log.info("%s%s: %s", self._label(p["epoch"]), at, " ".join(f"{k}={v}" for k, v in shown.items()))
 
     def output(self, e: ev.Event) -> None:
         """A script's streamed stdout/stderr lines, prefixed with role and rank, above the progress bar."""

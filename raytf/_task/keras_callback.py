@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import tensorflow as tf
 
+from raytf._core import events as ev
 from raytf._core.progress import scalar
 
 
@@ -28,8 +29,17 @@ class RaytfCallback(tf.keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None) -> None:
         self._set_scale()
-        self.ctx.epoch = self.ctx.initial_epoch
         self._skip = 0
+        ctx = self.ctx
+        ctx.fit = (ctx.fit or 0) + 1
+        if ctx.fit > 1:
+            # A later Model.fit of the same program (fine-tuning, say): its epochs count on from the earlier
+            # fits', so its rows and checkpoints are not taken for theirs; the resume was the first fit's.
+            ctx._emit(ev.STARTED, {"replicas": ctx.num_replicas, "epochs": self.params.get("epochs"),
+                                   "steps_per_epoch": self.params.get("steps"), "fit": ctx.fit,
+                                   "base_epoch": ctx.epoch, "base_step": ctx.step})
+            return
+        ctx.epoch = ctx.initial_epoch
         if getattr(self.model, "_training_state", None) is None:
             # Right after on_train_begin, tf-keras's fit asks model._training_state at which (epoch, step) to
             # start: its own BackupAndRestore resumes mid-epoch that way (tf_keras/src/engine/training.py,

@@ -36,6 +36,7 @@ class Uploader:
         self._error: BaseException | None = None
         self._lock = threading.Lock()
         self.inflight_bytes = 0  # of the checkpoints waiting or uploading
+        self._seq: int | None = None  # the lineage number of the next checkpoint submitted (numbered in order)
         self.last_bytes = 0  # of the last checkpoint submitted: the size of this model's state
 
     def busy(self, what: str | None, nbytes: int = 0) -> None:
@@ -64,18 +65,21 @@ class Uploader:
         with self._lock:
             self.inflight_bytes += nbytes
         self.last_bytes = nbytes
-        self._pending.append(self._pool.submit(self._upload, local, epoch, step, meta, nbytes))
-        return self.run_dir.uri_of(CHECKPOINTS_DIR, checkpoints.checkpoint_name(epoch, step))
+        if self._seq is None:  # one uploader per run at a time (the chief's): numbering on from the listing is safe
+            self._seq = self.run_dir.next_checkpoint_seq()
+        seq, self._seq = self._seq, self._seq + 1
+        self._pending.append(self._pool.submit(self._upload, local, epoch, step, meta, nbytes, seq))
+        return self.run_dir.uri_of(CHECKPOINTS_DIR, checkpoints.checkpoint_name(epoch, step, seq))
 
-    def _upload(self, local: str, epoch: int, step: int, meta: dict, nbytes: int = 0) -> None:
+    def _upload(self, local: str, epoch: int, step: int, meta: dict, nbytes: int = 0, seq: int = 0) -> None:
         try:
             if self._error is not None:  # an earlier upload failed: the run is failing, this one is moot
                 return
             delay = float(os.environ.get(UPLOAD_DELAY_ENV) or 0)
             if delay:
                 time.sleep(delay)  # the test seam's slow storage
-            uri = self.run_dir.upload_checkpoint(local, epoch, step, meta, before_commit=self.before_commit)
-            self.emit(ev.CHECKPOINT, {"epoch": epoch, "step": step, "uri": uri})
+            uri = self.run_dir.upload_checkpoint(local, epoch, step, meta, before_commit=self.before_commit, seq=seq)
+            self.emit(ev.CHECKPOINT, {"epoch": epoch, "step": step, "seq": seq, "uri": uri})
             self.run_dir.prune_checkpoints(self.cfg.checkpoint.keep_last)
         except BaseException as e:
             self._error = e

@@ -171,9 +171,11 @@ class MetricsConfig:
 class FailureConfig:
     # Failures retried per launch (the whole group restarts from the latest committed checkpoint); -1 = no limit.
     max_failures: int = 3
-    # Retry exceptions raised by the training function after it made progress (before its first step in the
-    # first attempt, and import/name errors, are never retried).
-    retry_user_errors: bool = True
+    # Exceptions raised by the program are retried only when transient (TF's UnavailableError, AbortedError,
+    # DeadlineExceededError, CancelledError; network and storage errors). True: retry the others too, once the
+    # program made progress (import/name errors, errors before the first step of the first attempt and errors
+    # after the last epoch are never retried).
+    retry_user_errors: bool = False
     # No step from a rank for this long counts as a hang (stacks dumped, group restarted).
     hang_timeout_s: float = 300.0
     # Tasks send a progress heartbeat at most this often.

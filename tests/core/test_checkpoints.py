@@ -150,3 +150,45 @@ def test_rundir_replacing_a_committed_checkpoint_keeps_it_until_the_new_copy_is_
     assert rd.read_json(f"{CHECKPOINTS_DIR}/{ck.checkpoint_name(1, 10)}/{ck.COMMIT_MARKER}")["attempt"] == 3
     rd.prune_checkpoints(keep_last=3)  # the dead writer's staging directory goes
     assert sorted(os.listdir(tmp_path / "runs" / "r1" / CHECKPOINTS_DIR)) == [ck.checkpoint_name(1, 10)]
+
+
+def test_lineage_number_orders_checkpoints_not_the_programs_epoch():
+    # A second Model.fit (or a retried script) counts epochs from 0 again: its checkpoints are still the newest.
+    first_fit = [ck.checkpoint_name(e, e * 10, seq=e) for e in (1, 2, 3, 4)]
+    second_fit = ck.checkpoint_name(1, 10, seq=5)
+    legacy = ck.checkpoint_name(9, 90)  # a name from before lineage numbers: older than any numbered one
+    assert ck.parse_full(second_fit) == (5, 1, 10) and ck.parse_name(second_fit) == (1, 10)
+    assert ck.parse_full(legacy) == (0, 9, 90)
+    dirs = [*first_fit, second_fit, legacy]
+    entries = ck.entries_from_listing(dirs, committed=dirs)
+    assert [e.name for e in entries] == [legacy, *first_fit, second_fit]
+    assert ck.latest_committed(entries).name == second_fit
+    # keep_last=3 keeps the three newest commits, whatever epochs they name.
+    assert [e.name for e in ck.to_prune(entries, keep_last=3)] == [legacy, *first_fit[:2]]
+
+
+def test_next_lineage_number_skips_partial_and_staged_numbers():
+    assert ck.next_seq([]) == 1
+    assert ck.next_seq([ck.checkpoint_name(4, 40)]) == 1  # legacy names only
+    partial = ck.checkpoint_name(1, 10, seq=7)  # uncommitted: a writer died there; its number is not reused
+    staged = ck.checkpoint_name(2, 20, seq=8) + ck.STAGING_SUFFIX
+    assert ck.next_seq([ck.checkpoint_name(3, 30, seq=3), partial, staged, "other"]) == 9
+
+
+def test_uploader_numbers_checkpoints_on_from_the_run_directory(tmp_path):
+    from raytf._task.upload import Uploader
+    from raytf.config import load_config
+
+    cfg = load_config({"train": {"entrypoint": "m:f"}, "storage": {"path": str(tmp_path)},
+                       "checkpoint": {"keep_last": 2}})
+    rd = RunDir(cfg.storage, "r1")
+    rd.upload_checkpoint(str(_local_checkpoint(tmp_path / "old", b"x")), 4, 40, {"attempt": 1}, seq=3)
+    events = []
+    up = Uploader(rd, cfg, lambda kind, payload: events.append((kind, payload)), lambda: None, None)
+    uris = [up.submit(str(_local_checkpoint(tmp_path / f"l{i}", b"y")), 1 + i, 10 * (1 + i), {"attempt": 2})
+            for i in range(2)]
+    up.close()
+    assert [u.rsplit("/", 1)[1] for u in uris] == [ck.checkpoint_name(1, 10, 4), ck.checkpoint_name(2, 20, 5)]
+    assert [p["seq"] for k, p in events if k == "checkpoint"] == [4, 5]
+    # Epoch 1 and 2 after epoch 4: the newest by lineage, and pruning kept them, not the old epoch 4.
+    assert [e.name for e in rd.list_checkpoints()] == [ck.checkpoint_name(1, 10, 4), ck.checkpoint_name(2, 20, 5)]

@@ -29,14 +29,43 @@ def test_code_errors_are_never_retried(error_type):
 def test_user_error_before_the_first_step_of_the_first_attempt_is_final():
     assert decide(kind=f.USER, error_type="ValueError", attempt=1, progressed=False) is f.Decision.RAISE
     # Later attempts may fail early because of the failure being recovered from: retry.
-    assert decide(kind=f.USER, error_type="ValueError", attempt=2, progressed=False) is f.Decision.RETRY
+    assert decide(kind=f.USER, error_type="UnavailableError", attempt=2, progressed=False) is f.Decision.RETRY
 
 
-def test_user_errors_after_progress_follow_retry_user_errors():
-    assert decide(kind=f.USER, error_type="OSError") is f.Decision.RETRY
-    cfg = FailureConfig(retry_user_errors=False)
-    assert decide(kind=f.USER, error_type="OSError", cfg=cfg) is f.Decision.RAISE
-    assert decide(kind=f.SYSTEM, cfg=cfg) is f.Decision.RETRY
+@pytest.mark.parametrize("error_type", ["UnavailableError", "AbortedError", "DeadlineExceededError", "OSError",
+                                        "StorageError", "ConnectionResetError"])
+def test_transient_user_errors_after_progress_are_retried(error_type):
+    assert decide(kind=f.USER, error_type=error_type) is f.Decision.RETRY
+    assert decide(kind=f.USER, error_type=error_type, failures_so_far=3) is f.Decision.RAISE  # within the budget
+
+
+@pytest.mark.parametrize("error_type", ["KeyError", "ValueError", "RuntimeError", "FileNotFoundError", "exit 3"])
+def test_other_user_errors_are_not_retried_unless_asked(error_type):
+    v = f.decide(kind=f.USER, error_type=error_type, attempt=2, progressed=True, failures_so_far=0,
+                 cfg=FailureConfig())
+    assert v.decision is f.Decision.RAISE and "not a transient error" in v.reason
+    assert decide(kind=f.USER, error_type=error_type, cfg=FailureConfig(retry_user_errors=True)) is f.Decision.RETRY
+    assert decide(kind=f.SYSTEM) is f.Decision.RETRY  # deaths are retried either way
+
+
+@pytest.mark.parametrize("kind,error_type", [(f.USER, "KeyError"), (f.USER, "UnavailableError"), (f.SYSTEM, ""),
+                                             (f.PEER, "UnavailableError")])
+def test_no_failure_after_the_last_epoch_reruns_training(kind, error_type):
+    cfg = FailureConfig(retry_user_errors=True, max_failures=-1)
+    v = f.decide(kind=kind, error_type=error_type, attempt=1, progressed=True, failures_so_far=0, cfg=cfg,
+                 trained=True)
+    assert v.decision is f.Decision.RAISE and "last epoch" in v.reason
+    # A preemption notice is not the program's failure: saved, and resumed (nothing left to train).
+    assert decide(kind=f.PREEMPTED, trained=True) is f.Decision.RETRY
+
+
+def test_script_failures_are_worded_as_the_scripts():
+    v = f.decide(kind=f.USER, error_type="exit 3", attempt=1, progressed=False, failures_so_far=0,
+                 cfg=FailureConfig(), script=True)
+    assert v.reason == "the script exited 3 before its first step: a retry would too"
+    v = f.decide(kind=f.USER, error_type="KeyError", attempt=1, progressed=True, failures_so_far=0,
+                 cfg=FailureConfig(), script=True)
+    assert v.reason.startswith("the script raised KeyError: KeyError is not a transient error")
 
 
 def test_verdicts_explain_themselves():

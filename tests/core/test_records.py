@@ -126,3 +126,47 @@ def test_metrics_flush_in_parts_then_compact_without_losing_or_doubling_rows(tmp
     assert (tmp_path / "r" / METRICS_FILE).exists()
     resumed = MetricsTable("r", previous=rd.read_metrics())
     assert resumed.final() == {"acc": 0.5, "epoch": 1, "step": 2}
+
+
+def test_attempt_knows_when_training_finished():
+    def epoch(a, n, rank=0):
+        a.observe(ev.Event(ev.EPOCH, "worker", rank, 1, {"epoch": n, "step": 10 * n}))
+
+    fn = Attempt(1, 1, epoch_target=3)  # a training function: train.epochs
+    epoch(fn, 2)
+    epoch(fn, 3, rank=1)  # another rank's count does not decide
+    assert not fn.training_finished
+    epoch(fn, 3)
+    assert fn.training_finished
+    script = Attempt(1, 1)  # a script: its Model.fit says how many epochs
+    epoch(script, 5)
+    assert not script.training_finished  # no fit seen: unknown
+    script.observe(ev.Event(ev.STARTED, "worker", 0, 1, {"replicas": 2, "epochs": 2, "fit": 1, "base_epoch": 0}))
+    epoch(script, 2)
+    assert script.training_finished
+    # A second fit of two more epochs (counting on from 2): not finished until epoch 4.
+    script.observe(ev.Event(ev.STARTED, "worker", 0, 1, {"replicas": 2, "epochs": 2, "fit": 2, "base_epoch": 2}))
+    assert not script.training_finished
+    epoch(script, 3)
+    assert not script.training_finished
+    epoch(script, 4)
+    assert script.training_finished and script.to_json()["training_finished"] is True
+
+
+def test_checkpoint_events_name_the_lineage_number():
+    a = Attempt(1, 1)
+    name = a.observe(ev.Event(ev.CHECKPOINT, "worker", 0, 1, {"epoch": 1, "step": 20, "seq": 7}))
+    assert name == checkpoint_name(1, 20, 7)
+
+
+def test_metrics_rows_keep_their_fit_and_curves_take_the_last_fit():
+    from raytf._core.figures import learning_curves
+
+    table = MetricsTable("r")
+    for fit, loss in ((1, 0.9), (2, 0.1)):  # the same epoch number from two fits of one attempt
+        for rank in (0, 1):
+            table.add(ev.Event(ev.EPOCH, "worker", rank, 1, {"epoch": 1, "step": 10, "fit": fit,
+                                                              "metrics": {"loss": loss}}))
+    t = table.to_arrow()
+    assert t.column("fit").to_pylist() == [1, 1, 2, 2]
+    assert learning_curves(t)["loss"].tolist() == [0.1]

@@ -140,7 +140,8 @@ def test_script_reporter_cadence_and_checkpoint_sync(tmp_path):
         rep.step_end({"loss": 0.4})
     rep.epoch_end({"loss": 0.3})  # nothing new written: no sync
     msgs = _read_messages(r)
-    assert msgs[0] == {"kind": "fit", "replicas": 2, "epochs": 2, "steps_per_epoch": 8}
+    assert msgs[0] == {"kind": "fit", "replicas": 2, "epochs": 2, "steps_per_epoch": 8, "fit": 1, "base_epoch": 0,
+                       "base_step": 0}
     assert [m["step"] for m in msgs if m["kind"] == "step"] == [1, 4, 8, 12, 16]
     assert [(m["epoch"], m["step"]) for m in msgs if m["kind"] == "epoch"] == [(1, 8), (2, 16)]
     syncs = [m for m in msgs if m["kind"] == "sync"]

@@ -309,8 +309,7 @@ class ScriptHost:
         if kind == "exception":
             self.raised = str(msg["type"])
         elif kind == "fit":
-            self.emit(ev.STARTED, {"replicas": msg["replicas"], "epochs": msg["epochs"],
-                                   "steps_per_epoch": msg["steps_per_epoch"]})
+            self.emit(ev.STARTED, msg)
         elif kind == "sync":
             if self._uploader is None:
                 self._uploader = Uploader(self.run_dir, self.cfg, self.emit, self._beat, None,

@@ -49,8 +49,8 @@ class ScriptReporter(StepCounter):
         self.steps_per_epoch: int | None = None
         self._synced = _tree_signature(checkpoint_dir)  # what a resume restored there is not new
         self._snapshots = 0
-        self._fits = 0  # Model.fit calls so far in this process
         self._base = (0, 0)  # (epochs, steps) done before the current fit, by earlier fits
+        self._fit_epochs: int | None = None
         self._fit_begun = False
 
     def _send(self, obj: dict[str, Any]) -> None:
@@ -65,10 +65,10 @@ class ScriptReporter(StepCounter):
 
     # -- what keras_callback.ScriptCallback calls -------------------------------------------------------
     def fit_started(self, *, replicas: int, epochs: int | None, steps_per_epoch: int | None) -> None:
-        self._fits += 1
+        self.fit = (self.fit or 0) + 1
         self._fit_begun = False
         self.num_replicas, self.steps_per_epoch = replicas, steps_per_epoch
-        self._send({"kind": "fit", "replicas": replicas, "epochs": epochs, "steps_per_epoch": steps_per_epoch})
+        self._fit_epochs = epochs
 
     def epoch_begin(self, epoch: int) -> None:
         """Keras' epoch index (0-based, within this fit): after a restore (BackupAndRestore) fit starts past 0."""
@@ -76,7 +76,11 @@ class ScriptReporter(StepCounter):
             self._fit_begun = True
             # A later fit that starts from epoch 0 (fine-tuning, say) counts on from the earlier ones, so its
             # checkpoints are the newest; one with initial_epoch set (fit one epoch at a time) says where it is.
-            self._base = (self.epoch, self.step) if self._fits > 1 and epoch == 0 else (0, 0)
+            self._base = (self.epoch, self.step) if self.fit > 1 and epoch == 0 else (0, 0)
+            # Told once the base is known: the driver shows this fit's epochs as 1..epochs, not the run's count.
+            self._send({"kind": "fit", "replicas": self.num_replicas, "epochs": self._fit_epochs,
+                        "steps_per_epoch": self.steps_per_epoch, "fit": self.fit, "base_epoch": self._base[0],
+                        "base_step": self._base[1]})
         base_epoch, base_step = self._base
         self.epoch = base_epoch + epoch
         if self.steps_per_epoch:
