@@ -4,7 +4,7 @@ knows about raytf. Under raytf only the chief runs it (raytf starts the ps and w
 
 With raytf:
     python -m raytf.launch conf/ps_local.yaml train.entrypoint= train.script=examples/ps_script.py \
-        'train.args=[--working-dir,{checkpoint_dir}]'
+        'train.args=[--working-dir,"{checkpoint_dir}"]'
 """
 
 import argparse

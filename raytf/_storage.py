@@ -29,6 +29,23 @@ METRICS_PARTS_DIR = "metrics.parts"  # while a run goes: one Parquet file per fl
 METRICS_PARTS_KEY = b"raytf.parts"  # metrics.parquet's schema metadata: the parts it already includes
 CHECKPOINTS_DIR = "checkpoints"
 MODEL_DIR = "model"
+WORKDIR_DIR = "workdir"
+
+
+# A task's files in the run directory, named by role and task index (worker1, ps0: TF's names for it).
+def task_log(role: str, index: int, attempt: int) -> str:
+    """The task's captured stdout/stderr."""
+    return f"logs/{role}{index}-attempt{attempt}.log"
+
+
+def task_log_dir(role: str, index: int, attempt: int) -> str:
+    """What the task's program wrote into its own log directory ($RAYTF_LOG_DIR, ctx.log_dir)."""
+    return f"logs/{role}{index}-attempt{attempt}"
+
+
+def task_workdir(role: str, index: int) -> str:
+    """What the task's program wrote into its working directory (each attempt's over the last's)."""
+    return f"{WORKDIR_DIR}/{role}{index}"
 
 
 # Test seam: a one-machine test cluster cannot show a node whose local disk differs from the driver's. A raylet
@@ -234,7 +251,9 @@ class RunDir:
 
     def next_checkpoint_seq(self) -> int:
         """The lineage number the next checkpoint of this run takes (checkpoints._NAME)."""
-        return checkpoints.next_seq(self._checkpoint_dirs()[0])
+        o = self.options
+        return with_retries("listing the checkpoints", lambda: checkpoints.next_seq(self._checkpoint_dirs()[0]),
+                            o.upload_retries, o.upload_backoff_s)
 
     def upload_checkpoint(self, local_dir: str, epoch: int, step: int, meta: dict[str, Any],
                           before_commit: Callable[[], None] | None = None, seq: int = 0) -> str:

@@ -3,6 +3,8 @@
   python -m raytf.runs ls [STORAGE]          one line per run: status, strategy, epochs, final metrics
   python -m raytf.runs show RUN [--storage S] the run's summary: tasks, attempts, checkpoints, final metrics
   python -m raytf.runs plot RUN [-o FILE]    learning curves as PNG (default: RUN's learning_curves.png here)
+
+Exit codes: 0 done, 1 a run could not be read, 2 bad usage (no run where RUN points).
 """
 
 from __future__ import annotations
@@ -19,7 +21,30 @@ from raytf.errors import RaytfError
 
 
 def _run_path(run: str, storage_path: str) -> str:
-    return run if ("/" in run or "://" in run) else posixpath.join(storage_path.split("?", 1)[0], run)
+    """A run name under `storage_path`, or `run` itself when it is a path or URI; S3 options in the storage's
+    query (?endpoint_override=...&scheme=http) stay with it."""
+    if "/" in run or "://" in run:
+        return run
+    base, _, query = storage_path.partition("?")
+    return posixpath.join(base, run) + (f"?{query}" if query else "")
+
+
+def _not_a_run(run_path: str) -> str | None:
+    """None when run_path holds a run (its result.json); else one line naming the directory looked at and
+    how to find the runs there."""
+    fs, inner, uri = storage.resolve(run_path)
+    if fs.get_file_info(posixpath.join(inner, storage.RESULT_FILE)).type == pafs.FileType.File:
+        return None
+    query = run_path.partition("?")[2]
+    parent = posixpath.dirname(uri) + (f"?{query}" if query else "")
+    what = ("no such directory" if fs.get_file_info(inner).type == pafs.FileType.NotFound
+            else f"no {storage.RESULT_FILE} in it")
+    return (f"no run at {uri} ({what}): list the runs there with `python -m raytf.runs ls {parent}` (a run "
+            "name is looked up under --storage, default ./runs)")
+
+
+def _or_dash(value, unit: str = "") -> str:
+    return "-" if value is None else f"{value}{unit}"
 
 
 def _fmt_metrics(metrics: dict) -> str:
@@ -67,19 +92,27 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from raytf.api.result import load_result
 
-        result = load_result(_run_path(args.run, args.storage))
+        run_path = _run_path(args.run, args.storage)
+        missing = _not_a_run(run_path)
+        if missing:
+            print(f"raytf.runs: {missing}", file=sys.stderr)
+            return 2
+        result = load_result(run_path)
         if args.cmd == "show":
             s = result.summary
             print(f"run        {s.get('run')}   ({result.run_dir})")
-            print(f"status     {s.get('status')}   strategy {s.get('strategy')}   roles {s.get('roles')}")
+            print(f"status     {_or_dash(s.get('status'))}   strategy {_or_dash(s.get('strategy'))}   "
+                  f"roles {_or_dash(s.get('roles'))}")
             print(f"final      {_fmt_metrics(s.get('final_metrics') or {})}")
-            print(f"checkpoint {s.get('last_checkpoint')}   resumed_from {s.get('resumed_from')}")
-            print(f"timings    duration {s.get('duration_s')}s   first step {s.get('first_step_s')}s")
+            print(f"checkpoint {_or_dash(s.get('last_checkpoint'))}   resumed_from {_or_dash(s.get('resumed_from'))}")
+            print(f"timings    duration {_or_dash(s.get('duration_s'), 's')}   "
+                  f"first step {_or_dash(s.get('first_step_s'), 's')}")
             for t in s.get("tasks") or []:
                 print(f"  task {t['role']:9} rank {t['rank']:<3} node {str(t['node_id'])[:12]}  {t['address']}")
             for a in s.get("attempts") or []:
-                print(f"  attempt {a['attempt']}: {a['status']:11} cause={a.get('cause')} rank={a.get('rank')} "
-                      f"decision={a.get('decision')} recovery_s={a.get('recovery_s')} steps_lost={a.get('steps_lost')}")
+                print(f"  attempt {a['attempt']}: {a['status']:11} "
+                      + " ".join(f"{k}={_or_dash(a.get(k))}" for k in ("cause", "rank", "decision", "recovery_s",
+                                                                      "steps_lost")))
             if s.get("error"):
                 print(f"error      {s['error'].get('message')}")
             return 0

@@ -191,7 +191,7 @@ class TaskGroup:
         """A rank without progress for failure.hang_timeout_s: its stacks go to the log and the run
         directory, and the error says where."""
         info, timeout = self.info(rank), self.cfg.failure.hang_timeout_s
-        rel = f"logs/stacks-attempt{attempt}-{info.get('role')}{rank}.txt"
+        rel = f"logs/stacks-attempt{attempt}-{info.get('role')}{info.get('index', rank)}.txt"
         text = self.dump_stacks(rank)
         log.error("stacks of %s %s (pid %s):\n%s", info.get("role"), rank, info.get("pid"), text)
         where = self.run_dir.uri_of(rel)

@@ -21,10 +21,11 @@ import ray
 from raytf._core import events as ev
 from raytf._core import failure
 from raytf._core.plan import TaskSpec
-from raytf._storage import RunDir
+from raytf._storage import RunDir, task_log, task_log_dir, task_workdir
 from raytf._task import scratch
 from raytf._task.scratch import Scratch
 from raytf._task.tee import OutputCapture
+from raytf._task.upload import upload_outputs
 from raytf.config import Config
 from raytf.errors import WorkerError
 
@@ -86,6 +87,26 @@ class _Emitter:
             refs, self._inflight = self._inflight, []
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=timeout)
+
+
+class _WorkingDir:
+    """The training function runs in a directory of its own (relative paths it writes, a ModelCheckpoint("ckpt")
+    say, would otherwise collide between the tasks of one host); imports keep resolving as before."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        os.makedirs(path, exist_ok=True)
+        self._was = ""
+
+    def __enter__(self) -> _WorkingDir:
+        self._was = os.getcwd()
+        # sys.path's "" (or ".") means the current directory: it keeps meaning the one the task started in.
+        sys.path[:] = [self._was if p in ("", ".") else p for p in sys.path]
+        os.chdir(self.path)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.chdir(self._was)
 
 
 @ray.remote(num_cpus=0)
@@ -172,7 +193,7 @@ class TaskActor:
             remote_traceback=traceback.format_exc(), kind=kind, error_type=type(e).__name__)}
 
     def _capture(self, run_dir: RunDir, attempt: int) -> None:
-        self._output = OutputCapture(run_dir, f"logs/{self.spec.role}{self.spec.rank}-attempt{attempt}.log")
+        self._output = OutputCapture(run_dir, task_log(self.spec.role, self.spec.index, attempt))
 
     def _end_capture(self) -> None:
         if getattr(self, "_output", None) is not None:
@@ -233,7 +254,7 @@ class TaskActor:
             env = child_env(base=dict(os.environ), tf_config=tf_config, spec=spec, cfg=cfg, run_uri=run_dir.uri,
                             attempt=attempt, is_chief=is_chief, num_workers=num_workers,
                             checkpoint_dir=host.checkpoint_dir, resume_from=resume_from, python_path=python_path,
-                            log_dir=host.log_dir)
+                            log_dir=host.log_dir, launch_dir=host.launch_dir, work_dir=host.work_dir)
             self._on_sigterm(lambda: emit(ev.PREEMPTED, {"step": host._position["step"]}))
             code, tail = host.run(env)
             emit.flush()
@@ -241,7 +262,7 @@ class TaskActor:
                 return {"ok": True, "stopped": False, **host._position}
             kind, error_type = failure.exit_failure(code, tail, host.raised)
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            log_uri = run_dir.uri_of(f"logs/{spec.role}{spec.rank}-attempt{attempt}.log")
+            log_uri = run_dir.uri_of(task_log(spec.role, spec.index, attempt))
             last = "\n".join(f"  | {line}" for line in tail) or "  | (nothing on stderr)"
             return {"ok": False, "error": WorkerError(
                 f"the script {how}; the last lines of its stderr:\n{last}\n(all of it: {log_uri})",
@@ -283,19 +304,27 @@ class TaskActor:
             # TF's server holds the port now (MWMS); ours can go.
             self._release_port()
             emit(ev.STARTED, {"replicas": int(strategy.num_replicas_in_sync), **tf_runtime.versions()})
+            scratch_dir = self._new_scratch(run_dir, attempt)
+            tf_runtime.keep_own_writes(scratch_dir)
+            workdir = _WorkingDir(os.path.join(scratch_dir, "work"))
             ctx = TrainContext(
                 cfg=cfg, strategy=strategy, role=spec.role, index=spec.index, rank=spec.rank,
                 is_chief=is_chief, num_workers=len((tf_config or {}).get("cluster", {}).get("worker", [])) or 1,
                 attempt=attempt, run_dir=run_dir, emit=emit, resume_from=None if evaluator else resume_from,
-                scratch_dir=self._new_scratch(run_dir, attempt),
+                scratch_dir=scratch_dir,
                 wait_stop=lambda timeout: ray.get(bus.wait_stop.remote(timeout)), bus=bus,
             )
             self._on_sigterm(lambda: emit(ev.PREEMPTED, {"step": ctx.step}))
             stopped = False
             try:
-                fn(ctx)
+                with workdir:
+                    fn(ctx)
             except TrainingStopped:
                 stopped = True
+            finally:
+                upload_outputs(run_dir, ctx.log_dir, task_log_dir(spec.role, spec.index, attempt), "ctx.log_dir")
+                upload_outputs(run_dir, workdir.path, task_workdir(spec.role, spec.index),
+                               "the training function's working directory")
             try:
                 ctx.finish(completed=not stopped)  # uploads land before the task reports success
             finally:

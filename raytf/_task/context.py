@@ -134,6 +134,14 @@ class TrainContext(StepCounter):
         return self._run_dir.uri
 
     @property
+    def log_dir(self) -> str:
+        """A local directory of this task's own for the program's logs (a Keras TensorBoard callback, say); what
+        is in it when the function ends goes to <run>/logs/<role><index>-attempt<N>/. Script mode: $RAYTF_LOG_DIR."""
+        path = os.path.join(self._scratch, "logs")
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    @property
     def initial_epoch(self) -> int:
         """Epochs already trained by a previous attempt or launch (pass to `model.fit`)."""
         return self._resume_from.epoch if self._resume_from else 0

@@ -28,6 +28,43 @@ def configure(threads: int, gpu_memory_growth: bool) -> None:
             tf.config.experimental.set_memory_growth(gpu, True)
 
 
+def keep_own_writes(root: str) -> None:
+    """Under MultiWorkerMirroredStrategy tf-keras has a worker that is not the chief write its ModelCheckpoint and
+    BackupAndRestore saves (collective: every worker must) into a temporary directory and delete it at once, as
+    all of them share the chief's directory on a shared filesystem. Under raytf every task has directories of its
+    own (its working directory, $RAYTF_CHECKPOINT_DIR, both under `root`): there each worker keeps what it wrote,
+    so a program's `model.load_weights(tf.train.latest_checkpoint(dir))` finds the same, latest checkpoint on every
+    worker, not the one its directory was restored with at the attempt's start. Paths elsewhere (a shared
+    filesystem) keep tf-keras's rule."""
+    from tf_keras.src.distribute import distributed_file_utils as dfu
+
+    global _own_root
+    first, _own_root = _own_root is None, os.path.realpath(root)
+    if not first:  # patched already (an actor that runs again): the new root is enough
+        return
+    write_dirpath, remove_temp_dirpath = dfu.write_dirpath, dfu.remove_temp_dirpath
+
+    def own(dirpath: str) -> bool:
+        path = os.path.realpath(dirpath)
+        return path == _own_root or path.startswith(_own_root + os.sep)
+
+    def write_dirpath_own(dirpath, strategy):
+        if own(dirpath):
+            tf.io.gfile.makedirs(dirpath)
+            return dirpath
+        return write_dirpath(dirpath, strategy)
+
+    def remove_temp_dirpath_own(dirpath, strategy):
+        if not own(dirpath):
+            remove_temp_dirpath(dirpath, strategy)
+
+    # tf-keras looks both up as module globals at each call (write_filepath, ModelCheckpoint, BackupAndRestore).
+    dfu.write_dirpath, dfu.remove_temp_dirpath = write_dirpath_own, remove_temp_dirpath_own
+
+
+_own_root: str | None = None
+
+
 def build_strategy(cfg: Config, role: str) -> tf.distribute.Strategy:
     s = cfg.cluster.strategy
     if role == "evaluator":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import threading
@@ -11,9 +12,24 @@ from raytf._core import checkpoints, failure
 from raytf._core import events as ev
 from raytf._storage import CHECKPOINTS_DIR, RunDir
 from raytf.config import Config
+from raytf.errors import RaytfError
+
+log = logging.getLogger(__name__)
 
 # Test seam: seconds each checkpoint upload takes at least (storage slower than failure.hang_timeout_s).
 UPLOAD_DELAY_ENV = "RAYTF_TEST_UPLOAD_DELAY_S"
+
+
+def upload_outputs(run_dir: RunDir, local_dir: str, rel: str, what: str) -> None:
+    """What a task's program wrote into one of its own directories (its log directory, its working directory), to
+    <run>/<rel>/ when there is anything, whatever the outcome (a failed run's outputs matter most). A failure to
+    upload them is logged, never the task's failure."""
+    if not any(files for _, _, files in os.walk(local_dir)):
+        return
+    try:
+        run_dir.upload_dir(local_dir, rel)
+    except (OSError, RaytfError) as e:
+        log.warning("%s was not uploaded to %s: %s", what, run_dir.uri_of(rel), e)
 
 
 def dir_bytes(path: str) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,7 +10,7 @@ import pyarrow as pa
 
 from raytf import _storage as storage
 from raytf._core.attempts import RUNNING, SUCCEEDED
-from raytf.config import SECRET, Config, load_config
+from raytf.config import SECRET, Config, StorageConfig, load_config
 from raytf.errors import TrainingFailedError
 
 
@@ -73,22 +74,33 @@ class Result:
         return min(scored)[1] if scored else self.last_checkpoint
 
     def load_model(self, strategy=None):
-        """The trained model with plain tf_keras (no raytf strategy); within `strategy.scope()` if given,
-        as the seed tutorial does. Imports TensorFlow into this process."""
+        """The trained model, loaded with `tf_keras` (TensorFlow's legacy Keras 2, the `tf-keras` package), as
+        it was exported: a `tf_keras.Model`, with no raytf strategy; within `strategy.scope()` if given, as the
+        seed tutorial does. Imports TensorFlow into this process.
+
+        Not `tf.keras`: under Keras 3 (TensorFlow's default without `TF_USE_LEGACY_KERAS=1` set before its
+        first import) `tf.keras.models.load_model` refuses the exported SavedModel ("File format not
+        supported"); `tf_keras.models.load_model(path)` is the way without raytf.
+
+        The run is found from `run_dir` (absolute, or a URI), whatever this process's working directory; S3
+        options come from the recorded config, credentials from the environment where they were masked.
+
+        Raises:
+            FileNotFoundError: the run exported no model.
+            ImportError: tf_keras is not installed.
+        """
         import shutil
         import tempfile
-
-        import tf_keras
 
         if not self.model_path:
             raise FileNotFoundError(f"{self.run_dir} has no exported model (checkpoint.export_model, and "
                                     "ctx.restore(model=...) in the training function)")
-        import dataclasses
-
-        options = self.config.storage
-        if options.secret_key == SECRET:  # masked in config.yaml: use the environment's credentials
-            options = dataclasses.replace(options, access_key=None, secret_key=None)
-        rd = storage.RunDir(options, self.run_dir.rpartition("/")[2])
+        try:
+            import tf_keras
+        except ImportError as e:
+            raise ImportError("Result.load_model() needs tf_keras (pip install tf-keras): the model is a tf_keras "
+                              "SavedModel, which Keras 3's tf.keras cannot read") from e
+        rd = _run_dir_of(self.run_dir, self.config.storage)
         local = tempfile.mkdtemp(prefix="raytf-model-")
         try:
             rd.download_dir(storage.MODEL_DIR, local)
@@ -110,7 +122,8 @@ class Result:
 
 
 def load_result(run_dir: str) -> Result:
-    """Read a finished (or running) run back from `<storage>/<run name>` (local path or URI)."""
+    """Read a finished (or running) run back from `<storage>/<run name>` (local path or URI). A relative path is
+    taken from the working directory once, here: the Result's `run_dir` is absolute."""
     base, _, query = run_dir.partition("?")  # S3 options may ride in the query: s3://b/runs/x?scheme=http
     parent, _, name = base.rstrip("/").rpartition("/")
     rd = storage.RunDir((parent or ".") + (f"?{query}" if query else ""), name)
@@ -120,6 +133,24 @@ def load_result(run_dir: str) -> Result:
     ckpts = [rd.uri_of(storage.CHECKPOINTS_DIR, e.dir) for e in rd.list_checkpoints() if e.committed]
     return Result(status=summary.get("status", RUNNING), run_dir=rd.uri, config=cfg, summary=summary,
                   metrics_table=table, checkpoints=ckpts)
+
+
+def _run_dir_of(run_dir: str, recorded: StorageConfig) -> storage.RunDir:
+    """The RunDir of `run_dir` (an absolute path or a URI, as `Result.run_dir` holds it), opened with the
+    recorded config's storage options (S3 endpoint, scheme, region; a URI query of storage.path) but not its
+    path, which may be relative to the directory the run was launched from. Masked credentials (`***`) give
+    way to the environment's."""
+    base = run_dir.rstrip("/")
+    parent, _, name = base.rpartition("/")
+    if not parent:
+        parent = "/" if base.startswith("/") else "."
+    query = recorded.path.partition("?")[2]
+    if query and "://" in parent and "?" not in parent:  # S3 options given in storage.path's query
+        parent = f"{parent}?{query}"
+    options = dataclasses.replace(recorded, path=parent)
+    if SECRET in (options.access_key, options.secret_key):  # masked in config.yaml
+        options = dataclasses.replace(options, access_key=None, secret_key=None)
+    return storage.RunDir(options, name)
 
 
 def _yaml_dict(text: str) -> dict:

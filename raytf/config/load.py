@@ -40,10 +40,12 @@ def load_config(
             if not path.is_file():
                 raise ConfigError(f"config file {str(source)!r} not found: pass the path of a YAML file")
             layers.append(OmegaConf.load(path))
+            _check_lists(layers[-1])
         elif isinstance(source, Config):
             layers.append(OmegaConf.structured(source))
         elif isinstance(source, Mapping):
             layers.append(OmegaConf.create(dict(source)))
+            _check_lists(layers[-1])
         elif source is not None:
             raise ConfigError(f"config source {source!r} is not a path, dict or Config")
         if overrides:
@@ -61,11 +63,55 @@ def _overrides_layer(overrides: Sequence[str] | Mapping[str, Any]):
         layer = OmegaConf.create()
         for key, value in overrides.items():
             OmegaConf.update(layer, key, value, force_add=True)
+        _check_lists(layer)
         return layer
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not key=value: write e.g. train.epochs=3")
-    return OmegaConf.from_dotlist(list(overrides))
+    layer = OmegaConf.from_dotlist(list(overrides))
+    _check_lists(layer, {k.strip(): v for k, _, v in (item.partition("=") for item in overrides)})
+    return layer
+
+
+def _check_lists(layer, texts: Mapping[str, str] | None = None) -> None:
+    """A list-valued key (train.args, train.python_path) given a scalar or a mapping: OmegaConf would say only
+    "AnyNode is not a ListConfig" (or raise a TypeError for a mapping). `texts`: the overrides as typed."""
+    raw = OmegaConf.to_container(layer, resolve=False)
+    for key in _list_keys():
+        value: Any = raw
+        for part in key.split("."):
+            value = value.get(part, _ABSENT) if isinstance(value, dict) else _ABSENT
+        if value is _ABSENT or isinstance(value, list) or (isinstance(value, str) and "${" in value):
+            continue  # not given here, a list, or an interpolation (OmegaConf checks what it resolves to)
+        if texts is not None and key in texts:
+            text = texts[key]
+            items = "" if value is None else f'"{text}"' if isinstance(value, dict) else text
+            raise ConfigError(f"{key}: {text!r} is not a list: write a list: {key}=[{items}]")
+        raise ConfigError(f"{key}: {value!r} is not a list: write a list, e.g. {key.rpartition('.')[2]}: "
+                          "[a, b] in YAML ([] for none), or [a,b] as a key=value override")
+
+
+_ABSENT = object()
+_LIST_KEYS: frozenset[str] | None = None
+
+
+def _list_keys() -> frozenset[str]:
+    """The schema's list-valued keys (train.args, train.python_path)."""
+    global _LIST_KEYS
+    if _LIST_KEYS is None:
+        _LIST_KEYS = frozenset(_lists(OmegaConf.structured(Config), ""))
+    return _LIST_KEYS
+
+
+def _lists(node, prefix: str) -> list[str]:
+    out = []
+    for name in node:
+        child = node[name]
+        if OmegaConf.is_list(child):
+            out.append(f"{prefix}{name}")
+        elif OmegaConf.is_dict(child) and OmegaConf.get_type(child) is not dict:  # a section of the schema
+            out += _lists(child, f"{prefix}{name}.")
+    return out
 
 
 def _one_line(e: OmegaConfBaseException) -> str:

@@ -1,9 +1,12 @@
 """Config loading, overrides and validation (pure: no Ray, no TF)."""
 
+import re
+import shlex
 import subprocess
 import sys
 
 import pytest
+from omegaconf import OmegaConf
 
 from raytf.config import Collective, Config, PlacementStrategy, Strategy, load_config, to_yaml
 from raytf.errors import ConfigError
@@ -146,3 +149,65 @@ def test_cli_usage_error_exits_2():
     proc = subprocess.run([sys.executable, "-m", "raytf.launch"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2
+
+
+# A list-valued key given a scalar: OmegaConf alone says "AnyNode is not a ListConfig" (a TypeError for a mapping).
+LIST_OVERRIDES = [
+    ("train.args=--epochs,3", "train.args: '--epochs,3' is not a list: write a list: train.args=[--epochs,3]"),
+    ("train.args=--epochs", "write a list: train.args=[--epochs]"),
+    ("train.args=", "write a list: train.args=[]"),
+    ("train.args={checkpoint_dir}", 'write a list: train.args=["{checkpoint_dir}"]'),
+    ("train.python_path=src,lib", "train.python_path: 'src,lib' is not a list: write a list: "
+                                  "train.python_path=[src,lib]"),
+]
+
+
+@pytest.mark.parametrize(("override", "message"), LIST_OVERRIDES, ids=[o for o, _ in LIST_OVERRIDES])
+def test_a_list_key_given_a_scalar_says_write_a_list(override, message):
+    script = ["train.entrypoint=", "train.script=examples/mwms_script.py"]
+    with pytest.raises(ConfigError) as info:
+        load_config(BASE, [*script, override])
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("given", [{"args": "--epochs 3"}, {"args": {"a": 1}}, {"args": None},
+                                   {"python_path": "src"}])
+def test_a_list_key_given_a_scalar_in_yaml_or_a_dict_says_write_a_list(given, tmp_path):
+    (name, value), = given.items()
+    key = f"train.{name}"
+    script = {"script": "examples/mwms_script.py"}
+    path = tmp_path / "c.yaml"
+    path.write_text(OmegaConf.to_yaml({"train": {**script, name: value}}))
+    for source, overrides in [(path, None), ({"train": {**script, name: value}}, None),
+                              ({"train": script}, {key: value})]:
+        with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: .* is not a list: write a list"):
+            load_config(source, overrides)
+
+
+def test_lists_still_load():
+    cfg = load_config({"train": {"script": "x.py"}}, ["train.args=[--epochs,3]", "train.python_path=[src]"])
+    assert cfg.train.args == ["--epochs", "3"] and cfg.train.python_path == ["src"]
+    assert load_config({"train": {"script": "x.py", "args": ["--epochs", 3]}}).train.args == ["--epochs", "3"]
+    assert load_config({"train": {"script": "x.py"}}, ["train.args=[]"]).train.args == []
+
+
+def test_cli_list_key_given_a_scalar_exits_2_with_the_fix():
+    proc = subprocess.run([sys.executable, "-m", "raytf.launch", "conf/script.yaml", "train.args=--epochs,3"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines == ["raytf: config error: train.args: '--epochs,3' is not a list: write a list: "
+                     "train.args=[--epochs,3]"], proc.stderr
+
+
+def test_the_ps_script_docstrings_command_parses():
+    """examples/ps_script.py's docstring shows a command: as a shell splits it, raytf's loader takes it."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse((ROOT / "examples/ps_script.py").read_text()))
+    command = doc.split("With raytf:", 1)[1].replace("\\\n", " ").strip()
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "-m", "raytf.launch"]
+    cfg = load_config(ROOT / argv[3], argv[4:])
+    assert cfg.train.script == "examples/ps_script.py"
+    assert cfg.train.args == ["--working-dir", "{checkpoint_dir}"]

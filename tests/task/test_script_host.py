@@ -28,7 +28,10 @@ class _FailingStorage:
     def uri_of(self, *parts):
         return "/".join([self.uri, *parts])
 
-    def upload_checkpoint(self, local, epoch, step, meta, before_commit=None):
+    def next_checkpoint_seq(self):
+        return 1
+
+    def upload_checkpoint(self, local, epoch, step, meta, before_commit=None, seq=0):
         self.tries += 1
         raise OSError(f"upload of step {step} failed: connection refused")
 

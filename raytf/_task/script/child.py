@@ -172,6 +172,7 @@ def main() -> int:
     from raytf._task import tf_runtime  # imports TensorFlow
 
     tf_runtime.configure(spec["threads"], spec["gpu_memory_growth"])
+    tf_runtime.keep_own_writes(spec["scratch"])
     _patch_keras_fit(reporter)
     code = 0
     try:

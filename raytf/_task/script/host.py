@@ -7,8 +7,9 @@
   prints, so a script that only logs is not taken for a hung one;
 - its checkpoint snapshots (chief) uploaded to <run>/checkpoints/ like a training function's;
 - on resume, the latest committed checkpoint downloaded into its $RAYTF_CHECKPOINT_DIR first;
-- whatever it wrote under $RAYTF_LOG_DIR (TensorBoard logs, say) uploaded to <run>/logs/<role><rank>-attempt<N>/
-  when it ends.
+- whatever it wrote under $RAYTF_LOG_DIR (TensorBoard logs, say) uploaded to <run>/logs/<role><index>-attempt<N>/
+  when it ends, and whatever it wrote in its working directory (a directory of its own: tasks on one host would
+  otherwise write the same relative paths) to <run>/workdir/<role><index>/.
 """
 
 from __future__ import annotations
@@ -30,11 +31,10 @@ from typing import Any
 from raytf._core import checkpoints
 from raytf._core import events as ev
 from raytf._core.plan import TaskSpec
-from raytf._storage import RunDir
+from raytf._storage import RunDir, task_log_dir, task_workdir
 from raytf._task.script.child import SPEC_ENV
-from raytf._task.upload import Uploader
+from raytf._task.upload import Uploader, upload_outputs
 from raytf.config import Config
-from raytf.errors import RaytfError
 
 log = logging.getLogger(__name__)
 
@@ -58,18 +58,19 @@ def _display(raw: bytes) -> str:
 # The directory that holds the raytf package (raytf/_task/script/host.py is three levels below it).
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-_PLACEHOLDER = re.compile(r"\{(checkpoint_dir|log_dir|rank|role|index|attempt|run_dir)\}")
+_PLACEHOLDER = re.compile(r"\{(checkpoint_dir|log_dir|work_dir|launch_dir|rank|role|index|attempt|run_dir)\}")
 
 
 def expand_args(args: list, values: dict[str, str]) -> list[str]:
-    """train.args with this task's {checkpoint_dir}, {log_dir}, {rank}, {role}, {index}, {attempt}, {run_dir}
-    filled in, for scripts that take their directories as flags (`--model_dir {checkpoint_dir}`). Pure."""
+    """train.args with this task's {checkpoint_dir}, {log_dir}, {work_dir}, {launch_dir}, {rank}, {role}, {index},
+    {attempt}, {run_dir} filled in, for scripts that take their directories as flags (`--model_dir
+    {checkpoint_dir}`, `--data {launch_dir}/data`). Pure."""
     return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], str(a)) for a in args]
 
 
 def child_env(*, base: dict[str, str], tf_config: dict | None, spec: TaskSpec, cfg: Config, run_uri: str,
               attempt: int, is_chief: bool, num_workers: int, checkpoint_dir: str, resume_from,
-              python_path: list[str], log_dir: str = "") -> dict[str, str]:
+              python_path: list[str], log_dir: str = "", launch_dir: str = "", work_dir: str = "") -> dict[str, str]:
     """The script's environment: the actor's (CUDA_VISIBLE_DEVICES, TF_USE_LEGACY_KERAS, ...) plus TF_CONFIG
     and the RAYTF_* variables that tell it where it runs. Pure."""
     env = dict(base)
@@ -82,7 +83,9 @@ def child_env(*, base: dict[str, str], tf_config: dict | None, spec: TaskSpec, c
     # PYTHONPATH would come before the standard library.
     here = _PACKAGE_PARENT
     site_dirs = {os.path.abspath(p) for p in (*site.getsitepackages(), site.getusersitepackages())}
-    paths = [*python_path, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)),
+    # The directory the task was started in comes after train.python_path: the script runs in a directory of its
+    # own, and its modules (train.module, its imports) must stay importable.
+    paths = [*python_path, *filter(None, [launch_dir]), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)),
              *([] if here in site_dirs else [here])]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env.update({
@@ -96,6 +99,8 @@ def child_env(*, base: dict[str, str], tf_config: dict | None, spec: TaskSpec, c
         "RAYTF_ATTEMPT": str(attempt),
         "RAYTF_CHECKPOINT_DIR": checkpoint_dir,
         "RAYTF_LOG_DIR": log_dir,
+        "RAYTF_WORK_DIR": work_dir,
+        "RAYTF_LAUNCH_DIR": launch_dir,
         "RAYTF_RESUMED_FROM": resume_from.name if resume_from else "",
         "RAYTF_INITIAL_EPOCH": str(resume_from.epoch if resume_from else 0),
         "RAYTF_INITIAL_STEP": str(resume_from.step if resume_from else 0),
@@ -113,7 +118,8 @@ class ScriptHost:
         self.log_file, self.stream = log_file, stream
         self.checkpoint_dir = os.path.join(scratch, "checkpoints")
         self.log_dir = os.path.join(scratch, "logs")
-        self.logs_rel = f"logs/{spec.role}{spec.rank}-attempt{attempt}"  # beside the task's .log
+        self.work_dir = os.path.join(scratch, "work")  # the script's current directory
+        self.launch_dir = os.getcwd()  # where the task was started: relative paths in the config mean this
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         self._lines: list[list[str]] = []
         self._dropped = 0
@@ -130,8 +136,8 @@ class ScriptHost:
     def restore(self, resume_from) -> None:
         """Every task starts from the latest committed checkpoint's files in its $RAYTF_CHECKPOINT_DIR
         (under MWMS all workers must restore the same state)."""
-        os.makedirs(self.checkpoint_dir, exist_ok=True)
-        os.makedirs(self.log_dir, exist_ok=True)
+        for d in (self.checkpoint_dir, self.log_dir, self.work_dir):
+            os.makedirs(d, exist_ok=True)
         if resume_from is not None:
             self.run_dir.download_checkpoint(resume_from, self.checkpoint_dir)
             marker = os.path.join(self.checkpoint_dir, checkpoints.COMMIT_MARKER)
@@ -142,10 +148,11 @@ class ScriptHost:
     def run(self, env: dict[str, str]) -> tuple[int, list[str]]:
         c = self.cfg
         spec = {
-            "parent_pid": os.getpid(), "script": c.train.script, "module": c.train.module,
+            "parent_pid": os.getpid(), "module": c.train.module,
+            "script": os.path.join(self.launch_dir, c.train.script) if c.train.script else c.train.script,
             "args": expand_args(list(c.train.args), {
-                "checkpoint_dir": self.checkpoint_dir, "log_dir": self.log_dir, "rank": str(self.spec.rank),
-                "role": self.spec.role,
+                "checkpoint_dir": self.checkpoint_dir, "log_dir": self.log_dir, "work_dir": self.work_dir,
+                "launch_dir": self.launch_dir, "rank": str(self.spec.rank), "role": self.spec.role,
                 "index": str(self.spec.index), "attempt": str(self.attempt), "run_dir": self.run_dir.uri}),
             "threads": c.cluster.threads or self.spec.threads,
             "gpu_memory_growth": c.cluster.gpu_memory_growth, "every_steps": c.metrics.every_steps,
@@ -163,7 +170,7 @@ class ScriptHost:
             self.proc = subprocess.Popen(
                 [sys.executable, "-u", "-m", "raytf._task.script.child"], env={**env, SPEC_ENV: json.dumps(spec)},
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(write_fd, alive_r), start_new_session=True)
+                pass_fds=(write_fd, alive_r), start_new_session=True, cwd=self.work_dir)
         except BaseException:
             os.close(read_fd)
             os.close(alive_w)
@@ -191,7 +198,9 @@ class ScriptHost:
             self._done.set()
             ticker.join()
             self._flush()
-            self._upload_logs()
+            role, index = self.spec.role, self.spec.index
+            upload_outputs(self.run_dir, self.log_dir, task_log_dir(role, index, self.attempt), "$RAYTF_LOG_DIR")
+            upload_outputs(self.run_dir, self.work_dir, task_workdir(role, index), "the script's working directory")
         if self._uploader is not None and self.error is None:
             try:
                 self._uploader.close()  # the last snapshots land before the task reports success
@@ -200,17 +209,6 @@ class ScriptHost:
         if self.error is not None:
             raise self.error
         return code, list(self.stderr_tail)
-
-    def _upload_logs(self) -> None:
-        """$RAYTF_LOG_DIR to <run>/logs/<role><rank>-attempt<N>/, whatever the outcome (a failed run's logs
-        matter most); a failure to upload them is reported, never the task's failure."""
-        if not any(files for _, _, files in os.walk(self.log_dir)):
-            return
-        try:
-            self.run_dir.upload_dir(self.log_dir, self.logs_rel)
-        except (OSError, RaytfError) as e:
-            log.warning("the script's $RAYTF_LOG_DIR was not uploaded to %s: %s",
-                        self.run_dir.uri_of(self.logs_rel), e)
 
     def _kill_group(self, sig: int = signal.SIGKILL) -> None:
         try:

@@ -1,0 +1,80 @@
+"""Real programs, written the way TensorFlow's distributed tutorials and the well-known blog examples write
+theirs, run as scripts: what they read back after a resume, several fits, errors after training."""
+
+from pathlib import Path
+
+import pytest
+
+import raytf
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+def script_cfg(tmp_path):
+    def make(*overrides):
+        return raytf.load_config(ROOT / "conf/script.yaml", [f"storage.path={tmp_path / 'runs'}",
+                                                             "metrics.flush_interval_s=0", *overrides])
+    return make
+
+
+def _rows(result, column):
+    df = result.metrics
+    return df[df[column].notna()] if column in df else df.iloc[0:0]
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_every_replica_reads_the_same_latest_checkpoint_after_a_resume(script_cfg, no_leaks):
+    """TF's guide resumes with model.load_weights(tf.train.latest_checkpoint(dir)) and reloads the last checkpoint
+    before saving: every worker must find the same one, not the one its directory was restored with."""
+    cfg = script_cfg("run.name=replicas", "train.script=tests/scripts/replica_weights.py",
+                     "train.args=['{checkpoint_dir}']")
+    result = raytf.fit(cfg, quiet=True)
+    assert result.status == "succeeded", result.error
+    assert [a["cause"] for a in result.attempts] == ["system", None]  # worker 1 killed, then resumed
+    start, end = _rows(result, "w_start"), _rows(result, "w_end")
+    resumed = start[start["attempt"] == 2]
+    assert sorted(resumed["rank"]) == [0, 1] and resumed["restored_epoch"].min() > 0
+    assert resumed["w_start"].nunique() == 1 and resumed["restored_epoch"].nunique() == 1
+    # After fit, each replica's latest_checkpoint: the same weights everywhere (worker 1 used to read the epoch
+    # it was restored with, the chief its newest).
+    final = end[end["attempt"] == 2]
+    assert sorted(final["rank"]) == [0, 1] and final["w_end"].nunique() == 1, final[["rank", "w_end"]]
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_several_fits_then_a_retry_keep_the_lineage_in_order(script_cfg, no_leaks):
+    """Train, then fine-tune in a second Model.fit; worker 1 dies in the second fit; the retry runs the program
+    again from its start. The retry's checkpoints are the newest, whatever epoch they name: resumed from, kept
+    by pruning, reported as the last; the metrics say which fit each row came from."""
+    cfg = script_cfg("run.name=two-fits", "train.script=tests/scripts/two_fits.py", "checkpoint.keep_last=3",
+                     "train.args=['{checkpoint_dir}',--kill]")
+    result = raytf.fit(cfg, quiet=True)
+    assert result.status == "succeeded", result.error
+    assert [a["cause"] for a in result.attempts] == ["system", None]
+    names = [Path(c).name for c in result.checkpoints]
+    # Attempt 2's four epochs (two per fit, counted on: 1..4) committed after attempt 1's: kept, in that order.
+    assert len(names) == 3 and names == sorted(names), names
+    assert result.last_checkpoint == result.checkpoints[-1] and names[-1].endswith("-e000004-s0000000020")
+    assert result.summary["last_checkpoint"].endswith(names[-1])
+    df = result.metrics
+    epochs = df[(df["kind"] == "epoch") & (df["rank"] == 0) & (df["attempt"] == 2)]
+    assert list(epochs["epoch"]) == [1, 2, 3, 4] and list(epochs["fit"]) == [1, 1, 2, 2]
+    assert result.final_metrics["epoch"] == 4 and result.attempts[1]["training_finished"] is True
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_an_error_after_training_is_not_retried(script_cfg, no_leaks):
+    """The program's own code after its last fit raises KeyError: the run fails once, with the script's words
+    and its traceback's last line, and training is not run again."""
+    cfg = script_cfg("run.name=after", "train.script=tests/scripts/two_fits.py",
+                     "train.args=['{checkpoint_dir}',--fail-after]")
+    result = raytf.fit(cfg, quiet=True)
+    assert result.status == "failed" and len(result.attempts) == 1
+    a = result.attempts[0]
+    assert (a["cause"], a["error_type"], a["decision"]) == ("user", "KeyError", "raise")
+    assert "last epoch" in a["reason"] and a["training_finished"] is True
+    assert "KeyError: 'val_accuracy'" in str(result.error)
+    assert result.checkpoints  # what was trained is kept
