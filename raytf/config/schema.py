@@ -34,21 +34,29 @@ class Collective(str, enum.Enum):
 
 @dataclass
 class RayConfig:
-    # None starts an embedded local Ray; "auto" or "ray://host:port" joins a running cluster.
+    # null starts an embedded local Ray; "auto" or "ray://host:port" joins a running cluster.
     address: str | None = None
+    # Ray runtime_env for the tasks; raytf adds, unless set here: `TF_USE_LEGACY_KERAS=1`,
+    # `TF_GRPC_REUSE_PORT=true` (TF binds the port raytf holds), `TF_CPP_MIN_LOG_LEVEL=1`, `OMP_NUM_THREADS`
+    # (see `cluster.threads`), and for ParameterServerStrategy `GRPC_FAIL_FAST=use_caller`.
     runtime_env: dict[str, Any] = field(default_factory=dict)
-    # Embedded Ray only: CPUs to offer (None = all of this machine's).
+    # Embedded Ray only: CPUs to offer (null = all of this machine's).
     num_cpus: int | None = None
     # The dashboard costs ~2 s of start-up; ray.util.state needs it.
     include_dashboard: bool = False
+    # Ray prints the tasks' logs on the driver.
     log_to_driver: bool = True
 
 
 @dataclass
 class Resources:
+    # CPUs each task of this role reserves (one placement-group bundle per task).
     cpus: float = 1.0
+    # GPUs each task of this role reserves (Ray sets its `CUDA_VISIBLE_DEVICES`).
     gpus: float = 0.0
+    # Memory each task of this role reserves, in GB; null reserves none.
     memory_gb: float | None = None
+    # Custom Ray resources each task of this role reserves, e.g. `{accel: 1}`.
     custom: dict[str, float] = field(default_factory=dict)
 
 
@@ -76,9 +84,11 @@ class Partitioner(str, enum.Enum):
 class PsConfig(Resources):
     """A parameter server's reservation, and how variables are split across the servers."""
 
+    # How variables are split across the parameter servers.
     variable_partitioner: Partitioner = Partitioner.none
     # min_size_max_shards: shards of at least this many bytes, at most max_shards (null = num_ps).
     min_shard_bytes: int = 256 * 1024
+    # See `cluster.ps.min_shard_bytes`.
     max_shards: int | None = None
 
 
@@ -86,6 +96,7 @@ class PsConfig(Resources):
 class EvaluatorConfig(Resources):
     """The optional side-car evaluator: runs train.eval_entrypoint on each new checkpoint."""
 
+    # Run the side-car evaluator (`train.eval_entrypoint`).
     enabled: bool = False
     # Grace period for the evaluator to finish the last checkpoint once training is done.
     finish_timeout_s: float = 300.0
@@ -93,27 +104,34 @@ class EvaluatorConfig(Resources):
 
 @dataclass
 class ClusterConfig:
+    # The `tf.distribute` strategy.
     strategy: Strategy = Strategy.multi_worker_mirrored
+    # TF workers (one Ray actor and one placement-group bundle each).
     num_workers: int = 2
+    # What each worker reserves.
     worker: Resources = field(default_factory=Resources)
-    # parameter_server only: the coordinator task and the parameter servers.
+    # parameter_server only: what the coordinator task reserves.
     chief: Resources = field(default_factory=Resources)
+    # parameter_server only: the number of parameter servers.
     num_ps: int = 0
     ps: PsConfig = field(default_factory=PsConfig)
     evaluator: EvaluatorConfig = field(default_factory=EvaluatorConfig)
+    # How Ray places the tasks' bundles on the nodes.
     placement_strategy: PlacementStrategy = PlacementStrategy.PACK
+    # How long to wait for the placement group before failing with what is missing.
     placement_timeout_s: float = 60.0
     # Deadline for every task to start and report its address, and for the strategy's start-up barrier.
     startup_timeout_s: float = 120.0
+    # multi_worker_mirrored's all-reduce (TF `CommunicationOptions`).
     collective: Collective = Collective.auto
     # mirrored only: how the task's GPUs all-reduce.
     cross_device_ops: CrossDeviceOps = CrossDeviceOps.auto
     # Let TF grow GPU memory as needed instead of taking it all at start-up.
     gpu_memory_growth: bool = True
-    # Address advertised in the cluster spec; None = the node's address as Ray reports it
+    # Address advertised in the cluster spec; null = the node's address as Ray reports it
     # (127.0.0.1 when raytf starts an embedded single-machine Ray).
     advertise_address: str | None = None
-    # TF intra/inter-op threads per task; None = the task's CPU reservation (at least 1).
+    # TF intra/inter-op threads per task; null = the task's CPU reservation (at least 1).
     threads: int | None = None
 
 
@@ -125,16 +143,24 @@ class TrainConfig:
     # workers; the ParameterServerStrategy chief): a file (`script`) or a module run like `python -m`
     # (`module`), with command-line `args`. Exactly one of entrypoint, script and module is set.
     script: str | None = ""
+    # See `train.script`.
     module: str | None = ""
+    # See `train.script`. Filled in per task (quote them: `"{checkpoint_dir}"`): `{checkpoint_dir}`, `{log_dir}`,
+    # `{work_dir}` (the task's own working directory, where the program runs), `{launch_dir}` (the directory the
+    # task was started in: relative input paths), `{rank}`, `{role}`, `{index}`, `{attempt}`, `{run_dir}`. A list,
+    # also on the command line: `'train.args=[--epochs,3,--dir,"{log_dir}"]'`.
     args: list[str] = field(default_factory=list)
     # Script mode: whose stdout/stderr the driver prints, prefixed with role and rank (CLI: --all-ranks).
     stream_output: StreamOutput = StreamOutput.rank0
     # The evaluator's function (cluster.evaluator.enabled), as "package.module:function".
     eval_entrypoint: str = ""
+    # Epochs in all: a relaunch that resumes trains the ones still missing.
     epochs: int = 1
+    # `ctx.steps_per_epoch`; null: as many as the dataset has (Keras `fit`'s own default).
     steps_per_epoch: int | None = None
     # Per replica; the global batch is batch_size * num_replicas_in_sync.
     batch_size: int = 64
+    # The tasks' random seed.
     seed: int = 0
     # Extra sys.path entries for the tasks; by default the driver's working directory
     # when Ray is embedded (so `examples.x:train` imports as it does on the driver).
@@ -145,8 +171,11 @@ class TrainConfig:
 
 @dataclass
 class CheckpointConfig:
+    # Save every N epochs; 0 = never.
     every_epochs: int = 1
+    # Save every N steps; 0 = never.
     every_steps: int = 0
+    # Committed checkpoints kept; 0 = all.
     keep_last: int = 3
     # Relaunching with the same run.name resumes from the latest committed checkpoint.
     resume: bool = True
@@ -156,6 +185,7 @@ class CheckpointConfig:
     # On Ctrl-C / SIGTERM of the driver, every task saves at an agreed step before teardown (a second
     # Ctrl-C skips it); at most interrupt_timeout_s.
     on_interrupt: bool = True
+    # See `checkpoint.on_interrupt`.
     interrupt_timeout_s: float = 60.0
 
 
@@ -193,13 +223,18 @@ class StorageConfig:
     # way they are never written to config.yaml, result.json or the logs.
     endpoint_override: str | None = None
     scheme: str | None = None  # "http" for a plain-HTTP endpoint such as a local S3 server
+    # s3:// only: the bucket's region.
     region: str | None = None
+    # s3:// only; see `storage.endpoint_override`.
     access_key: str | None = None
+    # s3:// only; see `storage.endpoint_override`.
     secret_key: str | None = None
     # Checkpoint uploads run beside training, one at a time and in order: at most this many checkpoints
     # waiting or uploading (a further save waits for one to commit), each retried with exponential back-off.
     max_inflight_uploads: int = 1
+    # See `storage.max_inflight_uploads`.
     upload_retries: int = 5
+    # See `storage.max_inflight_uploads`.
     upload_backoff_s: float = 0.5
     # The slowest storage to wait for: a rank uploading or exporting N bytes (and the ranks blocked on it) is
     # hung only after failure.hang_timeout_s plus N bytes at this rate.
@@ -208,7 +243,7 @@ class StorageConfig:
 
 @dataclass
 class RunConfig:
-    # None = derived from the start time ("run-20261122-215832").
+    # null = derived from the start time ("run-20261122-215832").
     name: str | None = None
 
 
@@ -218,12 +253,17 @@ class SweepConfig:
 
     # Dotted config keys -> lists of values (a grid).
     space: dict[str, Any] = field(default_factory=dict)
+    # Trials running at once.
     max_concurrent: int = 1
+    # Samples of the space (Ray Tune's `num_samples`).
     num_samples: int = 1
     # What early stopping optimises, e.g. val_loss / min; scheduler: null (run all) or asha.
     metric: str | None = None
+    # See `sweep.metric`.
     mode: str = "min"
+    # See `sweep.metric`.
     scheduler: str | None = None
+    # The sweep's name; its trials' runs are `<storage.path>/<name>-<trial id>/`.
     name: str | None = None
 
 
