@@ -55,6 +55,14 @@ def fail_once_after_progress(ctx: raytf.TrainContext) -> None:
     _on_rank1_first_attempt(ctx, 5, fail)
 
 
+def fail_once_with_a_bug_after_progress(ctx: raytf.TrainContext) -> None:
+    """Rank 1 raises ValueError at its 5th step of attempt 1 only: the program's own error, not a transient one."""
+    def fail():
+        raise ValueError("a bug that shows at step 5")
+
+    _on_rank1_first_attempt(ctx, 5, fail)
+
+
 def print_rank(ctx: raytf.TrainContext) -> None:
     print(f"hello from {ctx.role} {ctx.rank}", flush=True)
     report_only(ctx)

@@ -20,7 +20,7 @@ HEAD_LOST = "head_lost"  # the Ray head (its GCS) stopped answering: the cluster
 
 # Errors a retry cannot fix: the code itself is wrong.
 DETERMINISTIC = frozenset({"ImportError", "ModuleNotFoundError", "SyntaxError", "NameError", "AttributeError",
-                           "IndentationError", "TypeError"})
+                           "IndentationError", "TypeError", "ClusterNotUsed"})
 
 # TF's errors on the surviving tasks when another task dies or stalls.
 PEER_ERRORS = frozenset({"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"})
@@ -155,6 +155,24 @@ def exit_failure(returncode: int, stderr_tail: list[str], raised: str | None = N
             name = m.group(1)
             return (PEER if name in PEER_ERRORS else USER), name
     return USER, f"exit {returncode}"
+
+
+# Errors whose message does not say what to change, and what to change (matched in the error's text).
+_HINTS = (
+    ("Collective ops must be configured at program startup",
+     "the program used TensorFlow (a tf.config call, a tensor, a dataset, a model) before it built "
+     "tf.distribute.MultiWorkerMirroredStrategy(): build the strategy first, right after the imports (TF sets its "
+     "collective ops up then, once)"),
+)
+
+
+def hint(text: str) -> str | None:
+    """What to change for a known error whose own message does not say it, if `text` (an error message, a
+    traceback, the last lines of a script's stderr) holds one."""
+    for marker, advice in _HINTS:
+        if marker in text:
+            return advice
+    return None
 
 
 class Contact(str, enum.Enum):

@@ -193,6 +193,11 @@ class AttemptLoop:
         """Ctrl-C (or SIGTERM on the driver). A second one, or one while already stopping, ends at once."""
         self.now = now
         if self.phase is Phase.TRAINING and self.save_on_interrupt and self.running:
+            if not self.can_save_now:
+                log.warning("interrupted: stopping the script; it writes its own checkpoints, and the last one it "
+                            "synced stands (no save at an agreed step for scripts)")
+                self.cause = "interrupted"
+                return self._end_stop(saved=False)
             log.warning("interrupted: saving a final checkpoint (Ctrl-C again to stop at once)")
             return self._save_and_stop("interrupted")
         if self.phase in (Phase.SAVING, Phase.STOPPING):
@@ -220,7 +225,8 @@ class AttemptLoop:
         self.cause = cause
         self.deadline = self.now + self.timing.interrupt_timeout_s
         if not self.can_save_now:
-            log.warning("train.script: no save-at-a-step for scripts; the last synced checkpoint stands")
+            log.warning("a script writes its own checkpoints (no save at an agreed step): the last one it synced "
+                        "stands")
             return self._end_stop(saved=False)
         self.phase = Phase.SAVING
         return [AskSave(len(self.running), self.timing.interrupt_timeout_s)]

@@ -188,9 +188,11 @@ class TaskActor:
     def _error(self, e: BaseException, kind: str = "user") -> dict[str, Any]:
         if kind == "user" and type(e).__name__ in failure.PEER_ERRORS and type(e).__module__.startswith("tensorflow"):
             kind = "peer"  # a collective or RPC lost its peer: the symptom, not the cause
+        advice = failure.hint(f"{e}")
         return {"ok": False, "error": WorkerError(
-            f"{type(e).__name__}: {e}", role=self.spec.role, rank=self.spec.rank, node_id=self._node_id,
-            remote_traceback=traceback.format_exc(), kind=kind, error_type=type(e).__name__)}
+            f"{type(e).__name__}: {e}" + (f"\nFix: {advice}" if advice else ""), role=self.spec.role,
+            rank=self.spec.rank, node_id=self._node_id, remote_traceback=traceback.format_exc(), kind=kind,
+            error_type=type(e).__name__)}
 
     def _capture(self, run_dir: RunDir, attempt: int) -> None:
         self._output = OutputCapture(run_dir, task_log(self.spec.role, self.spec.index, attempt))
@@ -240,7 +242,7 @@ class TaskActor:
         """Script mode: run the user's program (train.script / train.module) in a child process with this
         task's TF_CONFIG; its exit code is the outcome. The port stays held until the child exits: its TF
         server binds it whenever the script creates its strategy (TF_GRPC_REUSE_PORT is inherited)."""
-        from raytf._task.script.host import ScriptHost, child_env
+        from raytf._task.script.host import ClusterNotUsed, ScriptHost, child_env
 
         spec = self.spec
         emit = _Emitter(bus, spec.role, spec.rank, attempt)
@@ -264,13 +266,15 @@ class TaskActor:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             log_uri = run_dir.uri_of(task_log(spec.role, spec.index, attempt))
             last = "\n".join(f"  | {line}" for line in tail) or "  | (nothing on stderr)"
+            advice = failure.hint("\n".join(tail))
             return {"ok": False, "error": WorkerError(
-                f"the script {how}; the last lines of its stderr:\n{last}\n(all of it: {log_uri})",
+                f"the script {how}; the last lines of its stderr:\n{last}\n(all of it: {log_uri})"
+                + (f"\nFix: {advice}" if advice else ""),
                 role=spec.role, rank=spec.rank, node_id=self._node_id, remote_traceback="\n".join(tail),
                 kind=kind, error_type=error_type)}
         except BaseException as e:
             emit.flush(timeout=5.0)
-            return self._error(e, kind="system")
+            return self._error(e, kind="user" if isinstance(e, ClusterNotUsed) else "system")
         finally:
             self._release_port()
             self._drop_scratch()

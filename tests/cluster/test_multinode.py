@@ -49,7 +49,7 @@ def test_two_node_mwms_one_worker_per_gpu_node(clean, tmp_path):
     assert {t["node_id"] for t in tasks} == {n.node_id for n in nodes}  # the GPU nodes, not the head
     assert all(t["gpu_ids"] and t["cuda_visible_devices"] == t["gpu_ids"][0] for t in tasks)
     assert result.summary["num_replicas_in_sync"] == 2
-    assert result.last_checkpoint.endswith("ckpt-e000002-s0000000010")
+    assert result.last_checkpoint.endswith("-e000002-s0000000010")
 
 
 def test_two_node_parameter_server(clean, tmp_path):

@@ -155,3 +155,10 @@ def test_head_watch_calls_on_lost_once_after_the_silence():
         assert not watch._thread.is_alive() and lost == ["it has not answered for 0.05s"]
     finally:
         watch.stop()
+
+
+def test_known_errors_get_a_hint_that_says_what_to_change():
+    tail = ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
+            "RuntimeError: Collective ops must be configured at program startup"]
+    assert "before it built tf.distribute.MultiWorkerMirroredStrategy()" in f.hint("\n".join(tail))
+    assert f.hint("KeyError: 'val_accuracy'") is None

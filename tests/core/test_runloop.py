@@ -117,11 +117,14 @@ def test_a_second_ctrl_c_during_the_final_save_ends_at_once():
     assert g.calls == [("ask_save", 2)] and (loop.phase, loop.saved, loop.at_once) == (Phase.INTERRUPTED, False, True)
 
 
-def test_ctrl_c_without_on_interrupt_or_in_script_mode_ends_at_once():
+def test_ctrl_c_without_on_interrupt_or_in_script_mode_ends_at_once(caplog):
     for kw in ({"save_on_interrupt": False}, {"can_save_now": False}):
+        caplog.clear()
         g = FakeGroup([KeyboardInterrupt()], reports={0: 1, 1: 1})
         loop, _ = run(g, **kw)
         assert g.calls == [] and loop.phase is Phase.INTERRUPTED
+    # A script is told it is being stopped, not that a final checkpoint is on its way.
+    assert "stopping the script" in caplog.text and "saving a final checkpoint" not in caplog.text
 
 
 def test_tasks_that_do_not_stop_by_the_deadline_end_the_save_unsaved():

@@ -16,7 +16,7 @@ import pytest
 import raytf
 from raytf._core import failure
 from raytf._core.plan import TaskSpec, streamed
-from raytf._task.script.host import ScriptHost, _display, child_env, expand_args
+from raytf._task.script.host import AbortNoise, ScriptHost, _display, child_env, expand_args
 from raytf._task.script.reporter import ScriptReporter
 from raytf.config import StreamOutput
 from raytf.errors import ConfigError
@@ -200,6 +200,7 @@ def test_output_reader_passes_progress_bars_as_signs_of_life(tmp_path):
     host = ScriptHost.__new__(ScriptHost)  # only the reader's state: no child process here
     host.stderr_tail, host._lines, host._dropped, host.stream = collections.deque(maxlen=5), [], 0, True
     host._lock, host._active, host.log_file = threading.Lock(), False, io.BytesIO()
+    host._noise = AbortNoise()
     r, w = os.pipe()
     reader = threading.Thread(target=host._read_output, args=(os.fdopen(r, "rb"), "err"))
     reader.start()
@@ -242,3 +243,20 @@ def test_tf_config_guard_keeps_ours():
     assert "<string>:9 clears TF_CONFIG: ignored" in out.stderr
     assert "<string>:5 sets TF_CONFIG: ignored" in out.stderr
     assert "<string>:6 sets TF_CONFIG" in out.stderr and "<string>:7 deletes TF_CONFIG" in out.stderr
+
+
+def test_tf_abort_noise_is_held_and_dropped_when_the_script_succeeds():
+    abort = ("E0000 00:00:1795469339.751694     695 base_collective_executor.cc:252] BaseCollectiveExecutor::"
+             "StartAbort UNAVAILABLE: Socket closed")
+    more = ["Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling "
+            "/tensorflow.WorkerService/RecvBuf:", ":UNKNOWN:Error received from peer  {grpc_message:\"Socket closed\"}"]
+    noise = AbortNoise()
+    assert noise.feed("out", "Epoch 2/2") == [["out", "Epoch 2/2"]]
+    assert noise.feed("err", abort) == [] and all(noise.feed("err", m) == [] for m in more)
+    assert noise.end(ok=True) == []  # a run that succeeded: shutdown order, not news
+    noise.feed("err", abort)
+    assert noise.end(ok=False) == [["err", abort]]  # a failure: everything, in order
+    # The script prints on after it: not the end, so all of it is streamed after all.
+    noise.feed("err", abort)
+    assert noise.feed("out", "step 7 loss 0.3") == [["err", abort], ["out", "step 7 loss 0.3"]]
+    assert noise.end(ok=True) == []

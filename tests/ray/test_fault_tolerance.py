@@ -107,8 +107,8 @@ def test_chief_killed_mid_commit_resumes_from_previous_checkpoint(fast_cfg, no_l
     assert result.status == "succeeded", result.error
     first, second = result.attempts
     assert first["status"] == "failed" and first["rank"] == 0 and first["cause"] == "system"
-    assert second["resumed_from"] == "ckpt-e000001-s0000000008"  # not the partial epoch-2 upload
-    assert result.last_checkpoint.endswith("ckpt-e000003-s0000000024")
+    assert second["resumed_from"] == "ckpt-n00000001-e000001-s0000000008"  # not the partial epoch-2 upload
+    assert result.last_checkpoint.endswith("-e000003-s0000000024")
 
 
 def test_hang_is_detected_dumped_and_recovered(fast_cfg, no_leaks):
@@ -135,15 +135,17 @@ def test_hang_fails_the_run_when_no_retry_is_left(fast_cfg, no_leaks):
     assert "failure.hang_timeout_s" in str(result.error)
 
 
-def test_transient_user_error_is_retried_unless_disabled(fast_cfg, no_leaks):
+def test_transient_user_errors_are_retried_other_ones_only_when_asked(fast_cfg, no_leaks):
     ok = raytf.fit(fast_cfg("run.name=transient", "train.entrypoint=tests.train_fns:fail_once_after_progress"),
                    quiet=True)
     assert ok.status == "succeeded", ok.error
     assert (ok.attempts[0]["cause"], ok.attempts[0]["rank"], ok.attempts[0]["error_type"]) == ("user", 1, "OSError")
-    no = raytf.fit(fast_cfg("run.name=transient2", "train.entrypoint=tests.train_fns:fail_once_after_progress",
-                            "failure.retry_user_errors=false"), quiet=True)
+    bug = "train.entrypoint=tests.train_fns:fail_once_with_a_bug_after_progress"
+    no = raytf.fit(fast_cfg("run.name=bug", bug), quiet=True)
     assert no.status == "failed" and len(no.attempts) == 1
-    assert no.attempts[0]["reason"] == "failure.retry_user_errors is false"
+    assert no.attempts[0]["error_type"] == "ValueError" and "not a transient error" in no.attempts[0]["reason"]
+    yes = raytf.fit(fast_cfg("run.name=bug2", bug, "failure.retry_user_errors=true"), quiet=True)
+    assert yes.status == "succeeded" and len(yes.attempts) == 2, yes.error
 
 
 def test_first_step_failure_is_not_retried(fast_cfg, no_leaks):

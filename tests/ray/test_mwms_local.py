@@ -48,20 +48,20 @@ def test_keras_fit_two_workers_then_resume(fast_cfg, no_leaks):
     assert on_disk["status"] == "succeeded" and on_disk["resumed_from"] is None
     assert on_disk["final_metrics"]["epoch"] == 3
     assert pq.read_table(f"{run_dir}/metrics.parquet").num_rows == len(df)
-    assert result.last_checkpoint.endswith("ckpt-e000003-s0000000024")
+    assert result.last_checkpoint.endswith("-e000003-s0000000024")
     assert "train:" in (run_dir / "config.yaml").read_text()
 
     # Relaunch with the same run.name and more epochs: resumes at epoch 4, does not restart.
     again = raytf.fit(raytf.load_config(cfg, ["train.epochs=4"]), quiet=True)
     assert again.status == "succeeded", again.error
-    assert again.summary["resumed_from"].endswith("ckpt-e000003-s0000000024")
+    assert again.summary["resumed_from"].endswith("-e000003-s0000000024")
     assert [a["attempt"] for a in again.attempts] == [1, 2]
     df2 = again.metrics
     second = df2[df2["attempt"] == 2]
     assert set(second[second["kind"] == "epoch"]["epoch"]) == {4}
     assert second["step"].min() > 24
     assert len(df2[df2["attempt"] == 1]) == len(df)  # the first launch's rows are kept
-    assert again.last_checkpoint.endswith("ckpt-e000004-s0000000032")
+    assert again.last_checkpoint.endswith("-e000004-s0000000032")
 
 
 def test_custom_training_loop(fast_cfg, no_leaks):

@@ -32,7 +32,7 @@ def test_keras_fit_with_evaluator_ends_by_itself(ps_cfg, no_leaks):
     evals = df[df["kind"] == "eval"]
     assert len(evals) >= 1 and (evals["role"] == "evaluator").all()
     assert evals["step"].max() == 30  # the final checkpoint is always evaluated
-    assert result.last_checkpoint.endswith("ckpt-e000003-s0000000030")
+    assert result.last_checkpoint.endswith("-e000003-s0000000030")
 
 
 def test_custom_loop_with_partitioned_variables(ps_cfg, no_leaks):
@@ -47,7 +47,7 @@ def test_custom_loop_with_partitioned_variables(ps_cfg, no_leaks):
     # Resume: the coordinator restores the (sharded) variables and continues at epoch 4.
     again = raytf.fit(raytf.load_config(result.config, ["train.epochs=4"]), quiet=True)
     assert again.status == "succeeded", again.error
-    assert again.summary["resumed_from"].endswith("ckpt-e000003-s0000000030")
+    assert again.summary["resumed_from"].endswith("-e000003-s0000000030")
     assert _chief_epochs(again.metrics)["epoch"].tolist() == [1, 2, 3, 4]
 
 

@@ -36,7 +36,7 @@ def test_seed_style_mwms_script_runs_unmodified(script_cfg, tmp_path, no_leaks):
     assert result.summary["num_replicas_in_sync"] == 2
     # The script's ModelCheckpoint files, synced after each epoch from the chief.
     names = [Path(c).name for c in result.checkpoints]
-    assert names == ["ckpt-e000001-s0000000010", "ckpt-e000002-s0000000020"]
+    assert names == ["ckpt-n00000001-e000001-s0000000010", "ckpt-n00000002-e000002-s0000000020"]
     assert (Path(result.checkpoints[-1]) / "ckpt-2.index").exists()
     assert json.loads((Path(result.checkpoints[-1]) / "_COMMITTED.json").read_text())["source"] == "script"
     # Its TensorBoard callback worked, into $RAYTF_LOG_DIR, uploaded beside the task's log when it ended.
@@ -100,11 +100,11 @@ def test_module_script_resumes_from_its_synced_checkpoint(script_cfg, no_leaks):
     assert first.status == "succeeded", first.error
     second = raytf.fit(cfg, quiet=True)  # same run.name: resumes from the synced state
     assert second.status == "succeeded", second.error
-    assert second.summary["resumed_from"].endswith("ckpt-e000001-s0000000003")
+    assert second.summary["resumed_from"].endswith("ckpt-n00000001-e000001-s0000000003")
     state = json.loads((Path(second.last_checkpoint) / "state.json").read_text())
     assert state == {"launches": 2}
     df = second.metrics
     steps = df[df["kind"] == "step"]
     assert list(steps["step"]) == [1, 2, 3, 4, 5, 6] and list(steps["launches"]) == [1, 1, 1, 2, 2, 2]
     log = (Path(second.run_dir) / "logs/worker0-attempt2.log").read_text()
-    assert "resumed_from=ckpt-e000001-s0000000003 launches_before=1" in log
+    assert "resumed_from=ckpt-n00000001-e000001-s0000000003 launches_before=1" in log

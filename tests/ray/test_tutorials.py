@@ -78,3 +78,48 @@ def test_an_error_after_training_is_not_retried(script_cfg, no_leaks):
     assert "last epoch" in a["reason"] and a["training_finished"] is True
     assert "KeyError: 'val_accuracy'" in str(result.error)
     assert result.checkpoints  # what was trained is kept
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("program", ["fit", "loop"])
+def test_a_strategy_that_does_not_span_the_cluster_fails_the_run(script_cfg, program, no_leaks):
+    """MirroredStrategy on 2 workers: two unsynchronised copies. Keras fit says so by its replica count (the run
+    stops at the first fit); a custom loop by never connecting to the other task (found when it ends)."""
+    args = "[--loop]" if program == "loop" else "[]"
+    result = raytf.fit(script_cfg(f"run.name=mirrored-{program}", "train.script=tests/scripts/mirrored.py",
+                                  f"train.args={args}"), quiet=True)
+    assert result.status == "failed" and len(result.attempts) == 1
+    a = result.attempts[0]
+    assert (a["cause"], a["error_type"], a["decision"]) == ("user", "ClusterNotUsed", "raise")
+    message = str(result.error)
+    assert "does not span the cluster" in message and "MultiWorkerMirroredStrategy()" in message
+    assert "cluster.num_workers=1" in message
+    if program == "fit":
+        assert "1 replica(s) in sync on a cluster of 2 workers" in message
+    else:
+        assert "never connected to another task of its cluster" in message
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_the_ps_tutorials_in_process_cluster_is_refused(script_cfg, no_leaks):
+    cfg = script_cfg("run.name=ps-in-process", "cluster.strategy=parameter_server", "cluster.num_ps=1",
+                     "cluster.chief.cpus=0.5", "cluster.worker.cpus=0.5", "cluster.ps.cpus=0.5",
+                     "cluster.threads=4",  # its in-process servers run in the chief's process: they need threads
+                     "train.script=tests/scripts/ps_in_process.py", "train.args=[]")
+    result = raytf.fit(cfg, quiet=True)
+    assert result.status == "failed" and len(result.attempts) == 1
+    assert result.attempts[0]["error_type"] == "ClusterNotUsed", result.error
+    assert "started Model.fit without a connection to another task of its cluster" in str(result.error)
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_tensorflow_used_before_the_strategy_is_explained(script_cfg, no_leaks):
+    result = raytf.fit(script_cfg("run.name=tf-first", "train.script=tests/scripts/tf_before_strategy.py",
+                                  "train.args=[]"), quiet=True)
+    assert result.status == "failed" and len(result.attempts) == 1
+    message = str(result.error)
+    assert "Collective ops must be configured at program startup" in message
+    assert "Fix: the program used TensorFlow" in message and "build the strategy first" in message

@@ -26,15 +26,17 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
-from raytf._core import checkpoints
+from raytf._core import checkpoints, peers
 from raytf._core import events as ev
 from raytf._core.plan import TaskSpec
 from raytf._storage import RunDir, task_log_dir, task_workdir
 from raytf._task.script.child import SPEC_ENV
 from raytf._task.upload import Uploader, upload_outputs
-from raytf.config import Config
+from raytf.config import Config, Strategy
+from raytf.errors import RaytfError
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +45,46 @@ _FLUSH_S = 0.2  # how often streamed output is sent to the driver
 _MAX_BUFFERED = 2000  # streamed lines held between flushes; beyond that they are counted, not sent
 _CHUNK = 65536  # bytes read from the script's stdout/stderr at a time
 _READER_GRACE_S = 10.0  # after the script's group is gone, how long its pipes may take to drain
+_PEER_POLL_S = 0.5  # how often the kernel's TCP tables are read while the script has not joined its cluster
+_TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+
+
+class ClusterNotUsed(RaytfError):
+    """The script's strategy does not span the cluster raytf gave it: a bug in the script, never retried."""
 
 
 # TensorFlow's C++ start-up chatter (absl INFO lines): kept in the log, left out of an error's stderr tail.
 _NOISE = re.compile(r"^(I\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl::InitializeLog)")
+
+
+# What TF's collective executor prints when a peer goes away, and the lines that continue it: at the end of a run
+# that succeeded, only the shutdown order (the first worker to exit closes its channels while another finishes).
+_ABORT = re.compile(r"^[EW]\d{4} .*(StartAbort|Aborting RingReduce|rendezvous is aborting|tasks have crashed)")
+_TF_LOG = re.compile(r"^([IWEF]\d{4} |Additional GRPC error|:UNKNOWN:|The error could be from|\s|$)")
+
+
+class AbortNoise:
+    """Holds streamed lines back from TF's first abort message on, while only TF's log lines follow it: released
+    when the script prints anything else (it trains on) or fails, dropped when it exits 0 (they stay in the
+    task's log). Pure."""
+
+    def __init__(self) -> None:
+        self.held: list[list[str]] = []
+
+    def feed(self, stream: str, text: str) -> list[list[str]]:
+        """The lines to stream now."""
+        if self.held or _ABORT.match(text):
+            if not self.held or _TF_LOG.match(text):
+                self.held.append([stream, text])
+                return []
+            out, self.held = [*self.held, [stream, text]], []
+            return out
+        return [[stream, text]]
+
+    def end(self, ok: bool) -> list[list[str]]:
+        """The script exited: what is still held, unless it succeeded."""
+        out, self.held = ([] if ok else self.held), []
+        return out
 
 
 def _display(raw: bytes) -> str:
@@ -123,6 +161,7 @@ class ScriptHost:
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         self._lines: list[list[str]] = []
         self._dropped = 0
+        self._noise = AbortNoise()
         self._lock = threading.Lock()
         self._active = False  # output since the last heartbeat
         self._last_beat = time.monotonic()
@@ -132,6 +171,9 @@ class ScriptHost:
         self.proc: subprocess.Popen | None = None
         self.error: BaseException | None = None  # a failed checkpoint upload, raised by run()
         self.raised: str | None = None  # the type of the uncaught exception the script died of
+        # Whether the script had a connection with another task of its cluster (None: not known, or no cluster).
+        self.joined: bool | None = None
+        self._cluster: tuple[int | None, set] = (None, set())  # this task's port and its peers', from TF_CONFIG
 
     def restore(self, resume_from) -> None:
         """Every task starts from the latest committed checkpoint's files in its $RAYTF_CHECKPOINT_DIR
@@ -182,7 +224,10 @@ class ScriptHost:
                    threading.Thread(target=self._read_output, args=(self.proc.stderr, "err"), daemon=True),
                    threading.Thread(target=self._read_events, args=(read_fd,), daemon=True)]
         ticker = threading.Thread(target=self._tick, daemon=True, name="raytf-script-ticker")
-        for t in [*threads, ticker]:
+        self._cluster = peers.cluster_endpoints(json.loads(env["TF_CONFIG"])) if "TF_CONFIG" in env else (None, set())
+        watch = [threading.Thread(target=self._watch_peers, daemon=True, name="raytf-peer-watch")
+                 ] if self._cluster[0] is not None else []
+        for t in [*threads, ticker, *watch]:
             t.start()
         try:
             code = self.proc.wait()
@@ -197,6 +242,8 @@ class ScriptHost:
                 t.join(max(0.0, deadline - time.monotonic()))
             self._done.set()
             ticker.join()
+            with self._lock:
+                self._stream_lines(self._noise.end(ok=self.proc.returncode == 0))
             self._flush()
             role, index = self.spec.role, self.spec.index
             upload_outputs(self.run_dir, self.log_dir, task_log_dir(role, index, self.attempt), "$RAYTF_LOG_DIR")
@@ -208,7 +255,36 @@ class ScriptHost:
                 self.error = e
         if self.error is not None:
             raise self.error
+        if code == 0 and self.joined is False:
+            raise ClusterNotUsed(self._not_spanning("never connected to another task of its cluster"))
         return code, list(self.stderr_tail)
+
+    def _not_spanning(self, what: str) -> str:
+        c = self.cfg.cluster
+        return (f"{self.spec.role} {self.spec.index}: the script {what}: its strategy does not span the cluster, so "
+                f"its tasks trained as unsynchronised copies (tf.distribute.MirroredStrategy ignores TF_CONFIG; an "
+                f"in-process test cluster trains on its own). Fix: build tf.distribute.MultiWorkerMirroredStrategy() "
+                f"(ParameterServerStrategy from TFConfigClusterResolver() for cluster.strategy=parameter_server), or "
+                f"run it as one task: cluster.num_workers=1 (cluster.strategy=mirrored for one machine's GPUs; "
+                f"now: cluster.strategy={c.strategy.value}, cluster.num_workers={c.num_workers})")
+
+    def _look_for_peers(self) -> bool | None:
+        """Whether the kernel's TCP tables show a connection with the cluster now (None: they cannot be read)."""
+        own_port, others = self._cluster
+        try:
+            tables = [Path(f).read_text() for f in _TCP_TABLES if os.path.exists(f)]
+        except OSError:
+            tables = []
+        if own_port is None or not tables:  # no cluster; not Linux, or no /proc: nothing can be said
+            return None
+        self.joined = self.joined or any(peers.joined(peers.connections(t), own_port, others) for t in tables)
+        return self.joined
+
+    def _watch_peers(self) -> None:
+        """Until the script ends or is seen connected to its cluster, twice a second (a training script's TF
+        channels stay open while it trains)."""
+        while self._look_for_peers() is False and not self._done.wait(_PEER_POLL_S):
+            pass
 
     def _kill_group(self, sig: int = signal.SIGKILL) -> None:
         try:
@@ -243,10 +319,12 @@ class ScriptHost:
             if stream == "err" and not _NOISE.match(text):
                 self.stderr_tail.append(text)
             if self.stream:
-                if len(self._lines) < _MAX_BUFFERED:
-                    self._lines.append([stream, text])
-                else:
-                    self._dropped += 1
+                self._stream_lines(self._noise.feed(stream, text))
+
+    def _stream_lines(self, lines: list[list[str]]) -> None:
+        room = max(0, _MAX_BUFFERED - len(self._lines))
+        self._lines += lines[:room]
+        self._dropped += len(lines) - len(lines[:room])
 
     def _flush(self) -> None:
         with self._lock:
@@ -308,6 +386,15 @@ class ScriptHost:
             self.raised = str(msg["type"])
         elif kind == "fit":
             self.emit(ev.STARTED, msg)
+            workers = self.cfg.cluster.num_workers
+            if self.cfg.cluster.strategy is Strategy.multi_worker_mirrored and int(msg["replicas"]) < workers:
+                self._give_up(ClusterNotUsed(self._not_spanning(
+                    f"trains with {msg['replicas']} replica(s) in sync on a cluster of {workers} workers")))
+            elif self._look_for_peers() is False:
+                # A strategy of the cluster has connected to it by the time Model.fit runs (MWMS: to the
+                # coordination service at its construction; ParameterServerStrategy: to the ps and workers).
+                self._give_up(ClusterNotUsed(self._not_spanning("started Model.fit without a connection to "
+                                                                "another task of its cluster")))
         elif kind == "sync":
             if self._uploader is None:
                 self._uploader = Uploader(self.run_dir, self.cfg, self.emit, self._beat, None,
