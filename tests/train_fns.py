@@ -165,3 +165,31 @@ def keras_iterations(ctx: raytf.TrainContext) -> None:
     ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(ctx.global_batch_size)
     model.fit(ds, epochs=ctx.epochs, initial_epoch=ctx.initial_epoch, steps_per_epoch=ctx.steps_per_epoch,
               callbacks=[Iterations(), *ctx.keras_callbacks()], verbose=0)
+
+
+def write_outputs(ctx: raytf.TrainContext) -> None:
+    """Writes where programs write: a relative path (its working directory) and its own log directory."""
+    import os
+
+    with open("notes.txt", "w") as f:  # relative: every task on this host would share the launch directory
+        f.write(f"{ctx.role} {ctx.index} wrote this in {os.getcwd()}\n")
+    with open(os.path.join(ctx.log_dir, "events.txt"), "w") as f:
+        f.write(f"{ctx.role} {ctx.index}\n")
+    report_only(ctx)
+
+
+def fit_then_fine_tune(ctx: raytf.TrainContext) -> None:
+    """The blog examples' shape in a training function: fit, then a second fit to fine-tune (one more epoch)."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x, y = rng.random((256, 8), dtype=np.float32), rng.integers(0, 4, 256)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(ctx.global_batch_size)
+    with ctx.strategy.scope():
+        model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu"), tf.keras.layers.Dense(4)])
+        model.compile(tf.keras.optimizers.SGD(0.1), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ctx.restore(model=model, optimizer=model.optimizer)
+    model.fit(data, epochs=ctx.epochs, initial_epoch=ctx.initial_epoch, steps_per_epoch=ctx.steps_per_epoch,
+              callbacks=ctx.keras_callbacks(), verbose=0)
+    model.fit(data, epochs=1, steps_per_epoch=ctx.steps_per_epoch, callbacks=ctx.keras_callbacks(), verbose=0)

@@ -82,3 +82,30 @@ def test_report_goes_to_this_processs_sink_and_nowhere_outside_raytf():
     finally:
         reporting.set_sink(None)
     assert got == [({"loss": 1.0}, 3, None, "step", False), ({"acc": 0.5}, None, 2, "epoch", True)]
+
+
+def test_progress_lines_show_each_fit_its_own_epochs(caplog):
+    """A program's second Model.fit counts its epochs on from the first's (epoch 3, 4 of the run): the progress
+    line shows it as that fit's 1/2 and 2/2, not 3/2; a script that counts no steps shows none."""
+    import logging
+
+    from raytf._core import events as ev
+    from raytf._driver.sinks import Progress
+
+    p = Progress(epochs=None, steps_per_epoch=None, batch_size=None, quiet=True)
+    caplog.set_level(logging.INFO, logger="raytf")
+
+    def epoch(n, step, fit=None):
+        p(ev.Event(ev.EPOCH, "worker", 0, 1, {"epoch": n, "step": step, "fit": fit, "metrics": {"loss": 0.5}}))
+
+    epoch(1, 0)  # a custom loop's raytf.report(kind="epoch"): no fit, no steps
+    p(ev.Event(ev.STARTED, "worker", 0, 1, {"replicas": 2, "epochs": 2, "steps_per_epoch": 5, "fit": 1,
+                                              "base_epoch": 0, "base_step": 0}))
+    epoch(2, 10, fit=1)
+    p(ev.Event(ev.STARTED, "worker", 0, 1, {"replicas": 2, "epochs": 2, "steps_per_epoch": 5, "fit": 2,
+                                              "base_epoch": 2, "base_step": 10}))
+    epoch(3, 15, fit=2)
+    epoch(4, 20, fit=2)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["epoch 1: loss=0.5", "epoch 2/2 step 10: loss=0.5", "fit 2 · epoch 1/2 step 15: loss=0.5",
+                     "fit 2 · epoch 2/2 step 20: loss=0.5"]

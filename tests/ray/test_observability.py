@@ -75,4 +75,21 @@ def test_per_rank_logs_are_kept(fast_cfg, ps_cfg, no_leaks):
     ps = raytf.fit(ps_cfg("run.name=pslogs", "train.epochs=1"), quiet=True)
     assert ps.status == "succeeded", ps.error
     names = {p.name for p in (Path(ps.run_dir) / "logs").iterdir()}
-    assert {"chief0-attempt1.log", "worker1-attempt1.log", "worker2-attempt1.log", "ps3-attempt1.log"} <= names
+    # Named by role and task index, as TF names the tasks (/job:ps/task:0), not by raytf's global rank.
+    assert {"chief0-attempt1.log", "worker0-attempt1.log", "worker1-attempt1.log", "ps0-attempt1.log"} <= names
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+def test_a_function_writes_in_a_directory_of_its_own_and_its_log_dir_is_kept(fast_cfg, tmp_path, no_leaks):
+    import os
+
+    before = set(os.listdir(ROOT))
+    result = raytf.fit(fast_cfg("run.name=outputs", "train.entrypoint=tests.train_fns:write_outputs"), quiet=True)
+    assert result.status == "succeeded", result.error
+    run = Path(result.run_dir)
+    for index in (0, 1):
+        notes = (run / f"workdir/worker{index}/notes.txt").read_text()
+        assert notes.startswith(f"worker {index} wrote this in ") and str(ROOT) not in notes
+        assert (run / f"logs/worker{index}-attempt1/events.txt").read_text() == f"worker {index}\n"
+    assert set(os.listdir(ROOT)) == before  # nothing landed in the launch directory (the checkout)

@@ -123,3 +123,66 @@ def test_tensorflow_used_before_the_strategy_is_explained(script_cfg, no_leaks):
     message = str(result.error)
     assert "Collective ops must be configured at program startup" in message
     assert "Fix: the program used TensorFlow" in message and "build the strategy first" in message
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(400)
+def test_the_keras_tutorial_runs_unmodified_and_a_relaunch_resumes_it(tmp_path, no_leaks):
+    """examples/tutorial_keras.py as TF's multi-worker Keras tutorial writes it, run by conf/tutorial_keras.yaml:
+    trains on both workers, its model saved the tutorial's way lands in the chief's working directory, and a
+    relaunch of the same run.name resumes through its own load_weights/BackupAndRestore."""
+    def cfg(epochs):
+        return raytf.load_config(ROOT / "conf/tutorial_keras.yaml", [
+            f"storage.path={tmp_path / 'runs'}", "run.name=tutorial", "metrics.flush_interval_s=0",
+            f"train.args=[--epochs,'{epochs}',--steps-per-epoch,'10',--checkpoint-dir,'{{checkpoint_dir}}/ckpt',"
+            "--backup-dir,'{checkpoint_dir}/backup',--log-dir,'{log_dir}']"])
+
+    first = raytf.fit(cfg(2), quiet=True)
+    assert first.status == "succeeded", first.error
+    assert first.summary["num_replicas_in_sync"] == 2
+    run = Path(first.run_dir)
+    assert (run / "workdir/worker0/saved_model/saved_model.pb").exists()  # the chief's model.save
+    assert not (run / "workdir/worker1/saved_model").exists()  # the other's temporary copy, deleted by the program
+    assert (Path(first.checkpoints[-1]) / "ckpt" / "checkpoint").exists()
+    again = raytf.fit(cfg(3), quiet=True)
+    assert again.status == "succeeded", again.error
+    assert again.summary["resumed_from"] == first.checkpoints[-1]
+    for worker in (0, 1):  # every task found the same checkpoint, worker 1 included
+        log = (run / f"logs/worker{worker}-attempt2.log").read_text()
+        assert "restored weights from" in log and "ckpt-002" in log
+    # (BackupAndRestore deletes its backup when fit completes: the program starts fit at epoch 1 again, from the
+    # weights it loaded. That is the tutorial's logic; raytf numbers the new checkpoints after the old ones.)
+    assert again.checkpoints[-1] > first.checkpoints[-1]
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_the_custom_loop_tutorial_commits_its_checkpoint_manager_saves(tmp_path, no_leaks):
+    """examples/tutorial_ctl.py saves with a tf.train.CheckpointManager and reports nothing to raytf: each save on
+    the chief is committed all the same, and the run resumes from the last one."""
+    cfg = raytf.load_config(ROOT / "conf/tutorial_ctl.yaml", [
+        f"storage.path={tmp_path / 'runs'}", "run.name=ctl", "metrics.flush_interval_s=0",
+        "train.args=[--epochs,'2',--steps-per-epoch,'5',--checkpoint-dir,'{checkpoint_dir}']"])
+    first = raytf.fit(cfg, quiet=True)
+    assert first.status == "succeeded", first.error
+    assert len(first.checkpoints) == 2  # one per epoch's CheckpointManager.save
+    assert (Path(first.checkpoints[-1]) / "checkpoint").exists()
+    again = raytf.fit(raytf.load_config(cfg, ["train.args=[--epochs,'3',--steps-per-epoch,'5',--checkpoint-dir,"
+                                              "'{checkpoint_dir}']"]), quiet=True)
+    assert again.status == "succeeded", again.error
+    log = (Path(again.run_dir) / "logs/worker1-attempt2.log").read_text()
+    assert "epoch 2" in log and "Epoch: 3," in log and "Epoch: 1," not in log
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_a_training_functions_second_fit_counts_on(fast_cfg, no_leaks):
+    result = raytf.fit(fast_cfg("run.name=fine-tune", "train.entrypoint=tests.train_fns:fit_then_fine_tune"),
+                       quiet=True)
+    assert result.status == "succeeded", result.error
+    df = result.metrics
+    epochs = df[(df["kind"] == "epoch") & (df["rank"] == 0)]
+    assert list(epochs["epoch"]) == [1, 2, 3] and list(epochs["fit"]) == [1, 1, 2]  # not 1, 2, 1
+    names = [Path(c).name for c in result.checkpoints]
+    assert names[-1].endswith("-e000003-s0000000024") and names == sorted(names)
+    assert result.final_metrics["epoch"] == 3

@@ -132,6 +132,24 @@ def _patch_keras_fit(reporter) -> None:
     model_cls.fit = fit
 
 
+def _patch_checkpoint_manager(reporter) -> None:
+    """A custom training loop's tf.train.CheckpointManager.save is a checkpoint too (TF's multi-worker custom loop
+    tutorial saves that way, knowing nothing of raytf): once it has written one (its `checkpoint` state file last),
+    the chief syncs $RAYTF_CHECKPOINT_DIR, as after a Keras epoch. Saves elsewhere are the script's business."""
+    import tensorflow as tf
+
+    original = tf.train.CheckpointManager.save
+
+    @functools.wraps(original)
+    def save(self, *args, **kwargs):
+        path = original(self, *args, **kwargs)
+        if path is not None and reporter.owns(self.directory):
+            reporter.sync()
+        return path
+
+    tf.train.CheckpointManager.save = save
+
+
 def _exit_code(code) -> int:
     """sys.exit's argument as a process exit code, the way Python itself maps it."""
     if code is None:
@@ -174,6 +192,7 @@ def main() -> int:
     tf_runtime.configure(spec["threads"], spec["gpu_memory_growth"])
     tf_runtime.keep_own_writes(spec["scratch"])
     _patch_keras_fit(reporter)
+    _patch_checkpoint_manager(reporter)
     code = 0
     try:
         _run(spec)

@@ -123,6 +123,11 @@ class ScriptReporter(StepCounter):
         self._send({"kind": "sync", "path": snap, "epoch": self.epoch, "step": self.step})
         return True
 
+    def owns(self, path: str) -> bool:
+        """Whether `path` is in $RAYTF_CHECKPOINT_DIR (what sync uploads)."""
+        root, path = os.path.realpath(self.checkpoint_dir), os.path.realpath(path)
+        return path == root or path.startswith(root + os.sep)
+
     def exception(self, name: str) -> None:
         """The script ended with an uncaught exception of this type."""
         try:
