@@ -82,7 +82,7 @@ def test_an_error_after_training_is_not_retried(script_cfg, no_leaks):
 
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("program", ["fit", "loop"])
+@pytest.mark.parametrize("program", ["fit", pytest.param("loop", marks=pytest.mark.slow)])
 def test_a_strategy_that_does_not_span_the_cluster_fails_the_run(script_cfg, program, no_leaks):
     """MirroredStrategy on 2 workers: two unsynchronised copies. Keras fit says so by its replica count (the run
     stops at the first fit); a custom loop by never connecting to the other task (found when it ends)."""
@@ -102,6 +102,7 @@ def test_a_strategy_that_does_not_span_the_cluster_fails_the_run(script_cfg, pro
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_ps_tutorials_in_process_cluster_is_refused(script_cfg, no_leaks):
     cfg = script_cfg("run.name=ps-in-process", "cluster.strategy=parameter_server", "cluster.num_ps=1",
@@ -125,26 +126,40 @@ def test_tensorflow_used_before_the_strategy_is_explained(script_cfg, no_leaks):
     assert "Fix: the program used TensorFlow" in message and "build the strategy first" in message
 
 
-@pytest.mark.ray
-@pytest.mark.timeout(400)
-def test_the_keras_tutorial_runs_unmodified_and_a_relaunch_resumes_it(tmp_path, no_leaks):
-    """examples/tutorial_keras.py as TF's multi-worker Keras tutorial writes it, run by conf/tutorial_keras.yaml:
-    trains on both workers, its model saved the tutorial's way lands in the chief's working directory, and a
-    relaunch of the same run.name resumes through its own load_weights/BackupAndRestore."""
-    def cfg(epochs):
-        return raytf.load_config(ROOT / "conf/tutorial_keras.yaml", [
-            f"storage.path={tmp_path / 'runs'}", "run.name=tutorial", "metrics.flush_interval_s=0",
-            f"train.args=[--epochs,'{epochs}',--steps-per-epoch,'10',--checkpoint-dir,'{{checkpoint_dir}}/ckpt',"
-            "--backup-dir,'{checkpoint_dir}/backup',--log-dir,'{log_dir}']"])
+def _tutorial_keras(tmp_path, epochs):
+    return raytf.load_config(ROOT / "conf/tutorial_keras.yaml", [
+        f"storage.path={tmp_path / 'runs'}", "run.name=tutorial", "metrics.flush_interval_s=0",
+        f"train.args=[--epochs,'{epochs}',--steps-per-epoch,'10',--checkpoint-dir,'{{checkpoint_dir}}/ckpt',"
+        "--backup-dir,'{checkpoint_dir}/backup',--log-dir,'{log_dir}']"])
 
-    first = raytf.fit(cfg(2), quiet=True)
-    assert first.status == "succeeded", first.error
-    assert first.summary["num_replicas_in_sync"] == 2
-    run = Path(first.run_dir)
+
+def _check_tutorial_keras_run(result):
+    assert result.status == "succeeded", result.error
+    assert result.summary["num_replicas_in_sync"] == 2
+    run = Path(result.run_dir)
     assert (run / "workdir/worker0/saved_model/saved_model.pb").exists()  # the chief's model.save
     assert not (run / "workdir/worker1/saved_model").exists()  # the other's temporary copy, deleted by the program
-    assert (Path(first.checkpoints[-1]) / "ckpt" / "checkpoint").exists()
-    again = raytf.fit(cfg(3), quiet=True)
+    assert (Path(result.checkpoints[-1]) / "ckpt" / "checkpoint").exists()
+    assert list((run / "logs/worker0-attempt1").rglob("events.out.tfevents.*"))  # its TensorBoard callback
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_the_keras_tutorial_runs_unmodified(tmp_path, no_leaks):
+    """examples/tutorial_keras.py as TF's multi-worker Keras tutorial writes it, run by conf/tutorial_keras.yaml:
+    trains on both workers; its model, saved the tutorial's way, lands in the chief's working directory."""
+    _check_tutorial_keras_run(raytf.fit(_tutorial_keras(tmp_path, 2), quiet=True))
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_relaunch_of_the_keras_tutorial_resumes_on_every_worker(tmp_path, no_leaks):
+    """A relaunch of the same run.name: every worker's load_weights(latest_checkpoint) finds the same checkpoint."""
+    first = raytf.fit(_tutorial_keras(tmp_path, 2), quiet=True)
+    _check_tutorial_keras_run(first)
+    run = Path(first.run_dir)
+    again = raytf.fit(_tutorial_keras(tmp_path, 3), quiet=True)
     assert again.status == "succeeded", again.error
     assert again.summary["resumed_from"] == first.checkpoints[-1]
     for worker in (0, 1):  # every task found the same checkpoint, worker 1 included
@@ -157,7 +172,8 @@ def test_the_keras_tutorial_runs_unmodified_and_a_relaunch_resumes_it(tmp_path, 
 
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_the_custom_loop_tutorial_commits_its_checkpoint_manager_saves(tmp_path, no_leaks):
+@pytest.mark.parametrize("relaunch", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_the_custom_loop_tutorial_commits_its_checkpoint_manager_saves(tmp_path, relaunch, no_leaks):
     """examples/tutorial_ctl.py saves with a tf.train.CheckpointManager and reports nothing to raytf: each save on
     the chief is committed all the same, and the run resumes from the last one."""
     cfg = raytf.load_config(ROOT / "conf/tutorial_ctl.yaml", [
@@ -167,6 +183,8 @@ def test_the_custom_loop_tutorial_commits_its_checkpoint_manager_saves(tmp_path,
     assert first.status == "succeeded", first.error
     assert len(first.checkpoints) == 2  # one per epoch's CheckpointManager.save
     assert (Path(first.checkpoints[-1]) / "checkpoint").exists()
+    if not relaunch:
+        return
     again = raytf.fit(raytf.load_config(cfg, ["train.args=[--epochs,'3',--steps-per-epoch,'5',--checkpoint-dir,"
                                               "'{checkpoint_dir}']"]), quiet=True)
     assert again.status == "succeeded", again.error
