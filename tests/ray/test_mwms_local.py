@@ -186,7 +186,10 @@ def test_cli_sigint_exits_130_and_releases(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", "run.name=sigint",
          f"storage.path={tmp_path}", "train.epochs=1000", "ray.num_cpus=2"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        # A shell without job control starts background commands with SIGINT ignored, and children inherit that
+        # (then Python installs no KeyboardInterrupt handler): the launch must see SIGINT as a terminal sends it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         for line in proc.stdout:  # wait for a real signal of training progress
             if "epoch 2/1000" in line:  # epoch 1 was checkpointed before epoch 2 began
