@@ -44,6 +44,7 @@ def test_fit_twice_in_one_process(fast_cfg, no_leaks):
     assert first.status == second.status == "succeeded"
 
 
+@pytest.mark.slow  # ~75 s on 2 cores; the same API path (fit twice, a grid sweep) is in the default run
 @pytest.mark.timeout(900)
 def test_example_notebook_executes(tmp_path):
     import nbformat
