@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
             if cfg.sweep.space:
                 raise ConfigError("--scaling and sweep.space both given: a scaling report runs one job at each "
                                   "worker count; drop the sweep: section (or sweep.space=null) or --scaling")
+        if cfg.sweep.space:  # a misspelt key would fail every trial: say so before Ray starts
+            from raytf.api.sweep import check_sweep
+
+            sw = cfg.sweep
+            check_sweep(cfg, sw.space, max_concurrent=sw.max_concurrent, num_samples=sw.num_samples)
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2

@@ -51,19 +51,37 @@ def _fmt_metrics(metrics: dict) -> str:
     return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(metrics.items()))
 
 
+def _summary(fs: pafs.FileSystem, run_inner: str, uri: str = "") -> dict:
+    """A run's result.json; ValueError naming the file when it is not a JSON object (cut short, or not raytf's)."""
+    path = posixpath.join(run_inner, storage.RESULT_FILE)
+    with fs.open_input_stream(path) as f:
+        data = f.read()
+    try:
+        summary = json.loads(data.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError both
+        summary, why = None, f"{type(e).__name__}: {e}"
+    else:
+        why = f"a JSON {type(summary).__name__}"
+    if not isinstance(summary, dict):
+        raise ValueError(f"{posixpath.join(uri or run_inner, storage.RESULT_FILE)} is not a run summary ({why}): "
+                         "it was cut short or not written by raytf; point RUN at another run")
+    return summary
+
+
 def ls(storage_path: str) -> list[dict]:
     fs, base, _ = storage.resolve(storage_path)
+    if fs.get_file_info(base).type == pafs.FileType.File:
+        raise NotADirectoryError(f"{storage_path} is a file, not a directory of runs: pass the directory the runs "
+                                 "are in (storage.path), e.g. ./runs")
     infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
     rows = []
     for info in sorted(infos, key=lambda i: i.path):
         if info.type != pafs.FileType.Directory:
             continue
         try:
-            with fs.open_input_stream(posixpath.join(info.path, storage.RESULT_FILE)) as f:
-                summary = json.loads(f.read())
+            rows.append(_summary(fs, info.path))
         except (OSError, ValueError):
             continue  # not a run directory
-        rows.append(summary)
     return rows
 
 
@@ -82,7 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "ls":
-            rows = ls(args.storage)
+            try:
+                rows = ls(args.storage)
+            except NotADirectoryError as e:
+                print(f"raytf.runs: {e}", file=sys.stderr)
+                return 2
             if not rows:
                 print(f"no runs under {args.storage}")
             for r in rows:
@@ -97,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             print(f"raytf.runs: {missing}", file=sys.stderr)
             return 2
+        fs, inner, uri = storage.resolve(run_path)
+        _summary(fs, inner, uri)  # a damaged result.json: name the file, not only the decoder's complaint
         result = load_result(run_path)
         if args.cmd == "show":
             s = result.summary

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
+import numbers
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from raytf.config import Config, load_config, to_dict
+from raytf.config import Config, SweepConfig, load_config, to_dict
+from raytf.config.rules import check_space
 from raytf.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -23,30 +27,42 @@ QUEUED_PLACEMENT_TIMEOUT_S = 3600.0
 
 
 def _is_domain(value: Any) -> bool:
-    from ray.tune.search.sample import Domain
-
-    return isinstance(value, Domain)
+    # A Tune domain (tune.uniform(...)) exists only once its module is imported: no need to import Ray to ask.
+    sample = sys.modules.get("ray.tune.search.sample")
+    return sample is not None and isinstance(value, sample.Domain)
 
 
 def param_space(space: Mapping[str, Any]) -> dict[str, Any]:
     """Dotted config keys -> Tune's param space: a list is a grid axis, a Tune domain is sampled."""
+    check_space(space, "sweep space", _is_domain)
     from ray import tune
 
-    if not space:
-        raise ConfigError("sweep space is empty: map dotted config keys to lists of values, e.g. "
-                          "{'train.params.learning_rate': [0.01, 0.001]}")
     out = {}
     for key, values in space.items():
-        if _is_domain(values) or (isinstance(values, dict) and "grid_search" in values):
+        if _is_domain(values) or (isinstance(values, Mapping) and "grid_search" in values):
             out[key] = values
-        elif isinstance(values, (list, tuple)):
-            if not values:
-                raise ConfigError(f"sweep space {key!r} has no values: give at least one")
-            out[key] = tune.grid_search(list(values))
         else:
-            raise ConfigError(f"sweep space {key!r} ({values!r}) must be a list of values or a Ray Tune domain "
-                              "(tune.uniform, tune.choice, ...)")
+            out[key] = tune.grid_search(list(values))
     return out
+
+
+def check_sweep(cfg: Config, space: Mapping[str, Any], *, max_concurrent: int = 1, num_samples: int = 1) -> None:
+    """What would run no trial or fail every one, refused before Ray starts: `max_concurrent` or `num_samples`
+    below 1, an empty space or axis, a misspelt key. Pure (no Ray); raises ConfigError.
+
+    A bad *value* fails only its own trial, which is then reported in the table with its error."""
+    for name, value, why in (("max_concurrent", max_concurrent, ""), ("num_samples", num_samples,
+                                                                      " (0 would run no trial)")):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ConfigError(f"{name} ({value!r}) must be an integer at least 1{why}")
+    check_space(space, "sweep space", _is_domain)
+    base = to_dict(dataclasses.replace(cfg, sweep=SweepConfig()))
+    for key in space:
+        try:
+            load_config(base, {key: None})
+        except ConfigError as e:
+            if "not in" in str(e):
+                raise ConfigError(f"sweep space key {key!r}: {e}") from None
 
 
 def _trial(config: dict[str, Any], *, base: dict[str, Any], sweep_name: str) -> None:
@@ -99,13 +115,12 @@ def sweep(
         A DataFrame, one row per trial: the swept values, status ("succeeded"/"failed"/"stopped"), error,
         final metrics (`final_<name>`), best epoch metrics (`best_<name>`), and run_dir; failed trials included.
     """
+    base_cfg = load_config(cfg)  # a Config too: validated here, not once per trial
+    check_sweep(base_cfg, space, max_concurrent=max_concurrent, num_samples=num_samples)
     from ray import tune
 
     from raytf._driver.connect import ensure_ray
 
-    if max_concurrent < 1:
-        raise ConfigError(f"max_concurrent ({max_concurrent}) must be at least 1")
-    base_cfg = cfg if isinstance(cfg, Config) else load_config(cfg)
     base_cfg = copy.deepcopy(base_cfg)
     # Trials run in other processes (other working directories): pin what the driver's cwd means.
     if "://" not in base_cfg.storage.path:
@@ -116,7 +131,6 @@ def sweep(
     base_cfg.sweep = type(base_cfg.sweep)()  # each trial is a plain run
     base = to_dict(base_cfg)
     space_tune = param_space(space)
-    _check_keys(base, space)
     import pandas as pd  # here, not at import time: `import raytf` stays light
 
     sweep_name = name or f"sweep-{pd.Timestamp.now():%Y%m%d-%H%M%S}"
@@ -138,17 +152,6 @@ def sweep(
         return pd.DataFrame([_row(r, list(space), metric, mode) for r in grid])
     finally:  # Tune's own records of the trials: every run's results are in its run directory
         shutil.rmtree(tune_dir, ignore_errors=True)
-
-
-def _check_keys(base: dict[str, Any], space: Mapping[str, Any]) -> None:
-    """A misspelt key would fail every trial: refuse it now. A bad *value* fails only its own trial, which
-    is then reported in the table with its error."""
-    for key in space:
-        try:
-            load_config(base, {key: None})
-        except ConfigError as e:
-            if "not in" in str(e):
-                raise ConfigError(f"sweep space key {key!r}: {e}") from None
 
 
 def _row(r, keys: list[str], metric: str | None, mode: str) -> dict[str, Any]:

@@ -1,8 +1,12 @@
-"""Cross-field rules of the configuration that OmegaConf's types cannot express. Pure: raises ConfigError."""
+"""What OmegaConf's types cannot express: every numeric key's range (finite, at least...), the cross-field rules,
+and a sweep space that would run no trial. Pure: raises ConfigError."""
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from raytf.config.schema import (
     SINGLE_TASK_STRATEGIES,
@@ -17,14 +21,79 @@ from raytf.config.schema import (
 from raytf.errors import ConfigError
 
 
-def _positive(value: float, key: str, fix: str = "use a number > 0") -> None:
-    if value is None or value <= 0:
-        raise ConfigError(f"{key} ({value}) must be positive: {fix}")
+class Range(NamedTuple):
+    """A numeric key's allowed values: at least `low` (above it when `above`; None: any), finite, and null only
+    when `null`. `text` is how errors say it, after "must be"."""
+
+    low: float | None
+    text: str
+    above: bool = False
+    null: bool = False
 
 
-def _non_negative(value: float, key: str, fix: str) -> None:
-    if value is None or value < 0:
-        raise ConfigError(f"{key} ({value}) must not be negative: {fix}")
+_SECONDS = "above 0 (seconds)"
+# Every numeric key of the schema and its allowed values. validate checks them all (a role's resources even when
+# the role is not used); load.py names them when OmegaConf cannot read a value as a number (`train.epochs=nan`).
+RANGES: dict[str, Range] = {
+    "ray.num_cpus": Range(1, "at least 1, or null for all of this machine's CPUs", null=True),
+    "cluster.num_workers": Range(1, "at least 1"),
+    "cluster.num_ps": Range(0, "0, or at least 1 with cluster.strategy=parameter_server"),
+    **{f"cluster.{role}.{key}": r for role in ("worker", "chief", "ps", "evaluator") for key, r in (
+        ("cpus", Range(0, "0 or more, e.g. 1")),
+        ("gpus", Range(0, "0 or more, e.g. 0 or 1")),
+        ("memory_gb", Range(0, "above 0 (GB), or null for no memory reservation", above=True, null=True)))},
+    "cluster.ps.min_shard_bytes": Range(1, "at least 1"),
+    "cluster.ps.max_shards": Range(1, "at least 1, or null for cluster.num_ps", null=True),
+    "cluster.evaluator.finish_timeout_s": Range(0, "0 or more (seconds), e.g. 300"),
+    "cluster.placement_timeout_s": Range(0, f"{_SECONDS}, e.g. 60", above=True),
+    "cluster.startup_timeout_s": Range(0, f"{_SECONDS}, e.g. 120", above=True),
+    "cluster.threads": Range(1, "at least 1, or null for the CPU share", null=True),
+    "train.epochs": Range(1, "at least 1"),
+    "train.steps_per_epoch": Range(1, "at least 1, or null", null=True),
+    "train.batch_size": Range(1, "at least 1 (it is per replica)"),
+    "train.seed": Range(None, ""),
+    "checkpoint.every_epochs": Range(0, "0 or more (0 turns epoch checkpoints off)"),
+    "checkpoint.every_steps": Range(0, "0 or more (0 turns step checkpoints off)"),
+    "checkpoint.keep_last": Range(0, "0 or more (0 keeps every checkpoint)"),
+    "checkpoint.interrupt_timeout_s": Range(0, f"{_SECONDS}, e.g. 60", above=True),
+    "metrics.every_steps": Range(0, "0 or more (0 reports per epoch only)"),
+    "metrics.flush_interval_s": Range(0, "0 or more (seconds), e.g. 5"),
+    "failure.max_failures": Range(-1, "-1 (no limit) or more"),
+    "failure.hang_timeout_s": Range(0, f"{_SECONDS}, e.g. 300", above=True),
+    "failure.heartbeat_s": Range(0, f"{_SECONDS}, e.g. 2", above=True),
+    "failure.collective_timeout_s": Range(0, f"{_SECONDS}, or null for none", above=True, null=True),
+    "storage.max_inflight_uploads": Range(1, "at least 1"),
+    "storage.upload_retries": Range(0, "0 or more, e.g. 5"),
+    "storage.upload_backoff_s": Range(0, "0 or more (seconds), e.g. 0.5"),
+    "storage.min_upload_mib_s": Range(0, "above 0 (MiB/s), e.g. 1.0", above=True),
+    "sweep.max_concurrent": Range(1, "at least 1"),
+    "sweep.num_samples": Range(1, "at least 1 (0 would run no trial)"),
+}
+
+
+def number_wanted(key: str, integer: bool, r: Range | None = None) -> str:
+    """What to write for a numeric key given something that is not a number: "an integer at least 1"."""
+    r = r or RANGES.get(key)
+    kind = "an integer" if integer else "a finite number"
+    return f"{kind} {r.text}" if r and r.text else kind
+
+
+def _check_range(value: Any, key: str, r: Range) -> None:
+    if value is None and r.null:
+        return
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+          and (r.low is None or (value > r.low if r.above else value >= r.low)))
+    if not ok:
+        integer = isinstance(value, int) and not isinstance(value, bool)
+        raise ConfigError(f"{key} ({value}) must be {r.text if integer and r.text else number_wanted(key, integer, r)}")
+
+
+def _check_ranges(cfg: Config) -> None:
+    for key, r in RANGES.items():
+        value: Any = cfg
+        for part in key.split("."):
+            value = getattr(value, part)
+        _check_range(value, key, r)
 
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -33,46 +102,22 @@ _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def validate(cfg: Config) -> Config:
-    """Cross-field rules OmegaConf's types cannot express. Pure; raises ConfigError."""
-    c, t = cfg.cluster, cfg.train
-    if c.num_workers < 1:
-        raise ConfigError(f"cluster.num_workers ({c.num_workers}) must be at least 1")
+    """Every numeric key's range (RANGES) and the cross-field rules OmegaConf's types cannot express. Pure;
+    raises ConfigError."""
+    c = cfg.cluster
+    _check_ranges(cfg)
     _validate_resources(c.worker, "cluster.worker")
-    _positive(c.placement_timeout_s, "cluster.placement_timeout_s", "e.g. 60")
-    _positive(c.startup_timeout_s, "cluster.startup_timeout_s", "e.g. 120")
-    if c.threads is not None and c.threads < 1:
-        raise ConfigError(f"cluster.threads ({c.threads}) must be at least 1, or null for the CPU share")
     if c.collective is Collective.nccl and c.worker.gpus <= 0:
         raise ConfigError("cluster.collective (nccl) needs GPUs: set cluster.worker.gpus or use auto/ring")
     _validate_program(cfg)
     _validate_roles(cfg)
-    if t.epochs < 1:
-        raise ConfigError(f"train.epochs ({t.epochs}) must be at least 1")
-    if t.steps_per_epoch is not None and t.steps_per_epoch < 1:
-        raise ConfigError(f"train.steps_per_epoch ({t.steps_per_epoch}) must be at least 1, or null")
-    if t.batch_size < 1:
-        raise ConfigError(f"train.batch_size ({t.batch_size}) must be at least 1 (it is per replica)")
-    k = cfg.checkpoint
-    _non_negative(k.every_epochs, "checkpoint.every_epochs", "0 turns epoch checkpoints off")
-    _non_negative(k.every_steps, "checkpoint.every_steps", "0 turns step checkpoints off")
-    _non_negative(k.keep_last, "checkpoint.keep_last", "0 keeps every checkpoint")
-    _positive(k.interrupt_timeout_s, "checkpoint.interrupt_timeout_s", "e.g. 60")
-    _non_negative(cfg.metrics.every_steps, "metrics.every_steps", "0 reports per epoch only")
-    _non_negative(cfg.metrics.flush_interval_s, "metrics.flush_interval_s", "e.g. 5")
     f = cfg.failure
-    if f.max_failures < -1:
-        raise ConfigError(f"failure.max_failures ({f.max_failures}) must be -1 (no limit) or more")
-    _positive(f.hang_timeout_s, "failure.hang_timeout_s", "e.g. 300")
-    _positive(f.heartbeat_s, "failure.heartbeat_s", "e.g. 2")
     if f.heartbeat_s >= f.hang_timeout_s:
         raise ConfigError(f"failure.heartbeat_s ({f.heartbeat_s}) must be shorter than failure.hang_timeout_s "
                           f"({f.hang_timeout_s})")
-    if f.collective_timeout_s is not None:
-        _positive(f.collective_timeout_s, "failure.collective_timeout_s", "or null for none")
     sw = cfg.sweep
     if sw.space:
-        if sw.max_concurrent < 1:
-            raise ConfigError(f"sweep.max_concurrent ({sw.max_concurrent}) must be at least 1")
+        check_space(sw.space)
         if sw.mode not in ("min", "max"):
             raise ConfigError(f"sweep.mode ({sw.mode!r}) must be min or max")
         if sw.scheduler not in (None, "asha"):
@@ -80,12 +125,6 @@ def validate(cfg: Config) -> Config:
         if sw.scheduler and not sw.metric:
             raise ConfigError("sweep.scheduler (asha) needs sweep.metric, e.g. val_loss")
     st = cfg.storage
-    if st.max_inflight_uploads < 1:
-        raise ConfigError(f"storage.max_inflight_uploads ({st.max_inflight_uploads}) must be at least 1")
-    if not st.min_upload_mib_s > 0:
-        raise ConfigError(f"storage.min_upload_mib_s ({st.min_upload_mib_s}) must be above 0, e.g. 1.0 (MiB/s)")
-    _non_negative(st.upload_retries, "storage.upload_retries", "e.g. 5")
-    _non_negative(st.upload_backoff_s, "storage.upload_backoff_s", "e.g. 0.5")
     if st.scheme not in (None, "http", "https"):
         raise ConfigError(f"storage.scheme ({st.scheme!r}) must be http, https or null")
     if (st.access_key is None) != (st.secret_key is None):
@@ -142,10 +181,6 @@ def _validate_roles(cfg: Config) -> None:
                               "leave it auto with parameter_server")
         _validate_resources(c.chief, "cluster.chief")
         _validate_resources(c.ps, "cluster.ps")
-        if c.ps.min_shard_bytes < 1:
-            raise ConfigError(f"cluster.ps.min_shard_bytes ({c.ps.min_shard_bytes}) must be at least 1")
-        if c.ps.max_shards is not None and c.ps.max_shards < 1:
-            raise ConfigError(f"cluster.ps.max_shards ({c.ps.max_shards}) must be at least 1, or null for num_ps")
     elif c.num_ps:
         raise ConfigError(f"cluster.num_ps ({c.num_ps}) is for cluster.strategy=parameter_server only: "
                           f"remove it, or switch strategy")
@@ -180,14 +215,30 @@ def _validate_roles(cfg: Config) -> None:
 
 
 def _validate_resources(r: Resources, key: str) -> None:
-    _non_negative(r.cpus, f"{key}.cpus", "e.g. 1")
-    _non_negative(r.gpus, f"{key}.gpus", "e.g. 0 or 1")
+    """A role's reservation (its cpus, gpus and memory_gb are in RANGES)."""
     if r.cpus == 0 and r.gpus == 0 and not r.custom:
         raise ConfigError(f"{key} reserves nothing (cpus=0, gpus=0): reserve at least one CPU or GPU")
-    if r.memory_gb is not None:
-        _positive(r.memory_gb, f"{key}.memory_gb", "or null for no memory reservation")
     for name, amount in r.custom.items():
-        _positive(amount, f"{key}.custom.{name}")
+        _check_range(amount, f"{key}.custom.{name}", Range(0, "above 0, e.g. 1", above=True))
+
+
+def check_space(space: Mapping[str, Any], name: str = "sweep.space",
+                is_domain: Callable[[Any], bool] | None = None) -> None:
+    """A sweep's space: dotted keys to non-empty lists (a grid axis; `{grid_search: [...]}` too) or, from Python,
+    Ray Tune domains (`is_domain`). An empty space or axis would run no trial. Pure; raises ConfigError."""
+    if not space:
+        raise ConfigError(f"{name} is empty: map dotted config keys to lists of values, e.g. "
+                          "{'train.params.learning_rate': [0.01, 0.001]}")
+    for key, values in space.items():
+        if is_domain is not None and is_domain(values):
+            continue
+        axis = values["grid_search"] if isinstance(values, Mapping) and "grid_search" in values else values
+        if not isinstance(axis, (list, tuple)):
+            domain = " or a Ray Tune domain (tune.uniform, tune.choice, ...)" if is_domain else ""
+            raise ConfigError(f"{name} {key!r} ({values!r}) must be a list of values{domain}, e.g. [1, 2]")
+        if not axis:
+            raise ConfigError(f"{name} {key!r} ({values!r}) has no values, so the sweep would run no trial: "
+                              "give at least one, e.g. [1, 2]")
 
 
 # What a script decides for itself: it builds its own strategy, runs its own loop and writes its own checkpoints.
