@@ -72,6 +72,22 @@ def resolve(path: str, options: StorageConfig | None = None) -> tuple[pafs.FileS
     return fs, inner.rstrip("/"), base.rstrip("/")
 
 
+def plain_http_endpoint(o: StorageConfig) -> str | None:
+    """The S3 endpoint, when its traffic (checkpoints, and request signatures an eavesdropper can replay for their
+    validity) would cross a network unencrypted: storage.scheme=http to a host that is not this machine's
+    loopback. Pure."""
+    from urllib.parse import parse_qs, urlsplit
+
+    query = parse_qs(o.path.partition("?")[2])
+    scheme = (query.get("scheme") or [o.scheme or ""])[0]
+    endpoint = (query.get("endpoint_override") or [o.endpoint_override or ""])[0]
+    if not o.path.startswith("s3://") or scheme != "http" or not endpoint:
+        return None
+    host = urlsplit(f"//{endpoint.split('://')[-1]}").hostname or ""
+    loopback = host == "localhost" or host == "::1" or host.startswith("127.")
+    return None if loopback else endpoint
+
+
 def _s3(o: StorageConfig) -> pafs.S3FileSystem:
     kwargs: dict[str, Any] = {"allow_bucket_creation": True}
     for key in ("endpoint_override", "scheme", "region", "access_key", "secret_key"):

@@ -98,6 +98,9 @@ class Driver(RunRecord):
                 f"checkpoint.resume=false: run.name={cfg.run.name!r} already has {len(old)} checkpoint(s) in "
                 f"{rd.uri_of(storage.CHECKPOINTS_DIR)}. Fix: a new run.name for a fresh start, "
                 "checkpoint.resume=true to continue it, or delete that directory")
+        if (endpoint := storage.plain_http_endpoint(cfg.storage)) is not None:
+            log.warning("storage: plain HTTP to %s, not this machine: checkpoints and signed requests cross the "
+                        "network unencrypted. Fix: storage.scheme=https (or keep that endpoint on loopback)", endpoint)
         ignored = ignored_by_scripts(cfg)
         if ignored:
             log.warning("train.script: %s have no effect on a script (it builds its own strategy, loop and "

@@ -47,6 +47,19 @@ def pump(read_end: int, original: int, file: BinaryIO, path: str) -> None:
     os.close(read_end)
 
 
+def open_log(path: str):
+    """The task's log file for appending, unbuffered. Never through a symlink: a run directory others can write
+    to could point the log at a file of this user's (O_NOFOLLOW; raytf issue 19)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError:
+        if os.path.islink(path):
+            raise RaytfError(f"{path} is a symlink: a task log is never written through one (a planted link "
+                             f"would redirect it). Fix: remove it") from None
+        raise
+    return os.fdopen(fd, "ab", buffering=0)
+
+
 class OutputCapture:
     """Tee this process's stdout and stderr (fds 1 and 2: Python prints and TF's C++ logs alike) into a
     per-rank log file, while Ray's own capture (worker logs, log_to_driver) keeps seeing everything.
@@ -62,7 +75,7 @@ class OutputCapture:
         path = run_dir.path(rel) if self.local else os.path.join(tempfile.mkdtemp(prefix="raytf-log-"), "task.log")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self.path = path
-        self.file = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+        self.file = open_log(path)
         self._streams = []
         for fd in (1, 2):
             sys.stdout.flush() if fd == 1 else sys.stderr.flush()

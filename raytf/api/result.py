@@ -11,7 +11,7 @@ import pyarrow as pa
 from raytf import _storage as storage
 from raytf._core.attempts import RUNNING, SUCCEEDED
 from raytf.config import SECRET, Config, StorageConfig, load_config
-from raytf.errors import TrainingFailedError
+from raytf.errors import RaytfError, TrainingFailedError
 
 
 @dataclass
@@ -154,6 +154,24 @@ def _run_dir_of(run_dir: str, recorded: StorageConfig) -> storage.RunDir:
 
 
 def _yaml_dict(text: str) -> dict:
-    from omegaconf import OmegaConf
+    """A run's config.yaml as data. Its strings stay strings: an interpolation in a planted file
+    (`${oc.env:AWS_SECRET_ACCESS_KEY}` as an endpoint, say) would otherwise be resolved by the reader, in the
+    reader's environment, when the config is loaded (raytf issue 19)."""
+    import yaml
 
-    return OmegaConf.to_container(OmegaConf.create(text))
+    def literal(value):
+        if isinstance(value, str):
+            return value.replace("${", "\\${")  # OmegaConf's escape: the text "${", never an interpolation
+        if isinstance(value, dict):
+            return {k: literal(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [literal(v) for v in value]
+        return value
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise RaytfError(f"{storage.CONFIG_FILE} of this run is not readable YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise RaytfError(f"{storage.CONFIG_FILE} of this run is not a mapping (a {type(data).__name__})")
+    return literal(data)

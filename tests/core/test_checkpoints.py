@@ -192,3 +192,19 @@ def test_uploader_numbers_checkpoints_on_from_the_run_directory(tmp_path):
     assert [p["seq"] for k, p in events if k == "checkpoint"] == [4, 5]
     # Epoch 1 and 2 after epoch 4: the newest by lineage, and pruning kept them, not the old epoch 4.
     assert [e.name for e in rd.list_checkpoints()] == [ck.checkpoint_name(1, 10, 4), ck.checkpoint_name(2, 20, 5)]
+
+
+@pytest.mark.parametrize("path,endpoint,scheme,warned", [
+    ("s3://b/runs", "198.18.0.5:9000", "http", "198.18.0.5:9000"),
+    ("s3://b/runs", "minio.example:9000", "http", "minio.example:9000"),
+    ("s3://b/runs", "127.0.0.1:9000", "http", None),
+    ("s3://b/runs", "localhost:9000", "http", None),
+    ("s3://b/runs", "198.18.0.5:9000", "https", None),
+    ("s3://b/runs?endpoint_override=198.18.0.5:9000&scheme=http", None, None, "198.18.0.5:9000"),
+    ("./runs", "198.18.0.5:9000", "http", None),
+])
+def test_plain_http_to_another_host_is_named(path, endpoint, scheme, warned):
+    from raytf._storage import plain_http_endpoint
+    from raytf.config import StorageConfig
+
+    assert plain_http_endpoint(StorageConfig(path=path, endpoint_override=endpoint, scheme=scheme)) == warned

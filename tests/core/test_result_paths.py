@@ -12,6 +12,7 @@ import pytest
 from raytf import _storage as storage
 from raytf.api.result import Result, _run_dir_of, load_result
 from raytf.config import StorageConfig, load_config, redacted, to_yaml
+from raytf.errors import RaytfError
 
 
 def _fake_run(root, name="exp1"):
@@ -82,3 +83,20 @@ def test_run_dir_keeps_s3_options_given_in_the_recorded_paths_query():
     rd = _run_dir_of("s3://bucket/runs/exp1", StorageConfig(path=f"s3://bucket/runs?{query}"))
     assert rd.uri == "s3://bucket/runs/exp1"
     assert rd.options.path == f"s3://bucket/runs?{query}"
+
+
+def test_a_planted_interpolation_in_config_yaml_is_read_as_text(tmp_path, monkeypatch):
+    """A tampered run directory: config.yaml asks for the reader's secret as the S3 endpoint. Reading the run
+    (load_result, `raytf.runs show`) must not resolve it."""
+    run = _fake_run(tmp_path)
+    monkeypatch.setenv("PLANTED_READER_SECRET", "s3cr3t-of-the-reader")
+    text = (tmp_path / "runs/exp1" / storage.CONFIG_FILE).read_text()
+    planted = text.replace("endpoint_override: null", "endpoint_override: ${oc.env:PLANTED_READER_SECRET}", 1)
+    assert planted != text
+    (tmp_path / "runs/exp1" / storage.CONFIG_FILE).write_text(planted)
+    result = load_result(run)
+    assert result.config.storage.endpoint_override == "${oc.env:PLANTED_READER_SECRET}"
+    assert "s3cr3t-of-the-reader" not in repr(result.config)
+    (tmp_path / "runs/exp1" / storage.CONFIG_FILE).write_text("- not\n- a mapping\n")
+    with pytest.raises(RaytfError, match=r"config\.yaml of this run is not a mapping"):
+        load_result(run)

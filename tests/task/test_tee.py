@@ -65,3 +65,19 @@ def test_a_broken_forward_keeps_the_log_file_whole():
     notes = re.findall(rb"\[raytf\] output no longer forwarded to Ray's log \(.*?\); only to this file\n", file.data)
     assert len(notes) == 1 and b"Broken pipe" in notes[0]
     assert bytes(file.data).replace(notes[0], b"") == b"x" * 100_000 + b"y" * 100_000
+
+
+def test_the_log_is_never_written_through_a_planted_symlink(tmp_path):
+    from raytf._task.tee import open_log
+    from raytf.errors import RaytfError
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    link = tmp_path / "worker0-attempt1.log"
+    link.symlink_to(victim)
+    with pytest.raises(RaytfError, match="is a symlink"):
+        open_log(str(link))
+    assert victim.read_text() == "keep me\n"
+    with open_log(str(tmp_path / "plain.log")) as f:
+        f.write(b"line\n")
+    assert (tmp_path / "plain.log").read_bytes() == b"line\n"
