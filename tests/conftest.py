@@ -86,6 +86,12 @@ def fast_cfg(tmp_path):
 
 
 @pytest.fixture
+def script_cfg(tmp_path):
+    """conf/script.yaml (an unmodified script on 2 MWMS workers) writing under tmp_path."""
+    return _small("conf/script.yaml", tmp_path, [])
+
+
+@pytest.fixture
 def ps_cfg(tmp_path):
     """A small ParameterServerStrategy config (chief, 2 workers, 1 ps on 2 CPUs) under tmp_path."""
     return _small("conf/ps_local.yaml", tmp_path, ["train.epochs=3", "train.steps_per_epoch=10",

@@ -7,16 +7,7 @@ import pytest
 
 import raytf
 from raytf._core import events as ev
-from tests.conftest import ROOT
 from tests.processes import leftover_script_processes as _leftovers
-
-
-@pytest.fixture
-def script_cfg(tmp_path):
-    def make(*overrides):
-        return raytf.load_config(ROOT / "conf/script.yaml", [f"storage.path={tmp_path / 'runs'}",
-                                                             "metrics.flush_interval_s=0", *overrides])
-    return make
 
 
 @pytest.mark.ray

@@ -9,14 +9,6 @@ import raytf
 from tests.conftest import ROOT
 
 
-@pytest.fixture
-def script_cfg(tmp_path):
-    def make(*overrides):
-        return raytf.load_config(ROOT / "conf/script.yaml", [f"storage.path={tmp_path / 'runs'}",
-                                                             "metrics.flush_interval_s=0", *overrides])
-    return make
-
-
 def _rows(result, column):
     df = result.metrics
     return df[df[column].notna()] if column in df else df.iloc[0:0]
