@@ -16,7 +16,9 @@ import pytest
 import raytf
 from raytf._core import failure
 from raytf._core.plan import TaskSpec, streamed
-from raytf._task.script.host import AbortNoise, ScriptHost, _display, child_env, expand_args
+from raytf._task.script.host import ScriptHost, child_env, expand_args
+from raytf._task.script.lines import AbortNoise
+from raytf._task.script.lines import display as _display
 from raytf._task.script.reporter import ScriptReporter
 from raytf.config import StreamOutput
 from raytf.errors import ConfigError

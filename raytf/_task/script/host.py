@@ -34,6 +34,7 @@ from raytf._core import events as ev
 from raytf._core.plan import TaskSpec
 from raytf._storage import RunDir, task_log_dir, task_workdir
 from raytf._task.script.child import SPEC_ENV
+from raytf._task.script.lines import NOISE, AbortNoise, display
 from raytf._task.upload import Uploader, upload_outputs
 from raytf.config import Config, Strategy
 from raytf.errors import RaytfError
@@ -51,46 +52,6 @@ _TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 
 class ClusterNotUsed(RaytfError):
     """The script's strategy does not span the cluster raytf gave it: a bug in the script, never retried."""
-
-
-# TensorFlow's C++ start-up chatter (absl INFO lines): kept in the log, left out of an error's stderr tail.
-_NOISE = re.compile(r"^(I\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl::InitializeLog)")
-
-
-# What TF's collective executor prints when a peer goes away, and the lines that continue it: at the end of a run
-# that succeeded, only the shutdown order (the first worker to exit closes its channels while another finishes).
-_ABORT = re.compile(r"^[EW]\d{4} .*(StartAbort|Aborting RingReduce|rendezvous is aborting|tasks have crashed)")
-_TF_LOG = re.compile(r"^([IWEF]\d{4} |Additional GRPC error|:UNKNOWN:|The error could be from|\s|$)")
-
-
-class AbortNoise:
-    """Holds streamed lines back from TF's first abort message on, while only TF's log lines follow it: released
-    when the script prints anything else (it trains on) or fails, dropped when it exits 0 (they stay in the
-    task's log). Pure."""
-
-    def __init__(self) -> None:
-        self.held: list[list[str]] = []
-
-    def feed(self, stream: str, text: str) -> list[list[str]]:
-        """The lines to stream now."""
-        if self.held or _ABORT.match(text):
-            if not self.held or _TF_LOG.match(text):
-                self.held.append([stream, text])
-                return []
-            out, self.held = [*self.held, [stream, text]], []
-            return out
-        return [[stream, text]]
-
-    def end(self, ok: bool) -> list[list[str]]:
-        """The script exited: what is still held, unless it succeeded."""
-        out, self.held = ([] if ok else self.held), []
-        return out
-
-
-def _display(raw: bytes) -> str:
-    """A line as a terminal would show it: carriage-return updates (progress bars) keep their last state."""
-    text = raw.decode(errors="replace").rstrip("\r\n")
-    return text.rsplit("\r", 1)[-1]
 
 
 # The directory that holds the raytf package (raytf/_task/script/host.py is three levels below it).
@@ -314,9 +275,9 @@ class ScriptHost:
 
     def _line(self, raw: bytes, stream: str) -> None:
         self.log_file.write(raw)
-        text = _display(raw)
+        text = display(raw)
         with self._lock:
-            if stream == "err" and not _NOISE.match(text):
+            if stream == "err" and not NOISE.match(text):
                 self.stderr_tail.append(text)
             if self.stream:
                 self._stream_lines(self._noise.feed(stream, text))
