@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,6 +134,9 @@ class ClusterConfig:
     advertise_address: str | None = None
     # TF intra/inter-op threads per task; null = the task's CPU reservation (at least 1).
     threads: int | None = None
+    # `[low, high]`: every TF task's port is reserved in this range (inclusive), so one firewall rule admitting
+    # only the cluster's hosts covers them all (README, Security); null = any free port the OS gives.
+    port_range: list[int] | None = None
 
 
 @dataclass
@@ -195,6 +199,8 @@ class MetricsConfig:
     every_steps: int = 10
     # How often the driver rewrites metrics.parquet while the run goes.
     flush_interval_s: float = 5.0
+    # Distinct metric names a run may report (each is a column of metrics.parquet); past it the run fails.
+    max_names: int = 256
 
 
 @dataclass
@@ -219,15 +225,20 @@ class FailureConfig:
 class StorageConfig:
     # A local path or a pyarrow.fs URI (file://, s3://, gs://, hdfs://).
     path: str = "./runs"
-    # s3:// only. Credentials come from the environment (AWS_ACCESS_KEY_ID, ...) unless set here; either
-    # way they are never written to config.yaml, result.json or the logs.
+    # s3:// only. Credentials are never sent to the tasks: each node (driver and tasks) takes them from its own
+    # chain (environment AWS_ACCESS_KEY_ID/..., instance profile, ~/.aws/credentials) or storage.credentials_file.
     endpoint_override: str | None = None
     scheme: str | None = None  # "http" for a plain-HTTP endpoint such as a local S3 server
     # s3:// only: the bucket's region.
     region: str | None = None
-    # s3:// only; see `storage.endpoint_override`.
+    # s3:// only: an AWS-style credentials file (`[default]` with aws_access_key_id, aws_secret_access_key and
+    # optionally aws_session_token), read by each process that opens the storage, on its own node (so the same
+    # path on every node). Only its path travels to the tasks.
+    credentials_file: str | None = None
+    # s3:// only, reading runs in this process (raytf.load_result): a run refuses keys in its config (they would
+    # travel to every task); see `storage.credentials_file`.
     access_key: str | None = None
-    # s3:// only; see `storage.endpoint_override`.
+    # See `storage.access_key`.
     secret_key: str | None = None
     # Checkpoint uploads run beside training, one at a time and in order: at most this many checkpoints
     # waiting or uploading (a further save waits for one to commit), each retried with exponential back-off.
@@ -239,6 +250,13 @@ class StorageConfig:
     # The slowest storage to wait for: a rank uploading or exporting N bytes (and the ranks blocked on it) is
     # hung only after failure.hang_timeout_s plus N bytes at this rate.
     min_upload_mib_s: float = 1.0
+
+    def __repr__(self) -> str:  # the keys are masked wherever a config is printed or logged
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for key in ("access_key", "secret_key"):
+            if shown[key] is not None:
+                shown[key] = "***"
+        return f"StorageConfig({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
 @dataclass
