@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -18,7 +19,8 @@ import pyarrow.parquet as pq
 
 from raytf._core import checkpoints, metrics
 from raytf.config import StorageConfig
-from raytf.errors import StorageError
+from raytf.config.redact import redact_storage_path, redact_text, without_userinfo
+from raytf.errors import ConfigError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +63,87 @@ def resolve(path: str, options: StorageConfig | None = None) -> tuple[pafs.FileS
         seen_as = os.environ.get(NODE_LOCAL_ROOT_ENV, "") + local
         return pafs.LocalFileSystem(), seen_as, local
     base, _, query = path.partition("?")
+    o = options or StorageConfig(path=path)
     try:
-        if path.startswith("s3://") and not query:
-            fs = _s3(options or StorageConfig(path=path))
+        credentials = s3_credentials(o) if path.startswith("s3://") else {}
+        if path.startswith("s3://") and (not query or credentials):
+            fs = _s3(_with_query_options(o, query), credentials)
             inner = base.removeprefix("s3://")
         else:  # other schemes, or S3 options given in the URI's query (?endpoint_override=...&scheme=http)
             fs, inner = pafs.FileSystem.from_uri(path)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
-        raise StorageError(f"storage.path ({path!r}) cannot be opened: {e}") from None
-    return fs, inner.rstrip("/"), base.rstrip("/")
+        # (a run's path holds no credentials: validate refuses them; a reader's may, and pyarrow echoes it)
+        raise StorageError(f"storage.path ({redact_storage_path(path)!r}) cannot be opened: "
+                           f"{redact_text(str(e))}") from None
+    return fs, inner.rstrip("/"), without_userinfo(base.rstrip("/"))
+
+
+# S3 options a URI's query may carry that raytf's own S3 filesystem takes (pyarrow's from_uri takes more).
+_S3_QUERY_OPTIONS = ("endpoint_override", "scheme", "region")
+
+
+def _with_query_options(o: StorageConfig, query: str) -> StorageConfig:
+    """`o` with the S3 options given in storage.path's query (?endpoint_override=...&scheme=http), for raytf's own
+    S3 filesystem, which alone can take the credentials read from storage.credentials_file."""
+    from urllib.parse import parse_qsl
+
+    given = dict(parse_qsl(query, keep_blank_values=True))
+    if other := sorted(set(given) - set(_S3_QUERY_OPTIONS)):
+        raise ConfigError(f"storage.path's query has {', '.join(other)}: with storage.credentials_file (or keys) "
+                          f"only {', '.join(_S3_QUERY_OPTIONS)} can be given there. Fix: set those as "
+                          "storage.endpoint_override, storage.scheme and storage.region, and drop the others")
+    return dataclasses.replace(o, **given)
+
+
+def read_credentials(path: str) -> dict[str, str]:
+    """storage.credentials_file, read here, on this node: an AWS-style INI file's `[default]` section
+    (aws_access_key_id, aws_secret_access_key, optionally aws_session_token) as pyarrow's S3 options. Anything
+    wrong is one ConfigError naming the file and the fix, never its contents."""
+    import configparser
+    import socket
+
+    where = f"storage.credentials_file ({path!r}) on node {socket.gethostname()}"
+    fix = ("Fix: give the path of an AWS-style credentials file present at that path on every node, with a "
+           "[default] section holding aws_access_key_id and aws_secret_access_key (aws_session_token optional)")
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such file. {fix}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where} is not UTF-8 text. {fix}") from None
+    except OSError as e:
+        raise ConfigError(f"{where} cannot be read ({e.strerror or type(e).__name__}). {fix}") from None
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(text)
+    except configparser.Error as e:  # its message quotes the offending line: never shown
+        errors = getattr(e, "errors", None)
+        line = getattr(e, "lineno", None) or (errors[0][0] if errors else None)
+        raise ConfigError(f"{where} is not an INI file ({type(e).__name__}"
+                          f"{f' at line {line}' if line else ''}). {fix}") from None
+    if not parser.has_section("default"):
+        raise ConfigError(f"{where} has no [default] section (sections: {', '.join(parser.sections()) or 'none'}). "
+                          f"{fix}")
+    section = parser["default"]
+    missing = [k for k in ("aws_access_key_id", "aws_secret_access_key") if not section.get(k, "").strip()]
+    if missing:
+        raise ConfigError(f"{where}: [default] has no {' or '.join(missing)}. {fix}")
+    out = {"access_key": section["aws_access_key_id"].strip(), "secret_key": section["aws_secret_access_key"].strip()}
+    if token := section.get("aws_session_token", "").strip():
+        out["session_token"] = token
+    return out
+
+
+def s3_credentials(o: StorageConfig) -> dict[str, str]:
+    """The credentials to pass to pyarrow's S3 filesystem: storage.access_key/secret_key (reading runs in this
+    process: a run refuses them), else storage.credentials_file read on this node, else none (pyarrow's default
+    chain on this node: environment, instance profile, ~/.aws/credentials)."""
+    if o.access_key is not None and o.secret_key is not None:
+        return {"access_key": o.access_key, "secret_key": o.secret_key}
+    if o.credentials_file:
+        return read_credentials(o.credentials_file)
+    return {}
 
 
 def plain_http_endpoint(o: StorageConfig) -> str | None:
@@ -88,9 +162,9 @@ def plain_http_endpoint(o: StorageConfig) -> str | None:
     return None if loopback else endpoint
 
 
-def _s3(o: StorageConfig) -> pafs.S3FileSystem:
-    kwargs: dict[str, Any] = {"allow_bucket_creation": True}
-    for key in ("endpoint_override", "scheme", "region", "access_key", "secret_key"):
+def _s3(o: StorageConfig, credentials: dict[str, str]) -> pafs.S3FileSystem:
+    kwargs: dict[str, Any] = {"allow_bucket_creation": True, **credentials}
+    for key in ("endpoint_override", "scheme", "region"):
         if getattr(o, key) is not None:
             kwargs[key] = getattr(o, key)
     # Our own retry loop (with back-off) decides; the SDK's would hide a dead endpoint for minutes.
@@ -113,6 +187,25 @@ def with_retries(what: str, fn: Callable[[], Any], retries: int, backoff_s: floa
     raise AssertionError("unreachable")
 
 
+def _sha256(stream, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    while block := stream.read(chunk):
+        h.update(block)
+    return h.hexdigest()
+
+
+def _manifest(local_dir: str) -> dict[str, dict[str, Any]]:
+    """Every file of a local checkpoint directory: {relative posix path: {"bytes", "sha256"}}."""
+    out = {}
+    for root, _, files in os.walk(local_dir):
+        for name in files:
+            full = os.path.join(root, name)
+            with open(full, "rb") as f:
+                out[os.path.relpath(full, local_dir).replace(os.sep, "/")] = {
+                    "bytes": os.path.getsize(full), "sha256": _sha256(f)}
+    return out
+
+
 class RunDir:
     """`<storage.path>/<run.name>/`: config, result, metrics and checkpoints of one run."""
 
@@ -129,9 +222,10 @@ class RunDir:
         self._local = isinstance(self.fs, pafs.LocalFileSystem)
 
     def __reduce__(self):
-        # Filesystem handles are rebuilt from the URI on the other side (credentials come from the
-        # environment there, never pickled into task arguments).
-        return (RunDir, (self.options, self.run_name))
+        # Filesystem handles are rebuilt from the URI on the other side, with that node's credentials (its
+        # environment, or storage.credentials_file read there): pyarrow's S3FileSystem pickles its keys, and
+        # storage keys given in this process never go into task arguments either.
+        return (RunDir, (dataclasses.replace(self.options, access_key=None, secret_key=None), self.run_name))
 
     def path(self, *parts: str) -> str:
         return posixpath.join(self.root, *parts)
@@ -168,6 +262,23 @@ class RunDir:
         with self.fs.open_output_stream(tmp) as f:
             f.write(data)
         self.fs.move(tmp, target)
+
+    def upload_file(self, local_path: str, rel: str, *, retry: bool = True, chunk: int = 1 << 20) -> None:
+        """A local file to <run>/<rel>, streamed `chunk` bytes at a time (a task's log can be gigabytes: never
+        read whole); readers see the old content or the new one, as with write_bytes."""
+        o = self.options
+        with_retries(f"uploading {self.uri_of(rel)}", lambda: self._upload_file(local_path, rel, chunk),
+                     o.upload_retries if retry else 0, o.upload_backoff_s)
+
+    def _upload_file(self, local_path: str, rel: str, chunk: int) -> None:
+        target = self.path(rel)
+        self.fs.create_dir(posixpath.dirname(target), recursive=True)
+        out = target if not self._local else f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+        with open(local_path, "rb") as src, self.fs.open_output_stream(out) as dst:
+            while block := src.read(chunk):
+                dst.write(block)
+        if out != target:
+            self.fs.move(out, target)
 
     def write_text(self, rel: str, text: str) -> None:
         self.write_bytes(rel, text.encode())
@@ -280,16 +391,55 @@ class RunDir:
         # committed copy stays until its replacement is committed, in a staging directory that resume finds.
         replacing = self.exists(posixpath.join(CHECKPOINTS_DIR, name, checkpoints.COMMIT_MARKER))
         target = name + checkpoints.STAGING_SUFFIX if replacing else name
+        files = _manifest(local_dir)  # the files as they are uploaded (a finished checkpoint, or a snapshot)
         with_retries(f"uploading checkpoint {name}", lambda: self._copy_up(local_dir, target), o.upload_retries,
                      o.upload_backoff_s)
         if before_commit is not None:
             before_commit()
         self.write_json(posixpath.join(CHECKPOINTS_DIR, target, checkpoints.COMMIT_MARKER),
-                        {"epoch": epoch, "step": step, "seq": seq, **meta})
+                        {"epoch": epoch, "step": step, "seq": seq, **meta,
+                         checkpoints.MANIFEST_KEY: files})
         if replacing:
             with_retries(f"replacing checkpoint {name}", lambda: self._promote(target, name), o.upload_retries,
                          o.upload_backoff_s)
         return self.uri_of(CHECKPOINTS_DIR, name)
+
+    def verify_checkpoint(self, entry: checkpoints.CheckpointEntry) -> str | None:
+        """What is wrong with a committed checkpoint's files against its marker's manifest (names, sizes, then
+        each file's SHA-256, read through once), or None. Storage errors propagate (OSError)."""
+        base = self.path(CHECKPOINTS_DIR, entry.dir)
+        try:
+            marker = json.loads(self.read_text(posixpath.join(CHECKPOINTS_DIR, entry.dir, checkpoints.COMMIT_MARKER)))
+        except (ValueError, UnicodeDecodeError):
+            return "its commit marker is not JSON"
+        manifest = marker.get(checkpoints.MANIFEST_KEY) if isinstance(marker, dict) else None
+        found = {posixpath.relpath(i.path, base): i.size
+                 for i in self.fs.get_file_info(pafs.FileSelector(base, recursive=True))
+                 if i.type == pafs.FileType.File and posixpath.relpath(i.path, base) != checkpoints.COMMIT_MARKER}
+        if problem := checkpoints.manifest_problem(manifest, found):
+            return problem
+        for rel in sorted(found):
+            with self.fs.open_input_stream(posixpath.join(base, rel)) as f:
+                if problem := checkpoints.digest_problem(manifest, rel, _sha256(f)):
+                    return problem
+        return None
+
+    def trusted_checkpoint(self, verified: set[str]) -> tuple[checkpoints.CheckpointEntry | None,
+                                                              list[tuple[checkpoints.CheckpointEntry, str]]]:
+        """The newest committed checkpoint whose files match its manifest, and the newer ones refused (with
+        why). `verified` (directories already verified by this process) is skipped and added to."""
+        refused = []
+        for entry in sorted((e for e in self.list_checkpoints() if e.committed), reverse=True):
+            if entry.dir not in verified:
+                o = self.options
+                problem = with_retries(f"verifying checkpoint {entry.name}", lambda e=entry: self.verify_checkpoint(e),
+                                       o.upload_retries, o.upload_backoff_s)
+                if problem is not None:
+                    refused.append((entry, problem))
+                    continue
+                verified.add(entry.dir)
+            return entry, refused
+        return None, refused
 
     def _copy_up(self, local_dir: str, name: str) -> None:
         # A partial copy from an earlier, interrupted try or attempt is started over.

@@ -11,7 +11,7 @@ import logging
 import signal
 import sys
 
-from raytf.config import load_config
+from raytf.config import load_config, validate_run
 from raytf.errors import ConfigError, PlacementError, RaytfError
 
 
@@ -47,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
         overrides += ["train.stream_output=all"] if args.all_ranks else []
-        cfg = load_config(args.config, overrides)
+        cfg = validate_run(load_config(args.config, overrides))  # a run: refused before Ray starts
+        if cfg.storage.credentials_file and cfg.storage.path.startswith("s3://"):
+            from raytf._storage import read_credentials
+
+            read_credentials(cfg.storage.credentials_file)  # readable here (each node reads its own copy)
         if args.scaling:
             from raytf.api.scaling import parse_workers
 

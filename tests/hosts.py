@@ -7,7 +7,8 @@ among the raylets it sees: ray._private.services.get_node_to_connect_for_driver)
 
 Fault verbs: `partition(host)` / `heal(host)` (its link down / up: a real partition, TCP sees nothing),
 `kill_host(host)` (every process in its namespace, by pid), `slow_link(host, delay_ms, rate)` (tc netem; tc tbf
-for a rate alone).
+for a rate alone). `firewall(host, addresses, port_range)` / `unfirewall(host)`: the README's nftables recipe for TF's
+ports (`firewall_recipe`), in the host's network namespace.
 `close()` kills each namespace's processes by pid (`ip netns pids`), never `ray stop`, which would stop every
 Ray on the machine (other test runs included), then removes the namespaces and the bridge; it runs even after a
 failed test. One bed at a time per machine (a lock file): beds would share the subnet.
@@ -31,6 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +78,7 @@ class Host:
     address: str  # 198.18.0.N
     link: str  # its link's end on the bridge (in this machine's namespace): down = partitioned
     temp_dir: str  # its Ray node's --temp-dir
-    cpus: float
+    cpus: float | None  # None: no Ray node (a machine on the network, outside the cluster)
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -87,11 +89,12 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 class HostBed:
-    """`HostBed([0, 2, 2])`: three hosts, the first the Ray head (here with 0 CPUs), each with the CPUs given.
+    """`HostBed([0, 2, 2])`: three hosts, the first the Ray head (here with 0 CPUs), each with the CPUs given; a
+    host given None instead has no Ray node (on the network, outside the cluster: `HostBed([0, 2, 2, None])`).
     With `private_tmp`, every host but the head sees a /tmp of its own (a mount namespace), so a local path on
     the head is not on the others, as on separate machines."""
 
-    def __init__(self, cpus: list[float], *, private_tmp: bool = False,
+    def __init__(self, cpus: list[float | None], *, private_tmp: bool = False,
                  resources: list[dict[str, float]] | None = None) -> None:
         """`resources`: custom Ray resources per host (besides `host<i>: 1`, which every host has), to pin roles
         to hosts (cluster.<role>.custom)."""
@@ -165,7 +168,8 @@ class HostBed:
             _ip("-n", h.name, "link", "set", "lo", "up")
             os.makedirs(h.temp_dir, exist_ok=True)
         for h in self.hosts:
-            self._ray_start(h)
+            if h.cpus is not None:
+                self._ray_start(h)
         return self
 
     def _ray_start(self, h: Host, timeout_s: float = 180.0) -> None:
@@ -317,6 +321,20 @@ class HostBed:
         for cmd in (["tc", "qdisc", "del", "dev", h.link], ["tc", "-n", h.name, "qdisc", "del", "dev", "eth0"]):
             subprocess.run([*cmd, "root"], capture_output=True)  # nothing shaped: nothing to delete
 
+    def firewall(self, h: Host, addresses: Sequence[str], port_range: tuple[int, int]) -> str:
+        """Apply `firewall_recipe(addresses, port_range)` on the host (its network namespace's own rule set, which
+        goes with the namespace); returns the recipe."""
+        recipe = firewall_recipe(addresses, port_range)
+        out = subprocess.run(["ip", "netns", "exec", h.name, "nft", "-f", "-"], input=recipe, capture_output=True,
+                             text=True)
+        if out.returncode:
+            raise RuntimeError(f"nft -f on {h.name}: {out.stderr.strip()}\n{recipe}")
+        return recipe
+
+    def unfirewall(self, h: Host) -> None:
+        """Remove the recipe's table from the host (none there: nothing to remove)."""
+        subprocess.run(["ip", "netns", "exec", h.name, "nft", "delete", "table", "inet", "raytf"], capture_output=True)
+
     def reachable(self, src: Host, dst: Host, port: int = GCS_PORT, timeout_s: float = 2.0) -> bool:
         """Whether `src` can open a TCP connection to `dst` (the images have no ping)."""
         code = (f"import socket\ntry:\n    socket.create_connection(({dst.address!r}, {port}), timeout={timeout_s})"
@@ -324,7 +342,40 @@ class HostBed:
         return self.exec(src, [sys.executable, "-c", code], timeout=timeout_s + 30).returncode == 0
 
 
-def bed_for_tests(cpus: list[float], **kwargs):
+def firewall_recipe(addresses: Sequence[str], port_range: tuple[int, int]) -> str:
+    """The nftables rule set the README shows (Security), for every node of a cluster whose TF tasks hold their
+    ports in `port_range` (cluster.port_range): TCP to those ports only from the cluster's hosts (`addresses`),
+    from the node itself over loopback, and replies to the node's own connections (one may get a local port in
+    the range); everyone else's packets are dropped, so a connect from outside times out. `nft -f <file>` applies
+    it; applied again (new hosts), it replaces the table."""
+    low, high = port_range
+    v4 = [a for a in addresses if ":" not in a]
+    v6 = [a for a in addresses if ":" in a]
+    lines = [
+        "# raytf: TF's gRPC servers (no authentication, no TLS) only for the cluster's own hosts.",
+        "# On every node: nft -f raytf.nft",
+        f"define tf_ports = {low}-{high}  # cluster.port_range",
+        *([f"define cluster_hosts = {{ {', '.join(v4)} }}"] if v4 else []),
+        *([f"define cluster_hosts6 = {{ {', '.join(v6)} }}"] if v6 else []),
+        "",
+        "# Create the table if it is missing, so that applying the file again replaces it.",
+        "table inet raytf",
+        "delete table inet raytf",
+        "table inet raytf {",
+        "    chain input {",
+        "        type filter hook input priority 0; policy accept;",
+        "        tcp dport $tf_ports ct state established,related accept",
+        '        tcp dport $tf_ports iifname "lo" accept',
+        *(["        tcp dport $tf_ports ip saddr $cluster_hosts accept"] if v4 else []),
+        *(["        tcp dport $tf_ports ip6 saddr $cluster_hosts6 accept"] if v6 else []),
+        "        tcp dport $tf_ports drop",
+        "    }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def bed_for_tests(cpus: list[float | None], **kwargs):
     """A started bed for a pytest fixture (`yield from bed_for_tests([0, 2, 2])`): skips where this machine cannot
     make one; closed afterwards, whatever the tests did."""
     import pytest

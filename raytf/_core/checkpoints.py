@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 # Written last, after every file of a checkpoint is in place: a checkpoint directory without it
 # is a partial write (the writer died mid-upload) and is never selected for resume.
 COMMIT_MARKER = "_COMMITTED.json"
+# The commit marker's record of every file of the checkpoint: {relative path: {"bytes": n, "sha256": hex}}.
+# Resume verifies it (RunDir.verify_checkpoint): a file changed, missing or added after the commit is refused.
+MANIFEST_KEY = "files"
 # tf.train.Checkpoint file prefix inside a checkpoint directory.
 TF_PREFIX = "ckpt"
 
@@ -133,3 +136,28 @@ def crossed(before: int, after: int, every: int) -> bool:
     """Whether a counter moving from `before` to `after` passed a multiple of `every` (0 = never);
     Keras reports steps in groups of steps_per_execution, so exact multiples can be skipped."""
     return every > 0 and after // every > before // every
+
+
+def manifest_problem(manifest: object, found: dict[str, int]) -> str | None:
+    """What is wrong with a committed checkpoint's files against its marker's manifest, judged on names and sizes
+    (`found`: relative path -> bytes, marker excluded); None when they match. Contents are checked separately
+    (`digest_problem`), file by file, so a mismatch is found before reading everything."""
+    if not isinstance(manifest, dict) or not manifest:
+        return "its commit marker has no file manifest (written by an older raytf, or not by raytf)"
+    if not all(isinstance(v, dict) and isinstance(v.get("bytes"), int) and isinstance(v.get("sha256"), str)
+               for v in manifest.values()):
+        return "its commit marker's file manifest is malformed"
+    if missing := sorted(set(manifest) - set(found)):
+        return f"{missing[0]} is missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+    if extra := sorted(set(found) - set(manifest)):
+        return f"{extra[0]} was added after the commit" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else "")
+    for rel in sorted(manifest):
+        if manifest[rel]["bytes"] != found[rel]:
+            return f"{rel} has {found[rel]} bytes, the manifest says {manifest[rel]['bytes']}"
+    return None
+
+
+def digest_problem(manifest: dict, rel: str, sha256: str) -> str | None:
+    """A file's content against the manifest's SHA-256."""
+    want = manifest[rel]["sha256"]
+    return None if sha256 == want else f"{rel}'s SHA-256 is {sha256[:12]}..., the manifest says {want[:12]}..."

@@ -17,10 +17,14 @@ HANG = "hang"  # no progress for failure.hang_timeout_s
 STARTUP = "startup"  # tasks did not start, or TF servers did not come up
 PREEMPTED = "preempted"  # a task got notice (SIGTERM) and everyone saved first: retried without limit
 HEAD_LOST = "head_lost"  # the Ray head (its GCS) stopped answering: the cluster is gone, nothing to retry on
+# The configuration does not fit where the tasks landed (every port of cluster.port_range taken on a host). Never
+# retried: the next attempt's tasks go to the same hosts and meet the same ports (a "startup" failure would be
+# retried, and with failure.max_failures=-1 for ever); the error names the setting to change.
+CONFIG = "config"
 
 # Errors a retry cannot fix: the code itself is wrong.
 DETERMINISTIC = frozenset({"ImportError", "ModuleNotFoundError", "SyntaxError", "NameError", "AttributeError",
-                           "IndentationError", "TypeError", "ClusterNotUsed"})
+                           "IndentationError", "TypeError", "ClusterNotUsed", "TooManyMetrics"})
 
 # TF's errors on the surviving tasks when another task dies or stalls.
 PEER_ERRORS = frozenset({"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"})
@@ -32,7 +36,7 @@ TRANSIENT = PEER_ERRORS | frozenset({"StorageError", "OSError", "IOError", "Conn
                                      "TimeoutError"})
 
 # How informative a failure is about the root cause, when several tasks fail together.
-_CAUSE_RANK = {PREEMPTED: 0, SYSTEM: 1, HANG: 2, USER: 3, STARTUP: 4, PEER: 5}
+_CAUSE_RANK = {PREEMPTED: 0, CONFIG: 1, SYSTEM: 2, HANG: 3, USER: 4, STARTUP: 5, PEER: 6}
 
 
 class Decision(str, enum.Enum):
@@ -59,7 +63,7 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
     """Retry the whole group from the latest committed checkpoint, or fail the run.
 
     Args:
-        kind: the failure kind (USER, SYSTEM, PEER, HANG, STARTUP).
+        kind: the failure kind (USER, SYSTEM, PEER, HANG, STARTUP, CONFIG).
         error_type: the exception's class name ("" for deaths and hangs; "exit N" for a script's plain exit).
         attempt: the attempt that failed, from 1.
         progressed: whether any task completed a training step in that attempt.
@@ -71,6 +75,9 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
     if kind == PREEMPTED:
         # Like Ray Train's separate preemption budget: notice was given and the state saved, nothing is lost.
         return Verdict(Decision.RETRY, "preemption (does not count against failure.max_failures)")
+    if kind == CONFIG:
+        return Verdict(Decision.RAISE, "the configuration does not fit the hosts the tasks were placed on: a retry "
+                                       "would place them the same way; change what the error names")
     if trained:
         return Verdict(Decision.RAISE, "training had finished its last epoch: a retry would train it all again; "
                                        "the checkpoints committed stay, a relaunch resumes from the last")

@@ -30,6 +30,8 @@ class TaskSpec:
     gpus: float
     memory_bytes: int | None = None
     custom: dict[str, float] = field(default_factory=dict)
+    # cluster.port_range: the ports this task may hold for its TF server (inclusive); None = any the OS gives.
+    port_range: tuple[int, int] | None = None
 
     @property
     def bundle(self) -> dict[str, float]:
@@ -60,9 +62,9 @@ class Plan:
         return [t.bundle for t in self.tasks]
 
 
-def _task(role: str, index: int, rank: int, r: Resources) -> TaskSpec:
+def _task(role: str, index: int, rank: int, r: Resources, ports: tuple[int, int] | None) -> TaskSpec:
     memory = int(r.memory_gb * 1024**3) if r.memory_gb else None
-    return TaskSpec(role, index, rank, r.cpus, r.gpus, memory, dict(r.custom))
+    return TaskSpec(role, index, rank, r.cpus, r.gpus, memory, dict(r.custom), ports)
 
 
 def make_plan(cfg: Config) -> Plan:
@@ -76,9 +78,10 @@ def make_plan(cfg: Config) -> Plan:
         roles.append((PS, c.num_ps, c.ps))
     if c.evaluator.enabled:
         roles.append((EVALUATOR, 1, c.evaluator))
+    ports = (c.port_range[0], c.port_range[1]) if c.port_range else None
     tasks = []
     for role, count, resources in roles:
-        tasks += [_task(role, i, len(tasks) + i, resources) for i in range(count)]
+        tasks += [_task(role, i, len(tasks) + i, resources, ports) for i in range(count)]
     return Plan(tasks=tuple(tasks), placement_strategy=c.placement_strategy.value)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from raytf._core.checkpoints import crossed
 from raytf._core.events import EPOCH, HEARTBEAT, STEP
+from raytf._core.limits import MetricNames
 
 
 def scalar(value: Any) -> float | None:
@@ -64,8 +65,11 @@ class StepCounter:
     completed. `clock` (seconds, monotonic) is for tests."""
 
     def __init__(self, send: Callable[[str, dict[str, Any]], None], *, every_steps: int, heartbeat_s: float,
-                 epoch: int = 0, step: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
+                 epoch: int = 0, step: int = 0, clock: Callable[[], float] = time.monotonic,
+                 max_names: int | None = None) -> None:
         self._emit = send
+        # metrics.max_names: checked here, before a row leaves the task (the driver never holds the excess).
+        self._names = MetricNames(max_names) if max_names else None
         self._heartbeat_s = heartbeat_s
         self._now = clock
         self.epoch = epoch  # completed epochs
@@ -78,6 +82,8 @@ class StepCounter:
         """Send a metrics row (this task's rank, current epoch and step) to the driver."""
         self._last_beat = self._now()
         payload = {"epoch": self.epoch + (1 if kind == STEP else 0), "step": self.step, "metrics": scalars(metrics)}
+        if self._names is not None:
+            self._names.check(payload["metrics"])
         if self.fit is not None:
             payload["fit"] = self.fit
         self._emit(kind, payload)

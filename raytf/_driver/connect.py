@@ -32,6 +32,9 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
                          "local Ray") from None
 
 
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+
 def ensure_ray(cfg: Config) -> bool:
     """Connect to (or start) Ray as configured; True when this call started an embedded Ray."""
     if ray.is_initialized():
@@ -40,6 +43,16 @@ def ensure_ray(cfg: Config) -> bool:
     address = resolve_address(cfg)
     try:
         if address is None:
+            # Token auth for the embedded Ray, explicitly: Ray turns it on by default for a new local cluster
+            # only from 2.59, and says so in a warning on every start; a Ray without it runs any code sent to
+            # its ports by anyone who can reach this machine. A user's RAY_AUTH_MODE stands (and is warned of).
+            if AUTH_MODE_ENV not in os.environ:
+                os.environ[AUTH_MODE_ENV] = "token"
+                _reload_ray_config()
+            if os.environ[AUTH_MODE_ENV].lower() != "token":
+                log.warning("%s=%s: the embedded Ray accepts work from anyone who can reach this machine's Ray "
+                            "ports. Fix: unset it (raytf then starts Ray with token auth)", AUTH_MODE_ENV,
+                            os.environ[AUTH_MODE_ENV])
             ray.init(address="local", num_cpus=r.num_cpus, include_dashboard=r.include_dashboard,
                      log_to_driver=r.log_to_driver, configure_logging=False)
             return True
@@ -48,7 +61,29 @@ def ensure_ray(cfg: Config) -> bool:
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise RaytfError(f"ray.address ({address!r}): cannot connect to Ray: {e}. Fix: start it with "
                          "`ray start --head`, or set ray.address=null for an embedded local Ray") from None
+    if not address.startswith("ray://") and not token_auth():
+        log.warning("the Ray cluster at %s does not use token auth: anyone who can reach its ports can run code "
+                    "on every node. Fix: start every node (and this driver) with RAY_AUTH_MODE=token and the "
+                    "cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN (README: Security)", address)
     return False
+
+
+def _reload_ray_config() -> None:
+    """This process's Ray reads RAY_AUTH_MODE once, when it loads: re-read it, as Ray's own
+    `authentication_token_setup._enable_token_auth` does (Ray 2.60), or this driver would talk to its own
+    token-auth GCS without a token (InvalidAuthToken)."""
+    from ray._raylet import Config as RayletConfig
+
+    RayletConfig.initialize("")
+
+
+def token_auth() -> bool:
+    """Whether this process talks to Ray with token auth (the mode is process-wide: RAY_AUTH_MODE)."""
+    try:
+        from ray._raylet import AuthenticationMode, get_authentication_mode
+    except ImportError:
+        return False
+    return get_authentication_mode() == AuthenticationMode.TOKEN
 
 
 def started_here() -> bool:

@@ -23,18 +23,28 @@ from ray.exceptions import RayActorError
 
 from raytf import _storage as storage
 from raytf._core import events as ev
-from raytf._core import failure
+from raytf._core import failure, ports
 from raytf._core.attempts import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Attempt
 from raytf._core.metrics import MetricsTable
 from raytf._core.plan import Plan, make_plan, task_table
 from raytf._core.runloop import AttemptLoop, Phase, Timing, drive
+from raytf._core.topology import TaskAddress
 from raytf._driver import connect
 from raytf._driver.group import TaskGroup
 from raytf._driver.headwatch import HeadWatch
 from raytf._driver.port import BusUnresponsive, RayPort
 from raytf._driver.record import Outcome, RunRecord
 from raytf._driver.sinks import Progress, TensorBoardSink
-from raytf.config import Config, ignored_by_scripts, redacted, script_mode, to_yaml, validate
+from raytf.config import (
+    Config,
+    ignored_by_scripts,
+    redacted,
+    script_mode,
+    secret_runtime_env,
+    to_yaml,
+    validate,
+    validate_run,
+)
 from raytf.errors import ConfigError, RaytfError, TrainingFailedError, WorkerError
 
 log = logging.getLogger("raytf")
@@ -53,7 +63,7 @@ class Driver(RunRecord):
     def __init__(self, cfg: Config, *, quiet: bool = False,
                  on_event: Callable[[ev.Event], None] | None = None) -> None:
         cfg = copy.deepcopy(cfg)
-        validate(cfg)
+        validate_run(validate(cfg))  # before anything starts: storage keys would travel to every task
         cfg.run.name = cfg.run.name or default_run_name()
         self.cfg = cfg
         self.quiet = quiet
@@ -70,12 +80,15 @@ class Driver(RunRecord):
         self.replicas = 0  # num_replicas_in_sync as the tasks' strategy reported it
         self.lost_tasks: list[dict[str, Any]] = []
         self.committed: set[str] = set()  # checkpoints committed during this launch
+        self._verified: set[str] = set()  # checkpoints whose files this launch checked against their manifest
+        self._refused: set[str] = set()  # and those that did not match (named once)
         self._last_flush = time.monotonic()  # the last metrics part's write
         self._launch_id = f"{int(self.t0)}-{secrets.token_hex(3)}"
         self._parts_written = 0
         self.error: TrainingFailedError | None = None
         self.suspects: set[str] = set()  # nodes the last failure left unreachable: the next attempt avoids them
         self.head_watch: HeadWatch | None = None
+        self._exposed: str | None = None  # the last warning naming the TF ports open to the network
         self._result_lock = threading.Lock()  # result.json is written by the main thread and the head watch
 
     # -- the run -----------------------------------------------------------------------------
@@ -88,7 +101,7 @@ class Driver(RunRecord):
         if rd.exists(storage.RESULT_FILE):
             self.previous_attempts = list(rd.read_json(storage.RESULT_FILE).get("attempts", []))
         if cfg.checkpoint.resume:
-            self.resumed_from = rd.latest_checkpoint()
+            self.resumed_from = self._trusted_checkpoint()
             if rd.has_metrics():
                 previous_table = rd.read_metrics()
         elif rd.exists(storage.CHECKPOINTS_DIR) and (old := rd.list_checkpoints()):
@@ -101,6 +114,10 @@ class Driver(RunRecord):
         if (endpoint := storage.plain_http_endpoint(cfg.storage)) is not None:
             log.warning("storage: plain HTTP to %s, not this machine: checkpoints and signed requests cross the "
                         "network unencrypted. Fix: storage.scheme=https (or keep that endpoint on loopback)", endpoint)
+        if public := secret_runtime_env(cfg.ray.runtime_env):  # names only, never values
+            log.warning("ray.runtime_env: %s look like secrets: runtime_env values are readable by anyone who can "
+                        "reach the cluster (Ray's state API) and are written to Ray's logs. Fix: set them in the "
+                        "nodes' environment or in files on the nodes instead", ", ".join(public))
         ignored = ignored_by_scripts(cfg)
         if ignored:
             log.warning("train.script: %s have no effect on a script (it builds its own strategy, loop and "
@@ -190,8 +207,38 @@ class Driver(RunRecord):
             return False
         log.warning("attempt %d failed (%s, %s %s): %s; restarting the group from %s", attempt.number,
                     attempt.cause, attempt.role, attempt.rank, verdict.reason, latest.name if latest else "scratch")
-        self.resumed_from = latest
+        self.resumed_from = self._trusted_checkpoint()
         return True
+
+    def _trusted_checkpoint(self):
+        """The checkpoint to resume from: the newest committed one whose files match its manifest. Each one
+        refused is named once, on one line; refusing the only ones there are ends the run (starting over would
+        silently throw away their training)."""
+        entry, refused = self.run_dir.trusted_checkpoint(self._verified)
+        for bad, why in refused:
+            if bad.dir in self._refused:
+                continue
+            self._refused.add(bad.dir)
+            instead = f"resuming from {entry.name} instead" if entry else "no earlier committed checkpoint to use"
+            log.warning("checkpoint %s refused: %s; %s", self.run_dir.uri_of(storage.CHECKPOINTS_DIR, bad.dir), why,
+                        instead)
+        if entry is None and refused:
+            bad, why = refused[0]
+            raise ConfigError(
+                f"checkpoint {self.run_dir.uri_of(storage.CHECKPOINTS_DIR, bad.dir)} refused: {why}. No earlier "
+                "committed checkpoint matches its manifest. Fix: restore its files, or delete it (or the run's "
+                "checkpoints/) to train from scratch, or use a new run.name")
+        return entry
+
+    def _warn_exposed(self) -> None:
+        """Name the TF servers' host:port pairs anyone on the network can reach: once, and again only if a retry
+        moved them."""
+        warning = ports.exposure_warning(
+            [TaskAddress(i["role"], i["index"], i["host"], i["port"]) for i in self.tasks],
+            strategy=self.cfg.cluster.strategy, port_range=self.cfg.cluster.port_range)
+        if warning is not None and warning != self._exposed:
+            log.warning("%s", warning)
+        self._exposed = warning
 
     def _run_attempt(self, attempt: Attempt, python_path: list[str]) -> None:
         cfg = self.cfg
@@ -203,6 +250,7 @@ class Driver(RunRecord):
                 self.tasks = group.addresses()
                 log.info("tasks of %s (%s):\n%s", cfg.run.name, cfg.cluster.strategy.value,
                          task_table(self.tasks, self.plan.tasks))
+                self._warn_exposed()
                 primary, background = group.launch(attempt=attempt.number, python_path=python_path,
                                                    resume_from=self.resumed_from)
             except WorkerError as e:

@@ -21,7 +21,7 @@ from raytf._storage import RunDir
 
 # The one task-side module the driver imports: Ray needs the class (and the sweep's function).
 from raytf._task.actor import TaskActor, sweep_scratch
-from raytf.config import SINGLE_TASK_STRATEGIES, Config, script_mode
+from raytf.config import SINGLE_TASK_STRATEGIES, Config, script_mode, task_view
 from raytf.errors import RaytfError, StorageError, WorkerError
 
 log = logging.getLogger("raytf")
@@ -71,9 +71,10 @@ class TaskGroup:
         # Every task may hold two blocking calls on the bus (control listener, serve), plus the driver's. On the
         # driver's own node: the bus keeps the run's bookkeeping, and a lost host must cost an attempt no more
         # than its tasks. Left to Ray, this 0-CPU actor landed on a worker's host, which was then partitioned,
-        # and the driver died of ActorDiedError (raytf issue 16).
+        # and the driver died of ActorDiedError (raytf issue 16). Unnamed: only those handed its handle (the
+        # tasks) can reach it; a named one could be drained or stopped by any client of the cluster (issue 19).
         self.bus = _RemoteBus.options(
-            name=actor_name(cfg.run.name, "events", 0), max_concurrency=2 * len(self.plan.tasks) + 8,
+            max_concurrency=2 * len(self.plan.tasks) + 8,
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
         ).remote()
         self.actors = [self._start_task(t, i) for i, t in enumerate(self.plan.tasks)]
@@ -92,7 +93,8 @@ class TaskGroup:
         return _RemoteTask.options(**options).remote(t, advertise)
 
     def addresses(self) -> list[dict[str, Any]]:
-        """Each task's node, address and held port; also checks that every task sees the run directory."""
+        """Each task's node, address and held port; also checks that every task holds a port (of
+        cluster.port_range) and sees the run directory."""
         timeout = self.cfg.cluster.startup_timeout_s
         marker = self.run_dir.write_storage_marker()
         try:
@@ -104,6 +106,10 @@ class TaskGroup:
             raise WorkerError(f"a task failed to start: {e}", kind=failure.STARTUP) from None
         finally:
             self.run_dir.remove_storage_marker(marker)
+        portless = next((i for i in self.infos if i.get("port_error")), None)
+        if portless is not None:  # a "config" failure: never retried (see failure.CONFIG)
+            raise WorkerError(portless["port_error"], role=portless["role"], rank=portless["rank"],
+                              node_id=portless["node_id"], kind=failure.CONFIG)
         blind = [i for i in self.infos if i["storage_visible"] is False]
         if blind:
             who = ", ".join(f"{i['role']} {i['rank']} on node {i['node_id'][:12]}" for i in blind)
@@ -121,7 +127,8 @@ class TaskGroup:
         cfg, bus = self.cfg, self.bus
         spec = topology.cluster_spec(
             [topology.TaskAddress(i["role"], i["index"], i["host"], i["port"]) for i in self.infos])
-        common = dict(cfg=cfg, bus=bus, attempt=attempt, python_path=python_path)
+        # The tasks' view of the config: no `ray` section (runtime_env values: Ray sets them up), no storage keys.
+        common = dict(cfg=task_view(cfg), bus=bus, attempt=attempt, python_path=python_path)
         primary: dict = {}
         background: dict = {}
         servers = [(a, t) for a, t in zip(self.actors, self.plan.tasks) if is_server(cfg.cluster.strategy, t.role)]
@@ -207,8 +214,8 @@ class TaskGroup:
             role=info.get("role", ""), rank=rank, node_id=info.get("node_id", ""), kind=failure.HANG)
 
     def teardown(self, skip: set[str] = frozenset()) -> None:
-        """Kill every task and the bus, release the placement group, and wait until the names are
-        free again (a relaunch with the same run.name reuses them)."""
+        """Kill every task and the bus, release the placement group, and wait until the tasks' names are
+        free again (a relaunch with the same run.name reuses them; the bus has none)."""
         handles = [*self.actors, *([self.bus] if self.bus is not None else [])]
         for a in handles:
             try:
@@ -217,8 +224,6 @@ class TaskGroup:
                 log.debug("kill: %s", e)
         placement.release(self.pg)
         names = [actor_name(self.cfg.run.name, t.role, t.rank) for t in self.plan.tasks[: len(self.actors)]]
-        if self.bus is not None:
-            names.append(actor_name(self.cfg.run.name, "events", 0))
         deadline = time.monotonic() + 30
         for name in names:
             while time.monotonic() < deadline:

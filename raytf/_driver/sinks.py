@@ -34,6 +34,7 @@ class Progress:
         self._epoch = None
         self.fit: int | None = None  # the Model.fit under way (a script's, or a function's later ones)
         self._base = (0, 0)  # (epochs, steps) counted before it, by the program's earlier fits
+        self._drops_told: set[int] = set()  # attempts whose dropped events were reported
 
     def _label(self, epoch: int) -> str:
         """`epoch 3/5`, in the fit's own count: `fit 2 · epoch 1/2` for a program's second Model.fit."""
@@ -64,6 +65,9 @@ class Progress:
     def __call__(self, e: ev.Event) -> None:
         if e.kind == ev.OUTPUT:
             self.output(e)
+            return
+        if e.kind == ev.DROPPED:
+            self.dropped(e)
             return
         if e.kind == ev.STARTED:
             self.replicas = max(self.replicas, int(e.payload.get("replicas", 1)))
@@ -104,6 +108,17 @@ class Progress:
             # (A script that reports epochs without counting steps has none to show.)
             at = f" step {p['step']}" if p["step"] else ""
             log.info("%s%s: %s", self._label(p["epoch"]), at, " ".join(f"{k}={v}" for k, v in shown.items()))
+
+    def dropped(self, e: ev.Event) -> None:
+        """The bus could not keep all of a rank's events (see events.COALESCED): said once per attempt."""
+        if e.attempt in self._drops_told:
+            return
+        self._drops_told.add(e.attempt)
+        log.warning("attempt %d: %s %d sends events faster than the driver takes them; the event bus dropped %d of "
+                    "its step rows (not in metrics.parquet or TensorBoard) and %d of its output lines (all are in "
+                    "its log), and drops more of them while it goes on (said once). Fix: report less often "
+                    "(metrics.every_steps; raytf.report once every few dozen steps), print less",
+                    e.attempt, e.role, e.rank, e.payload.get("steps", 0), e.payload.get("output_lines", 0))
 
     def output(self, e: ev.Event) -> None:
         """A script's streamed stdout/stderr lines, prefixed with role and rank, above the progress bar."""

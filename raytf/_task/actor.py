@@ -4,10 +4,12 @@ Every task's runtime_env (plan.task_runtime_env, TASK_ENV) is in place before th
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -19,7 +21,7 @@ from typing import Any
 import ray
 
 from raytf._core import events as ev
-from raytf._core import failure
+from raytf._core import failure, limits, ports
 from raytf._core.plan import TaskSpec
 from raytf._storage import RunDir, task_log, task_log_dir, task_workdir
 from raytf._task import scratch
@@ -32,17 +34,33 @@ from raytf.errors import WorkerError
 log = logging.getLogger(__name__)
 
 
-def reserve_port() -> socket.socket:
-    """Bind a free port and keep holding it until TF's server has bound the same port.
+def reserve_port(port_range: tuple[int, int] | None = None) -> socket.socket | None:
+    """Bind a free port (one of `port_range` when given, each tried once from a random offset) and keep holding
+    it until TF's server has bound the same port; None when every port of the range is taken.
 
-    Bind-close-publish lets another process take the port before TF binds it (tensorflow#21492).
-    Holding a bound (not listening) SO_REUSEPORT socket keeps every other binder out, while TF's
-    server, started with TF_GRPC_REUSE_PORT, can still bind it.
+    Bind-close-publish lets another process take the port before TF binds it (tensorflow#21492). The socket
+    binds without SO_REUSEPORT, so the bind fails while any other socket holds the port (another task's too: two
+    SO_REUSEPORT sockets of one user may share a port, and two TF servers would then split its connections), and
+    sets it after: every other binder stays out, while TF's server, started with TF_GRPC_REUSE_PORT, can bind the
+    port (a bound socket that does not listen takes none of its connections).
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind(("", 0))
-    return sock
+    if port_range is None:
+        order = [0]  # the OS picks a free one
+    else:
+        low, high = port_range
+        order = ports.candidates(low, high, secrets.randbelow(high - low + 1))
+    for port in order:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("", port))
+        except OSError as e:
+            sock.close()
+            if port == 0 or e.errno != errno.EADDRINUSE:
+                raise
+            continue
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        return sock
+    return None
 
 
 def import_entrypoint(entrypoint: str):
@@ -68,23 +86,29 @@ def _task_logging(tag: str) -> None:
 
 
 class _Emitter:
-    """Fire-and-forget event pushes; `flush` waits until every push has landed on the bus."""
+    """Event pushes without waiting for each, at most limits.MAX_INFLIGHT_PUSHES in flight (past it, a push
+    waits for room: the task slows to the bus' pace); `flush` waits until every push has landed on the bus."""
 
     def __init__(self, bus, role: str, rank: int, attempt: int) -> None:
         self.bus, self.role, self.rank, self.attempt = bus, role, rank, attempt
-        self._inflight: list = []
+        self._inflight = limits.Inflight(lambda refs, n, t: ray.wait(refs, num_returns=n, timeout=t))
         self._lock = threading.Lock()  # the training thread and the checkpoint uploader both emit
+        self.dropped = 0  # events the bus may merge anyway, not sent while it took none for wait_s
 
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
-        ref = self.bus.push.remote([ev.Event(kind, self.role, self.rank, self.attempt, payload)])
         with self._lock:
-            self._inflight.append(ref)
-            if len(self._inflight) >= 64:
-                _, self._inflight = ray.wait(self._inflight, num_returns=len(self._inflight), timeout=0)
+            if not self._inflight.room() and kind in ev.COALESCED:
+                self.dropped += 1
+                if self.dropped == 1:
+                    log.warning("the event bus took none of %d pushes in %gs: %s events are dropped while it "
+                                "takes none", self._inflight.cap, self._inflight.wait_s,
+                                "/".join(sorted(ev.COALESCED)))
+                return
+            self._inflight.add(self.bus.push.remote([ev.Event(kind, self.role, self.rank, self.attempt, payload)]))
 
     def flush(self, timeout: float = 30.0) -> None:
         with self._lock:
-            refs, self._inflight = self._inflight, []
+            refs = self._inflight.take()
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=timeout)
 
@@ -120,9 +144,12 @@ class TaskActor:
 
     def __init__(self, spec: TaskSpec, advertise_address: str | None) -> None:
         self.spec = spec
-        self._sock: socket.socket | None = reserve_port()
-        self._port = self._sock.getsockname()[1]
         self._host = advertise_address or ray.util.get_node_ip_address()
+        self._sock: socket.socket | None = reserve_port(spec.port_range)
+        self._port = self._sock.getsockname()[1] if self._sock is not None else None
+        # Every port of cluster.port_range taken: address() says so and the driver fails the run. (Raised here, it
+        # would kill the actor and reach the driver as a start-up failure, which it retries.)
+        self._no_port = ports.none_free(spec.port_range, self._host) if self._sock is None else None
         self._node_id = ray.get_runtime_context().get_node_id()
         self._scratch: Scratch | None = None  # per run() / run_script(): see _task/scratch.py
         self._server = None  # ParameterServerStrategy ps/worker: TF's in-process server
@@ -149,6 +176,7 @@ class TaskActor:
             "rank": self.spec.rank,
             "host": self._host,
             "port": self._port,
+            "port_error": self._no_port,
             "node_id": self._node_id,
             "pid": os.getpid(),
             "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
@@ -189,9 +217,11 @@ class TaskActor:
         if kind == "user" and type(e).__name__ in failure.PEER_ERRORS and type(e).__module__.startswith("tensorflow"):
             kind = "peer"  # a collective or RPC lost its peer: the symptom, not the cause
         advice = failure.hint(f"{e}")
+        # Bounded as result.json keeps them: an exception's text can be anything (a tensor, a dataset's repr).
         return {"ok": False, "error": WorkerError(
-            f"{type(e).__name__}: {e}" + (f"\nFix: {advice}" if advice else ""), role=self.spec.role,
-            rank=self.spec.rank, node_id=self._node_id, remote_traceback=traceback.format_exc(), kind=kind,
+            limits.clip(f"{type(e).__name__}: {e}", limits.MAX_ERROR_BYTES) + (f"\nFix: {advice}" if advice else ""),
+            role=self.spec.role, rank=self.spec.rank, node_id=self._node_id,
+            remote_traceback=limits.clip(traceback.format_exc(), limits.MAX_ERROR_BYTES, keep_end=True), kind=kind,
             error_type=type(e).__name__)}
 
     def _capture(self, run_dir: RunDir, attempt: int) -> None:
@@ -274,7 +304,7 @@ class TaskActor:
                 kind=kind, error_type=error_type)}
         except BaseException as e:
             emit.flush(timeout=5.0)
-            return self._error(e, kind="user" if isinstance(e, ClusterNotUsed) else "system")
+            return self._error(e, kind="user" if isinstance(e, (ClusterNotUsed, limits.TooManyMetrics)) else "system")
         finally:
             self._release_port()
             self._drop_scratch()

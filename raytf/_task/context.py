@@ -65,7 +65,8 @@ class TrainContext(StepCounter):
         bus=None,
     ) -> None:
         super().__init__(emit, every_steps=cfg.metrics.every_steps, heartbeat_s=cfg.failure.heartbeat_s,
-                         epoch=resume_from.epoch if resume_from else 0, step=resume_from.step if resume_from else 0)
+                         epoch=resume_from.epoch if resume_from else 0, step=resume_from.step if resume_from else 0,
+                         max_names=cfg.metrics.max_names)
         self.cfg = cfg
         self.strategy = strategy
         self.role = role

@@ -101,9 +101,8 @@ class OutputCapture:
         self._streams = []
         self.file.close()
         if not self.local:
-            try:
-                with open(self.path, "rb") as f:
-                    self.run_dir.write_bytes(self.rel, f.read(), retry=False)
+            try:  # streamed: the log may be far larger than this process should hold
+                self.run_dir.upload_file(self.path, self.rel, retry=False)
             except (OSError, RaytfError) as e:
                 log.warning("task log not uploaded to %s: %s", self.run_dir.uri_of(self.rel), e)
             shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)

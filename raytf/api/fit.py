@@ -39,4 +39,5 @@ def fit(
 
     if not isinstance(cfg, Config) or overrides:
         cfg = load_config(cfg, overrides)
-    return Result(**vars(driver.run(cfg, quiet=quiet, on_event=on_event)))
+    outcome = driver.run(cfg, quiet=quiet, on_event=on_event)
+    return Result(**vars(outcome), storage=outcome.config.storage)  # the caller's own storage options

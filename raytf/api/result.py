@@ -10,7 +10,8 @@ import pyarrow as pa
 
 from raytf import _storage as storage
 from raytf._core.attempts import RUNNING, SUCCEEDED
-from raytf.config import SECRET, Config, StorageConfig, load_config
+from raytf.config import Config, StorageConfig, load_config
+from raytf.config.redact import storage_path_problem, without_userinfo
 from raytf.errors import RaytfError, TrainingFailedError
 
 
@@ -26,6 +27,9 @@ class Result:
     metrics_table: pa.Table
     error: TrainingFailedError | None = None
     checkpoints: list[str] = field(default_factory=list)
+    # The storage options this Result reads its run with (`load_model`): what the reader gave `load_result`, or
+    # the run's own config when `fit` returned it; never the ones recorded in a run directory's config.yaml.
+    storage: StorageConfig | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -82,8 +86,10 @@ class Result:
         first import) `tf.keras.models.load_model` refuses the exported SavedModel ("File format not
         supported"); `tf_keras.models.load_model(path)` is the way without raytf.
 
-        The run is found from `run_dir` (absolute, or a URI), whatever this process's working directory; S3
-        options come from the recorded config, credentials from the environment where they were masked.
+        The run is found from `run_dir` (absolute, or a URI), whatever this process's working directory, and
+        read with `storage` (the options given to `load_result`, or the run's own config from `fit`), never with
+        the storage settings recorded in the run's config.yaml: a planted one could send this process's
+        credentials to another endpoint.
 
         Raises:
             FileNotFoundError: the run exported no model.
@@ -100,7 +106,7 @@ class Result:
         except ImportError as e:
             raise ImportError("Result.load_model() needs tf_keras (pip install tf-keras): the model is a tf_keras "
                               "SavedModel, which Keras 3's tf.keras cannot read") from e
-        rd = _run_dir_of(self.run_dir, self.config.storage)
+        rd = _run_dir_of(self.run_dir, self.storage)
         local = tempfile.mkdtemp(prefix="raytf-model-")
         try:
             rd.download_dir(storage.MODEL_DIR, local)
@@ -121,36 +127,51 @@ class Result:
                 f"final_metrics={self.final_metrics!r}, last_checkpoint={self.last_checkpoint!r})")
 
 
-def load_result(run_dir: str) -> Result:
+def load_result(run_dir: str, storage_options: StorageConfig | None = None) -> Result:
     """Read a finished (or running) run back from `<storage>/<run name>` (local path or URI). A relative path is
-    taken from the working directory once, here: the Result's `run_dir` is absolute."""
-    base, _, query = run_dir.partition("?")  # S3 options may ride in the query: s3://b/runs/x?scheme=http
+    taken from the working directory once, here: the Result's `run_dir` is absolute.
+
+    Args:
+        run_dir: the run's directory; S3 options may ride in a URI's query (`s3://b/runs/x?scheme=http`).
+        storage_options: how to open it (S3 endpoint, region, storage.credentials_file or keys), its `path`
+            unused; the Result's `load_model` uses the same. Never taken from the run's own config.yaml.
+    """
+    base, _, query = run_dir.partition("?")
     parent, _, name = base.rstrip("/").rpartition("/")
-    rd = storage.RunDir((parent or ".") + (f"?{query}" if query else ""), name)
+    options = dataclasses.replace(storage_options or StorageConfig(),
+                                  path=(parent or ".") + (f"?{query}" if query else ""))
+    rd = storage.RunDir(options, name)
     summary = rd.read_json(storage.RESULT_FILE)
-    cfg = load_config(_yaml_dict(rd.read_text(storage.CONFIG_FILE)))
+    cfg = load_config(_without_path_credentials(_yaml_dict(rd.read_text(storage.CONFIG_FILE))))
     table = rd.read_metrics() if rd.has_metrics() else pa.table({})
     ckpts = [rd.uri_of(storage.CHECKPOINTS_DIR, e.dir) for e in rd.list_checkpoints() if e.committed]
     return Result(status=summary.get("status", RUNNING), run_dir=rd.uri, config=cfg, summary=summary,
-                  metrics_table=table, checkpoints=ckpts)
+                  metrics_table=table, checkpoints=ckpts, storage=rd.options)
 
 
-def _run_dir_of(run_dir: str, recorded: StorageConfig) -> storage.RunDir:
-    """The RunDir of `run_dir` (an absolute path or a URI, as `Result.run_dir` holds it), opened with the
-    recorded config's storage options (S3 endpoint, scheme, region; a URI query of storage.path) but not its
-    path, which may be relative to the directory the run was launched from. Masked credentials (`***`) give
-    way to the environment's."""
+def _run_dir_of(run_dir: str, options: StorageConfig | None) -> storage.RunDir:
+    """The RunDir of `run_dir` (an absolute path or a URI, as `Result.run_dir` holds it), opened with the reader's
+    storage options (S3 endpoint, scheme, region, credentials; a URI query of their path) but not their path,
+    which may be relative to the directory the run was launched from. None: the defaults (this node's
+    credentials chain)."""
     base = run_dir.rstrip("/")
     parent, _, name = base.rpartition("/")
     if not parent:
         parent = "/" if base.startswith("/") else "."
-    query = recorded.path.partition("?")[2]
-    if query and "://" in parent and "?" not in parent:  # S3 options given in storage.path's query
+    options = options or StorageConfig()
+    query = options.path.partition("?")[2]
+    if query and "://" in parent and "?" not in parent:  # S3 options given in the path's query
         parent = f"{parent}?{query}"
-    options = dataclasses.replace(recorded, path=parent)
-    if SECRET in (options.access_key, options.secret_key):  # masked in config.yaml
-        options = dataclasses.replace(options, access_key=None, secret_key=None)
-    return storage.RunDir(options, name)
+    return storage.RunDir(dataclasses.replace(options, path=parent), name)
+
+
+def _without_path_credentials(data: dict) -> dict:
+    """A run recorded before storage.path's credentials were refused (raytf issue 19) is still read: its recorded
+    path (shown only; never used to open anything) without its userinfo and query."""
+    st = data.get("storage")
+    if isinstance(st, dict) and isinstance(st.get("path"), str) and storage_path_problem(st["path"]):
+        st["path"] = without_userinfo(st["path"]).partition("?")[0]
+    return data
 
 
 def _yaml_dict(text: str) -> dict:

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from raytf.config import Config, SweepConfig, load_config, to_dict
+from raytf.config import Config, SweepConfig, load_config, to_dict, validate_run
 from raytf.config.rules import check_space
 from raytf.errors import ConfigError
 
@@ -115,7 +115,7 @@ def sweep(
         A DataFrame, one row per trial: the swept values, status ("succeeded"/"failed"/"stopped"), error,
         final metrics (`final_<name>`), best epoch metrics (`best_<name>`), and run_dir; failed trials included.
     """
-    base_cfg = load_config(cfg)  # a Config too: validated here, not once per trial
+    base_cfg = validate_run(load_config(cfg))  # a Config too: validated here, not once per trial
     check_sweep(base_cfg, space, max_concurrent=max_concurrent, num_samples=num_samples)
     from ray import tune
 

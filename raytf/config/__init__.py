@@ -1,8 +1,10 @@
 """The run configuration, pure (omegaconf, no Ray, no TensorFlow): the typed schema (`schema`), the cross-field
-rules (`rules`) and loading YAML and overrides onto it (`load`); each imports only those before it."""
+rules (`rules`) and loading YAML and overrides onto it (`load`); each imports only those before it. What looks
+secret, and the views that may be written or sent (`redact`), needs only the schema."""
 
-from raytf.config.load import SECRET, load_config, redacted, to_dict, to_yaml
-from raytf.config.rules import ignored_by_scripts, validate
+from raytf.config.load import load_config, to_dict, to_yaml
+from raytf.config.redact import SECRET, redacted, secret_runtime_env, task_view
+from raytf.config.rules import ignored_by_scripts, validate, validate_run
 from raytf.config.schema import (
     SINGLE_TASK_STRATEGIES,
     CheckpointConfig,
@@ -53,7 +55,10 @@ __all__ = [
     "load_config",
     "redacted",
     "script_mode",
+    "secret_runtime_env",
+    "task_view",
     "to_dict",
     "to_yaml",
     "validate",
+    "validate_run",
 ]

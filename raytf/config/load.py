@@ -1,9 +1,8 @@
 """Loading a configuration: the schema, a YAML file or a dict, and `key=value` overrides merged by OmegaConf,
-then the cross-field rules; plus the plain and redacted views written to the run directory."""
+then the cross-field rules; plus the plain views (the redacted one is `redact`'s)."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import io
 import re
@@ -173,7 +172,7 @@ def _check_shapes(layer, texts: Mapping[str, str] | None = None) -> None:
                 raise ConfigError(f"{key}: {text!r} is not a mapping: set the keys under it, e.g. {key}.<name>=value")
             raise ConfigError(f"{key}: {value!r} is not a mapping: put indented `key: value` lines under "
                               f"`{name}:` in YAML ({{}} for none)")
-        if isinstance(value, list):
+        if isinstance(value, list) or (value is None and kind == "list or null"):
             continue
         if text is not None:
             items = "" if value is None else f'"{text}"' if isinstance(value, dict) else text
@@ -188,7 +187,7 @@ _SHAPED_KEYS: dict[str, str] | None = None
 
 def _shaped_keys() -> dict[str, str]:
     """The schema's list-valued keys (train.args, ...) and mappings (its sections, train.params, ...), parents first:
-    key -> "list" or "mapping"."""
+    key -> "list", "list or null" (cluster.port_range) or "mapping"."""
     global _SHAPED_KEYS
     if _SHAPED_KEYS is None:
         _SHAPED_KEYS = _shapes(OmegaConf.structured(Config), "")
@@ -198,9 +197,10 @@ def _shaped_keys() -> dict[str, str]:
 def _shapes(node, prefix: str) -> dict[str, str]:
     out = {}
     for name in node:
-        child = node[name]
+        # The node, not its value: a list whose default is null (cluster.port_range) is still a list.
+        child = node._get_node(name)
         if OmegaConf.is_list(child):
-            out[f"{prefix}{name}"] = "list"
+            out[f"{prefix}{name}"] = "list or null" if child._is_optional() else "list"
         elif OmegaConf.is_dict(child):
             out[f"{prefix}{name}"] = "mapping"
             if OmegaConf.get_type(child) is not dict:  # a section of the schema
@@ -237,22 +237,3 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 
 def to_yaml(cfg: Config) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
-
-
-SECRET = "***"
-_SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL)", re.IGNORECASE)
-
-
-def redacted(cfg: Config) -> Config:
-    """A copy safe to write or log: storage credentials and secret-looking runtime_env variables masked."""
-    out = copy.deepcopy(cfg)
-    if out.storage.access_key is not None:
-        out.storage.access_key = SECRET
-    if out.storage.secret_key is not None:
-        out.storage.secret_key = SECRET
-    env = out.ray.runtime_env.get("env_vars") if isinstance(out.ray.runtime_env, dict) else None
-    if isinstance(env, dict):
-        for k in env:
-            if _SECRET_NAME.search(str(k)):
-                env[k] = SECRET
-    return out

@@ -8,12 +8,14 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from raytf.config.redact import storage_path_problem
 from raytf.config.schema import (
     SINGLE_TASK_STRATEGIES,
     Collective,
     Config,
     CrossDeviceOps,
     Partitioner,
+    PlacementStrategy,
     Resources,
     Strategy,
     script_mode,
@@ -112,6 +114,7 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("cluster.collective (nccl) needs GPUs: set cluster.worker.gpus or use auto/ring")
     _validate_program(cfg)
     _validate_roles(cfg)
+    _validate_port_range(cfg)
     f = cfg.failure
     if f.heartbeat_s >= f.hang_timeout_s:
         raise ConfigError(f"failure.heartbeat_s ({f.heartbeat_s}) must be shorter than failure.hang_timeout_s "
@@ -133,6 +136,8 @@ def validate(cfg: Config) -> Config:
                           "the environment's credentials")
     if not cfg.storage.path:
         raise ConfigError("storage.path is empty: set a directory or URI, e.g. ./runs or s3://bucket/runs")
+    if (problem := storage_path_problem(cfg.storage.path)) is not None:
+        raise ConfigError(problem)  # (never the path: it holds a secret)
     if cfg.run.name is not None and not _RUN_NAME.match(cfg.run.name):
         raise ConfigError(
             f"run.name ({cfg.run.name!r}) must be letters, digits, '.', '_' or '-' (no '/' or spaces)"
@@ -140,6 +145,20 @@ def validate(cfg: Config) -> Config:
     addr = cfg.ray.address
     if addr is not None and addr != "auto" and not addr.startswith("ray://") and ":" not in addr:
         raise ConfigError(f"ray.address ({addr!r}) must be null (embedded), auto, host:port or ray://host:port")
+    return cfg
+
+
+def validate_run(cfg: Config) -> Config:
+    """What a run (raytf.fit, raytf.sweep, python -m raytf.launch) refuses on top of `validate`, before Ray
+    starts: storage keys in its config, which is sent to every task (reading runs in this process may use them).
+    Pure; raises ConfigError without the keys' values."""
+    st = cfg.storage
+    if st.access_key is not None or st.secret_key is not None:
+        raise ConfigError("storage.access_key/storage.secret_key are set (values not shown): a run's config is sent "
+                          "to every task, so the keys would travel with it. Fix: remove them and put them in a "
+                          "credentials file on every node (storage.credentials_file=/path/on/each/node, an "
+                          "AWS-style [default] file) or in the nodes' environment (AWS_ACCESS_KEY_ID, "
+                          "AWS_SECRET_ACCESS_KEY)")
     return cfg
 
 
@@ -213,6 +232,28 @@ def _validate_roles(cfg: Config) -> None:
     elif t.eval_entrypoint:
         raise ConfigError(f"train.eval_entrypoint ({t.eval_entrypoint!r}) is set but cluster.evaluator.enabled is "
                           "false: set cluster.evaluator.enabled=true to run it")
+
+
+def _validate_port_range(cfg: Config) -> None:
+    """cluster.port_range: [low, high] of unprivileged ports, with a port for every task that may share a host."""
+    c = cfg.cluster
+    r = c.port_range
+    if r is None:
+        return
+    if not (isinstance(r, (list, tuple)) and len(r) == 2
+            and all(isinstance(p, int) and not isinstance(p, bool) for p in r) and 1024 <= r[0] <= r[1] <= 65535):
+        raise ConfigError(f"cluster.port_range ({r!r}) must be [low, high]: two integers, 1024 <= low <= high <= "
+                          "65535 (e.g. [20000, 20099]), or null for any free port")
+    low, high = r
+    ps = c.strategy is Strategy.parameter_server
+    tasks = c.num_workers + (1 + c.num_ps if ps else 0) + (1 if c.evaluator.enabled else 0)
+    # Every task may land on one host, except with STRICT_SPREAD (one task per host).
+    needed = 1 if c.placement_strategy is PlacementStrategy.STRICT_SPREAD else tasks
+    if high - low + 1 < needed:
+        raise ConfigError(f"cluster.port_range ({list(r)}) holds {high - low + 1} port(s), but the run's {tasks} "
+                          f"tasks may all land on one host (cluster.placement_strategy="
+                          f"{c.placement_strategy.value}): widen it to at least {needed} ports, e.g. "
+                          f"[{min(low, 65536 - needed)}, {min(low, 65536 - needed) + needed - 1}]")
 
 
 def _validate_resources(r: Resources, key: str) -> None:

@@ -104,14 +104,17 @@ def cluster_state(bed: hosts.HostBed, run: str) -> dict:
     run is still alive (actors, placement groups)."""
     code = ("import json, ray\nfrom ray.util.state import list_actors, list_placement_groups\n"
             f"ray.init(address={bed.address!r}, log_to_driver=False)\n"
-            f"mine = [a for a in list_actors(address={bed.address!r}, detail=True) if (a.name or '').startswith("
-            f"'raytf:{run}:')]\n"
+            f"actors = list_actors(address={bed.address!r}, detail=True, limit=10000)\n"
+            f"mine = [a for a in actors if (a.name or '').startswith('raytf:{run}:')]\n"
+            # The bus has no name (raytf issue 19): the EventBuffer actors of the jobs (drivers) of the run's tasks.
+            "jobs = {a.job_id for a in mine}\n"
+            "buses = [a for a in actors if a.class_name == 'EventBuffer' and a.job_id in jobs]\n"
             f"pgs = [p.name for p in list_placement_groups(address={bed.address!r}) if p.name == 'raytf:{run}' and "
             "p.state != 'REMOVED']\n"
             "print('RAYTF-STATE', json.dumps({"
-            "'bus_nodes': sorted({a.node_id for a in mine if a.name.endswith(':events:0')}), "
+            "'bus_nodes': sorted({a.node_id for a in buses}), "
             "'driver_node': ray.get_runtime_context().get_node_id(), "
-            "'alive': [a.name for a in mine if a.state != 'DEAD'], 'placement_groups': pgs}))")
+            "'alive': [a.name or a.class_name for a in mine + buses if a.state != 'DEAD'], 'placement_groups': pgs}))")
     out = bed.exec(bed.head, [sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     # Ray may print its own lines too: ours is marked.

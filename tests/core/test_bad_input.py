@@ -223,6 +223,39 @@ def test_missing_file_and_directory(tmp_path):
                                           f"{sorted(p.name for p in (ROOT / 'conf').glob('*.yaml'))[0]}")
 
 
+# 8. cluster.port_range: two integers, 1024 <= low <= high <= 65535, room for every task that may share a host.
+
+_PORT_FIX = "must be [low, high]: two integers, 1024 <= low <= high <= 65535 (e.g. [20000, 20099]), or null"
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("[20000]", f"cluster.port_range ([20000]) {_PORT_FIX}"),
+    ("[20000,20001,20002]", f"cluster.port_range ([20000, 20001, 20002]) {_PORT_FIX}"),
+    ("[]", f"cluster.port_range ([]) {_PORT_FIX}"),
+    ("[80,90]", f"cluster.port_range ([80, 90]) {_PORT_FIX}"),
+    ("[30000,20000]", f"cluster.port_range ([30000, 20000]) {_PORT_FIX}"),
+    ("[20000,70000]", f"cluster.port_range ([20000, 70000]) {_PORT_FIX}"),
+    ("[20000,x]", "cluster.port_range[1]: Value 'x' of type 'str' could not be converted to Integer: write an "
+                  "integer"),
+    ("20000", "cluster.port_range: '20000' is not a list: write a list: cluster.port_range=[20000]"),
+    ("[20000,20000]", "cluster.port_range ([20000, 20000]) holds 1 port(s), but the run's 2 tasks may all land on "
+                      "one host (cluster.placement_strategy=PACK): widen it to at least 2 ports, e.g. [20000, 20001]"),
+    ("[65535,65535]", "widen it to at least 2 ports, e.g. [65534, 65535]"),
+])
+def test_port_range(value, expected):
+    assert expected in _error(BASE, [f"cluster.port_range={value}"])
+
+
+def test_port_range_counts_every_task_that_may_share_a_host():
+    ps = ["cluster.strategy=parameter_server", "cluster.num_ps=2", "cluster.evaluator.enabled=true",
+          "train.eval_entrypoint=examples.keras_cnn:evaluate"]  # chief, 2 workers, 2 ps, evaluator
+    assert "the run's 6 tasks" in _error(BASE, [*ps, "cluster.port_range=[20000,20004]"])
+    for ok in (["cluster.port_range=[20000,20005]"], ["cluster.port_range=[20000,20000]",
+                                                       "cluster.placement_strategy=STRICT_SPREAD"]):
+        assert load_config(BASE, [*ps, *ok]).cluster.port_range[0] == 20000
+    assert load_config(BASE, ["cluster.port_range=null"]).cluster.port_range is None
+
+
 # The same through the CLI: exit code 2, one line on stderr, no traceback, before Ray is even imported.
 
 @pytest.fixture(scope="module")
@@ -261,6 +294,9 @@ CLI = [  # one or two per kind of mistake (the variants are tested through load_
     ("local", ["train.epochs=nan"], "write an integer at least 1"),
     ("local", ["failure.hang_timeout_s=inf"], "failure.hang_timeout_s (inf) must be a finite number above 0"),
     ("nan", [], "storage.min_upload_mib_s (nan) must be a finite number above 0"),
+    ("local", ["cluster.port_range=[80,90]"], "cluster.port_range ([80, 90]) must be [low, high]: two integers, "
+                                              "1024 <= low <= high <= 65535"),
+    ("local", ["cluster.port_range=[20000,20000]"], "cluster.port_range ([20000, 20000]) holds 1 port(s)"),
     ("sweep", ["sweep.num_samples=0"], "sweep.num_samples (0) must be at least 1"),
     ("sweep", ["sweep.space={train.epochs: []}"], "has no values"),
     ("sweep", ["sweep.space={train.epoch: [1, 2]}"], "sweep space key 'train.epoch'"),  # checked before Ray too

@@ -1,7 +1,6 @@
 """Script mode's pure parts: config rules, exit classification, the child's environment and arguments, the
 reporter's counting and checkpoint syncs, the output reader, the TF_CONFIG guard."""
 
-import collections
 import io
 import json
 import os
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import raytf
-from raytf._core import failure
+from raytf._core import failure, limits
 from raytf._core.plan import TaskSpec, streamed
 from raytf._task.script.host import ScriptHost, child_env, expand_args
 from raytf._task.script.lines import AbortNoise
@@ -200,7 +199,7 @@ def test_output_reader_passes_progress_bars_as_signs_of_life(tmp_path):
     """A progress bar redraws with carriage returns and ends its line only at epoch end: each chunk counts as
     activity (heartbeats), the log keeps the bytes, and a line shows its last state."""
     host = ScriptHost.__new__(ScriptHost)  # only the reader's state: no child process here
-    host.stderr_tail, host._lines, host._dropped, host.stream = collections.deque(maxlen=5), [], 0, True
+    host.stderr_tail, host._lines, host._line_bytes, host._dropped, host.stream = limits.Tail(5), [], 0, 0, True
     host._lock, host._active, host.log_file = threading.Lock(), False, io.BytesIO()
     host._noise = AbortNoise()
     r, w = os.pipe()

@@ -19,7 +19,7 @@ def _epoch_rows(df, rank):
     return df[(df["kind"] == "epoch") & (df["rank"] == rank)].sort_values("epoch")
 
 
-def test_keras_fit_two_workers_then_resume(fast_cfg, no_leaks):
+def test_keras_fit_two_workers_then_resume(fast_cfg, no_leaks, caplog):
     cfg = fast_cfg("run.name=fit2", "train.epochs=3")
     result = raytf.fit(cfg, quiet=True)
     assert result.status == "succeeded", result.error
@@ -51,15 +51,26 @@ def test_keras_fit_two_workers_then_resume(fast_cfg, no_leaks):
     assert result.last_checkpoint.endswith("-e000003-s0000000024")
     assert "train:" in (run_dir / "config.yaml").read_text()
 
-    # Relaunch with the same run.name and more epochs: resumes at epoch 4, does not restart.
+    # The newest checkpoint's weights change on storage after its commit (one byte: same size): its manifest no
+    # longer matches, so the relaunch refuses it, naming it, and resumes from the one before.
+    newest = run_dir / "checkpoints" / Path(result.last_checkpoint).name
+    data = next(newest.glob("ckpt.data-*"))
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+
+    # Relaunch with the same run.name and more epochs: resumes at epoch 3 (epoch 3's checkpoint refused), does
+    # not restart.
     again = raytf.fit(raytf.load_config(cfg, ["train.epochs=4"]), quiet=True)
     assert again.status == "succeeded", again.error
-    assert again.summary["resumed_from"].endswith("-e000003-s0000000024")
+    assert again.summary["resumed_from"].endswith("-e000002-s0000000016")
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refused) == 1 and newest.name in refused[0] and "SHA-256" in refused[0], refused
     assert [a["attempt"] for a in again.attempts] == [1, 2]
     df2 = again.metrics
     second = df2[df2["attempt"] == 2]
-    assert set(second[second["kind"] == "epoch"]["epoch"]) == {4}
-    assert second["step"].min() > 24
+    assert set(second[second["kind"] == "epoch"]["epoch"]) == {3, 4}
+    assert second["step"].min() > 16
     assert len(df2[df2["attempt"] == 1]) == len(df)  # the first launch's rows are kept
     assert again.last_checkpoint.endswith("-e000004-s0000000032")
 

@@ -1,6 +1,11 @@
 """Runs whose storage is S3: a real S3 endpoint (moto's server) on 127.0.0.1, started by the fixture."""
 
+import dataclasses
+import hashlib
+import logging
 import os
+import pickle
+import re
 import threading
 import time
 
@@ -110,17 +115,114 @@ def test_run_and_resume_on_s3_without_leaking_credentials(s3, no_leaks):
     assert loaded.status == "succeeded" and loaded.metrics_table.num_rows == len(df)
 
 
-def test_credentials_in_the_config_are_masked(s3, no_leaks):
+# One secret planted through every route a credential can take into a run (raytf issue 19).
+PLANTED = "pl4nted-S3cr3t-5a7d"
+FILE_KEY_ID = "AKIAFROMTHEFILE"
+
+
+class _AccessKeys:
+    """Wraps moto's WSGI app: the access key id of every request it receives (SigV4's `Credential=`)."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.server, self.seen = endpoint.server._server, []
+        self.app = self.server.app
+        self.server.app = self
+
+    def __call__(self, environ, start_response):
+        m = re.search(r"Credential=([^/]+)/", environ.get("HTTP_AUTHORIZATION", ""))
+        self.seen.append(m.group(1) if m else None)
+        return self.app(environ, start_response)
+
+    def close(self) -> None:
+        self.server.app = self.app
+
+
+def test_one_secret_through_every_route(s3, no_leaks, tmp_path, monkeypatch, capfd, caplog):
+    """storage.path userinfo and storage keys are refused without the secret; the run reads its S3 credentials
+    from storage.credentials_file on every node (moto sees only the file's key id); train.args reach the script
+    but no file or log; a secret runtime_env variable is warned about by name; and none of it is in the run
+    directory, the driver's output, or what the driver pickles to its actors (train.args aside)."""
+    import ray
+    from ray._private import serialization
+
+    from raytf.config import StorageConfig
+
     fs = s3fs(s3)
-    fs.create_dir("keys-bucket")
-    cfg = cfg_for(s3, "keys-bucket", "run.name=keys", f"storage.access_key={KEY_ID}",
-                  f"storage.secret_key={SECRET}", "train.epochs=1")
-    result = raytf.fit(cfg, quiet=True)
+    fs.create_dir("secret-bucket")
+    monkeypatch.setenv("RAYTF_TEST_DRIVER_SECRET", PLANTED)  # the driver's environment
+    credentials = tmp_path / "aws-credentials"
+    credentials.write_text(f"[default]\naws_access_key_id = {FILE_KEY_ID}\naws_secret_access_key = {PLANTED}\n")
+    s3_options = {"storage.path": "s3://secret-bucket/runs", "storage.endpoint_override": s3.address,
+                  "storage.scheme": "http", "storage.region": "us-east-1"}
+    with pytest.raises(raytf.ConfigError) as refused:
+        raytf.load_config(ROOT / "conf/script.yaml", {**s3_options,
+                                                       "storage.path": f"s3://{KEY_ID}:{PLANTED}@secret-bucket/runs"})
+    assert "storage.path contains credentials" in str(refused.value) and PLANTED not in str(refused.value)
+    with pytest.raises(raytf.ConfigError) as refused:
+        raytf.fit(raytf.load_config(ROOT / "conf/script.yaml", {**s3_options, "run.name": "keys",
+                                                                 "storage.access_key": KEY_ID,
+                                                                 "storage.secret_key": PLANTED}), quiet=True)
+    assert "storage.access_key/storage.secret_key are set" in str(refused.value)
+    assert PLANTED not in str(refused.value)
+    assert all_objects(fs, "secret-bucket") == []  # refused before anything was written
+
+    cfg = raytf.load_config(ROOT / "conf/script.yaml", {
+        **s3_options, "storage.credentials_file": str(credentials), "run.name": "planted",
+        "cluster.strategy": "mirrored", "cluster.num_workers": 1, "train.script": "tests/scripts/secret_probe.py",
+        "train.args": ["--api-key", PLANTED],
+        "ray.runtime_env.env_vars.DATABASE_URL": f"postgres://u:{PLANTED}@db.internal/app"})
+    sent: list = []  # (value, its bytes) for every argument the driver serializes for Ray
+    real = serialization.SerializationContext.serialize
+
+    def spy(self, value):
+        out = real(self, value)
+        sent.append((value, out.to_bytes() if hasattr(out, "to_bytes") else b""))
+        return out
+
+    monkeypatch.setattr(serialization.SerializationContext, "serialize", spy)
+    keys = _AccessKeys(s3)
+    try:
+        with caplog.at_level(logging.INFO, logger="raytf"):
+            result = raytf.fit(cfg, quiet=True)
+    finally:
+        keys.close()
+        monkeypatch.undo()
     assert result.status == "succeeded", result.error
-    with fs.open_input_stream("keys-bucket/runs/keys/config.yaml") as f:
+    assert set(keys.seen) == {FILE_KEY_ID}  # driver and task: the file's keys, not the environment's
+    warnings = [r.getMessage() for r in caplog.records if "runtime_env" in r.getMessage()]
+    assert len(warnings) == 1 and "env_vars.DATABASE_URL look like secrets" in warnings[0], warnings
+
+    files = {i.path.removeprefix("secret-bucket/runs/planted/"): i for i in all_objects(fs, "secret-bucket")}
+    assert {"config.yaml", "result.json", "logs/worker0-attempt1.log", "workdir/worker0/api_key.sha256"} <= set(files)
+    assert any(name.startswith("checkpoints/") for name in files)
+    for info in files.values():
+        with fs.open_input_stream(info.path) as f:
+            assert PLANTED.encode() not in f.read(), f"the secret leaked into {info.path}"
+    with fs.open_input_stream("secret-bucket/runs/planted/workdir/worker0/api_key.sha256") as f:
+        assert f.read().decode() == hashlib.sha256(PLANTED.encode()).hexdigest()  # the script got the real value
+    with fs.open_input_stream("secret-bucket/runs/planted/logs/worker0-attempt1.log") as f:
+        assert "api key received; DATABASE_URL set: True" in f.read().decode()
+    with fs.open_input_stream("secret-bucket/runs/planted/config.yaml") as f:
         text = f.read().decode()
-    assert SECRET not in text and "secret_key: '***'" in text
-    assert result.summary["config"]["storage"]["secret_key"] == "***"
+    assert re.search(r"- --api-key\n *- '\*\*\*'\n", text) and "DATABASE_URL: '***'" in text
+    out, err = capfd.readouterr()
+    assert PLANTED not in out + err + caplog.text + repr(result)
+
+    configs = [v for v, _ in sent if isinstance(v, raytf.Config)]
+    assert configs and all(c.train.args == ["--api-key", PLANTED] and c.ray.runtime_env == {} for c in configs)
+    for value, data in sent:
+        if isinstance(value, raytf.Config):  # the script's own argument reaches it; nothing else of the secret
+            assert PLANTED.encode() in data
+            value = dataclasses.replace(value, train=dataclasses.replace(value.train, args=[]))
+            data = pickle.dumps(value)
+        assert PLANTED.encode() not in data, f"the secret was sent to an actor in a {type(value).__name__}"
+    run_dirs = [v for v, _ in sent if isinstance(v, RunDir)]
+    assert run_dirs and all(rd.options.credentials_file == str(credentials) for rd in run_dirs)
+
+    loaded = raytf.load_result("s3://secret-bucket/runs/planted", StorageConfig(
+        endpoint_override=s3.address, scheme="http", region="us-east-1", credentials_file=str(credentials)))
+    assert loaded.status == "succeeded" and loaded.config.train.args == ["--api-key", "***"]
+    assert ray.is_initialized()
 
 
 def test_endpoint_outage_mid_run(s3, no_leaks):

@@ -11,7 +11,8 @@ from tests.conftest import ROOT
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 
-def test_grid_of_four_with_a_failing_trial(fast_cfg, no_leaks):
+@pytest.mark.slow  # ~45 s on 2 cores; a grid of four through the same path runs by default (test_cli_sweep_section)
+def test_grid_of_four(fast_cfg, no_leaks):
     cfg = fast_cfg("train.epochs=1", "train.steps_per_epoch=4")
     space = {"train.params.learning_rate": [0.01, 0.003], "cluster.num_workers": [1, 2]}
     df = raytf.sweep(cfg, space, max_concurrent=2, name="grid")
@@ -23,7 +24,10 @@ def test_grid_of_four_with_a_failing_trial(fast_cfg, no_leaks):
     for run_dir in df["run_dir"]:
         assert (Path(run_dir) / "result.json").exists()
 
+
+def test_a_failing_trial_is_reported_and_the_others_run(fast_cfg, no_leaks):
     # A value that fails its trial's config is reported, not dropped; the other trials still run.
+    cfg = fast_cfg("train.epochs=1", "train.steps_per_epoch=4")
     bad = raytf.sweep(cfg, {"train.batch_size": [16, -4]}, max_concurrent=2, name="bad")
     assert len(bad) == 2
     failed = bad[bad["train.batch_size"] == -4].iloc[0]

@@ -57,3 +57,57 @@ def test_failed_checkpoint_upload_stops_the_script(tmp_path):
     assert storage.tries == 1  # stopped at the first failure, the second sync not uploaded
     assert host.proc.returncode < 0  # killed, not exited
     assert _leftovers() == []
+
+
+@pytest.mark.timeout(180)
+def test_a_flood_of_output_stays_under_the_caps(tmp_path):
+    """A 64 MiB line and 50k lines: the host holds and pushes at most its caps (a line is cut with a note, a flush
+    carries a bounded number of bytes, the stderr tail is bounded by bytes), and the task's log has every byte."""
+    import json
+    import tracemalloc
+
+    from raytf._core import events as ev
+    from raytf._core import limits
+
+    cfg = _cfg("run.name=flood", "train.script=tests/scripts/flood_output.py", "train.args=[]",
+               "cluster.num_workers=1", "cluster.strategy=mirrored")
+    spec = TaskSpec(role="worker", index=0, rank=0, cpus=1, gpus=0)
+    events = []
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    log_path = tmp_path / "worker0.log"
+    with open(log_path, "ab", buffering=0) as log_file:
+        host = ScriptHost(cfg=cfg, spec=spec, run_dir=_FailingStorage(), emit=lambda k, p: events.append((k, p)),
+                          attempt=1, is_chief=False, scratch=str(scratch), log_file=log_file, stream=True)
+        host.restore(None)
+        env = child_env(base={**os.environ, "TF_USE_LEGACY_KERAS": "1"}, tf_config=None, spec=spec, cfg=cfg,
+                        run_uri="/nowhere/run", attempt=1, is_chief=False, num_workers=1,
+                        checkpoint_dir=host.checkpoint_dir, resume_from=None, python_path=[str(ROOT)])
+        tracemalloc.start()
+        try:
+            code, tail = host.run(env)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert code == 3
+    assert peak < 24 * 1024 * 1024, peak  # the 64 MiB line was never held, nor 50k lines
+    # The log on disk: every byte (and TensorFlow's start-up lines).
+    logged = log_path.read_bytes()
+    lines = set(logged.split(b"\n"))  # whole lines: stdout's and stderr's interleave by line
+    del logged
+    assert b"x" * (64 << 20) in lines and {f"line {i}".encode() for i in range(50_000)} <= lines
+    assert {f"E{i:02d} ".encode() + b"e" * (64 << 10) for i in range(30)} <= lines
+    del lines
+    # Pushed: each flush within its caps (plus the one line saying what was not streamed).
+    outputs = [p["lines"] for k, p in events if k == ev.OUTPUT]
+    for lines in outputs:
+        assert len(lines) <= limits.MAX_FLUSH_LINES + 1
+        assert len(json.dumps(lines)) <= limits.MAX_FLUSH_BYTES + 64 * len(lines) + 200
+    streamed = [text for lines in outputs for _, text in lines]
+    (cut,) = [t for t in streamed if t.startswith("xxx")]
+    assert cut == "x" * limits.MAX_LINE_BYTES + limits.cut_note(64 * 2**20 - limits.MAX_LINE_BYTES)
+    assert "line 49999" in streamed or any("not streamed" in t for t in streamed)
+    # The stderr tail (the error's message, result.json): bounded by bytes as well as lines.
+    assert tail[-1] == "ValueError: flooded" and tail[-2].startswith("E29 eee") and "not shown" in tail[-2]
+    assert len("\n".join(tail).encode()) <= limits.TAIL_BYTES and len(tail) <= limits.TAIL_LINES
+    assert _leftovers() == []

@@ -183,7 +183,7 @@ def main() -> int:
     reporter = ScriptReporter(
         spec["events_fd"], every_steps=spec["every_steps"], heartbeat_s=spec["heartbeat_s"],
         is_chief=spec["is_chief"], checkpoint_dir=spec["checkpoint_dir"], scratch=spec["scratch"],
-        epoch=spec["epoch"], step=spec["step"])
+        epoch=spec["epoch"], step=spec["step"], max_names=spec.get("max_names"))
     report.set_sink(reporter)
     if "TF_CONFIG" in os.environ:
         os.environ.__class__ = _GuardedEnviron

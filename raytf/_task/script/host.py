@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import os
@@ -29,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raytf._core import checkpoints, peers
+from raytf._core import checkpoints, limits, peers
 from raytf._core import events as ev
 from raytf._core.plan import TaskSpec
 from raytf._storage import RunDir, task_log_dir, task_workdir
@@ -41,9 +40,10 @@ from raytf.errors import RaytfError
 
 log = logging.getLogger(__name__)
 
-STDERR_TAIL = 20  # lines of a failed task's stderr quoted in its error
 _FLUSH_S = 0.2  # how often streamed output is sent to the driver
-_MAX_BUFFERED = 2000  # streamed lines held between flushes; beyond that they are counted, not sent
+# What the script's output may take here, whatever it prints (raytf issue 19; the log on disk has it all): a line
+# is shown cut at limits.MAX_LINE_BYTES, a flush carries at most limits.MAX_FLUSH_LINES/MAX_FLUSH_BYTES (the rest
+# is counted), the stderr tail is limits.TAIL_LINES/TAIL_BYTES.
 _CHUNK = 65536  # bytes read from the script's stdout/stderr at a time
 _READER_GRACE_S = 10.0  # after the script's group is gone, how long its pipes may take to drain
 _PEER_POLL_S = 0.5  # how often the kernel's TCP tables are read while the script has not joined its cluster
@@ -119,10 +119,12 @@ class ScriptHost:
         self.log_dir = os.path.join(scratch, "logs")
         self.work_dir = os.path.join(scratch, "work")  # the script's current directory
         self.launch_dir = os.getcwd()  # where the task was started: relative paths in the config mean this
-        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
+        self.stderr_tail = limits.Tail()
         self._lines: list[list[str]] = []
+        self._line_bytes = 0  # of the streamed lines held for the next flush
         self._dropped = 0
         self._noise = AbortNoise()
+        self._names = limits.MetricNames(cfg.metrics.max_names)  # a script writing its events pipe itself too
         self._lock = threading.Lock()
         self._active = False  # output since the last heartbeat
         self._last_beat = time.monotonic()
@@ -159,6 +161,7 @@ class ScriptHost:
                 "index": str(self.spec.index), "attempt": str(self.attempt), "run_dir": self.run_dir.uri}),
             "threads": c.cluster.threads or self.spec.threads,
             "gpu_memory_growth": c.cluster.gpu_memory_growth, "every_steps": c.metrics.every_steps,
+            "max_names": c.metrics.max_names,
             "heartbeat_s": c.failure.heartbeat_s, "is_chief": self.is_chief, "checkpoint_dir": self.checkpoint_dir,
             "scratch": self.scratch, **self._position,
         }
@@ -256,26 +259,45 @@ class ScriptHost:
     # -- the child's output ------------------------------------------------------------------
     def _read_output(self, pipe, stream: str) -> None:
         """Chunks as they come, not lines: a progress bar redraws with carriage returns and ends its line
-        only at the end of an epoch, but each redraw is a sign of life."""
-        partial = b""
-        while True:
-            chunk = pipe.read1(_CHUNK)
-            if not chunk:
-                break
+        only at the end of an epoch, but each redraw is a sign of life. Memory stays bounded whatever the script
+        prints: the log gets the bytes as they come (a line at a time while lines are short, so that stdout's and
+        stderr's interleave by line), everything else sees each line cut at limits.MAX_LINE_BYTES."""
+        cutter = limits.LineCutter()
+        held = b""  # the log's bytes of the line under way, until it ends or passes limits.MAX_LINE_BYTES
+        while chunk := pipe.read1(_CHUNK):
             with self._lock:
                 self._active = True
-            *lines, partial = (partial + chunk).split(b"\n")
-            if len(partial) > _CHUNK * 16:  # no newline in a megabyte: pass it on as a line
-                lines, partial = [*lines, partial], b""
-            for raw in lines:
-                self._line(raw + b"\n", stream)
-        if partial:
-            self._line(partial, stream)
+            end = chunk.rfind(b"\n") + 1
+            if end:
+                self._log(held + chunk[:end])
+                held = chunk[end:]
+            else:
+                held += chunk
+            if len(held) > limits.MAX_LINE_BYTES:
+                self._log(held)
+                held = b""
+            for head, cut in cutter.feed(chunk):
+                self._line(head, cut, stream)
+        self._log(held)
+        for head, cut in cutter.end():
+            self._line(head, cut, stream)
         pipe.close()
 
-    def _line(self, raw: bytes, stream: str) -> None:
-        self.log_file.write(raw)
-        text = display(raw)
+    def _log(self, data: bytes) -> None:
+        """Into the task's log file; a log that fails (a full disk) is given up, with one line, and the pipes are
+        still drained (a pipe nobody reads would block the script)."""
+        if not data or self.log_file is None:
+            return
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self.log_file.write(view):]
+        except (OSError, ValueError) as e:  # ValueError: the file was closed under us
+            log.warning("the script's output is no longer written to the task's log: %s", e)
+            self.log_file = None
+
+    def _line(self, head: bytes, cut: int, stream: str) -> None:
+        text = display(head) + (limits.cut_note(cut) if cut else "")
         with self._lock:
             if stream == "err" and not NOISE.match(text):
                 self.stderr_tail.append(text)
@@ -283,16 +305,22 @@ class ScriptHost:
                 self._stream_lines(self._noise.feed(stream, text))
 
     def _stream_lines(self, lines: list[list[str]]) -> None:
-        room = max(0, _MAX_BUFFERED - len(self._lines))
-        self._lines += lines[:room]
-        self._dropped += len(lines) - len(lines[:room])
+        """Held for the next flush, up to limits.MAX_FLUSH_LINES and MAX_FLUSH_BYTES; past them, counted."""
+        for line in lines:
+            size = len(line[1].encode(errors="replace")) + 16
+            if len(self._lines) < limits.MAX_FLUSH_LINES and self._line_bytes + size <= limits.MAX_FLUSH_BYTES:
+                self._lines.append(line)
+                self._line_bytes += size
+            else:
+                self._dropped += 1
 
     def _flush(self) -> None:
         with self._lock:
-            lines, self._lines = self._lines, []
+            lines, self._lines, self._line_bytes = self._lines, [], 0
             dropped, self._dropped = self._dropped, 0
         if dropped:
-            lines.append(["err", f"[raytf: {dropped} lines not streamed (too fast); all are in the task's log]"])
+            lines.append(["err", f"[raytf: {dropped} lines not streamed (more than a push carries: too many, or too "
+                                 f"long); all are in the task's log]"])
         if lines:
             self.emit(ev.OUTPUT, {"lines": lines})
 
@@ -312,10 +340,18 @@ class ScriptHost:
     # -- the child's events ------------------------------------------------------------------
     def _read_events(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as f:
-            for raw in f:
+            while raw := f.readline(limits.MAX_EVENT_LINE_BYTES):
+                if not raw.endswith(b"\n") and len(raw) >= limits.MAX_EVENT_LINE_BYTES:
+                    # Not one of ScriptReporter's (a few KiB): the rest of it is read and left, never held.
+                    size = len(raw)
+                    while (more := f.readline(limits.MAX_EVENT_LINE_BYTES)) and not more.endswith(b"\n"):
+                        size += len(more)
+                    log.warning("an event line of %d bytes from the script skipped (at most %d): %r...",
+                                size + len(more), limits.MAX_EVENT_LINE_BYTES, raw[:100])
+                    continue
                 try:
                     msg = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):
                     log.warning("unreadable event from the script: %r", raw[:200])
                     continue
                 try:
@@ -367,6 +403,8 @@ class ScriptHost:
                 shutil.rmtree(msg["path"], ignore_errors=True)  # not uploaded, and nobody else removes it
                 raise
         elif kind in (ev.STEP, ev.EPOCH, ev.HEARTBEAT):
+            if kind != ev.HEARTBEAT:  # ScriptReporter checked them; a script writing its events pipe itself did not
+                self._names.check(msg.get("metrics") or {})
             self.emit(kind, msg)
 
     def _beat(self) -> None:

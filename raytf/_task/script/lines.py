@@ -19,23 +19,33 @@ class AbortNoise:
     when the script prints anything else (it trains on) or fails, dropped when it exits 0 (they stay in the
     task's log). Pure."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_held: int = 200) -> None:
         self.held: list[list[str]] = []
+        self.max_held = max_held  # lines held at most (TF's abort is a few dozen); past it they are counted
+        self.skipped = 0
+
+    def _release(self, last: list[list[str]]) -> list[list[str]]:
+        out = self.held + ([["err", f"[raytf: {self.skipped} more lines of TF's log not shown; all are in the "
+                                    f"task's log]"]] if self.skipped else []) + last
+        self.held, self.skipped = [], 0
+        return out
 
     def feed(self, stream: str, text: str) -> list[list[str]]:
         """The lines to stream now."""
         if self.held or _ABORT.match(text):
             if not self.held or _TF_LOG.match(text):
-                self.held.append([stream, text])
+                if len(self.held) < self.max_held:
+                    self.held.append([stream, text])
+                else:
+                    self.skipped += 1
                 return []
-            out, self.held = [*self.held, [stream, text]], []
-            return out
+            return self._release([[stream, text]])
         return [[stream, text]]
 
     def end(self, ok: bool) -> list[list[str]]:
         """The script exited: what is still held, unless it succeeded."""
-        out, self.held = ([] if ok else self.held), []
-        return out
+        out = self._release([])
+        return [] if ok else out
 
 
 def display(raw: bytes) -> str:

@@ -38,8 +38,9 @@ class ScriptReporter(StepCounter):
     epoch, steps_per_epoch, num_replicas), so the same callback reports Keras `fit` in both modes."""
 
     def __init__(self, fd: int, *, every_steps: int, heartbeat_s: float, is_chief: bool, checkpoint_dir: str,
-                 scratch: str, epoch: int = 0, step: int = 0) -> None:
-        super().__init__(self._event, every_steps=every_steps, heartbeat_s=heartbeat_s, epoch=epoch, step=step)
+                 scratch: str, epoch: int = 0, step: int = 0, max_names: int | None = None) -> None:
+        super().__init__(self._event, every_steps=every_steps, heartbeat_s=heartbeat_s, epoch=epoch, step=step,
+                         max_names=max_names)
         self._fd = fd
         self._lock = threading.Lock()
         self.is_chief = is_chief

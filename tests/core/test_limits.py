@@ -1,0 +1,234 @@
+"""Bounds on what a task, or the program it runs, can send (raytf issue 19): the event bus per rank, pushes in
+flight, output lines and flushes, the stderr tail, metric names. Pure: no Ray, no child process."""
+
+import logging
+import os
+import threading
+import tracemalloc
+
+import pytest
+
+import raytf
+from raytf._core import events as ev
+from raytf._core import failure, limits
+from raytf._core.plan import TaskSpec
+from raytf._core.progress import StepCounter
+from raytf._task.script.host import ScriptHost
+from raytf._task.script.lines import AbortNoise
+from raytf._task.script.reporter import ScriptReporter
+from tests.conftest import ROOT
+
+
+def _step(rank: int, step: int, **metrics) -> ev.Event:
+    return ev.Event(ev.STEP, "worker", rank, 1, {"epoch": 1, "step": step, "metrics": metrics or {"loss": 0.5}})
+
+
+def test_a_flood_of_step_rows_is_bounded_and_keeps_every_fact():
+    """100k step rows (and heartbeats and output) from one rank between two drains: the bus holds its bound, the
+    latest row (progress, the hang watch), every epoch and checkpoint in order, and counts what it dropped; a rank
+    under its bound loses nothing."""
+    buf = ev.EventBuffer()
+    tracemalloc.start()
+    try:
+        for step in range(1, 100_001):
+            batch = [_step(1, step), ev.Event(ev.HEARTBEAT, "worker", 1, 1, {"epoch": 1, "step": step})]
+            if step % 10_000 == 0:
+                batch.append(ev.Event(ev.EPOCH, "worker", 1, 1, {"epoch": step // 10_000, "step": step,
+                                                                  "metrics": {"loss": 0.1}}))
+                batch.append(ev.Event(ev.CHECKPOINT, "worker", 1, 1, {"epoch": step // 10_000, "step": step}))
+            if step % 10 == 0:
+                batch.append(ev.Event(ev.OUTPUT, "worker", 1, 1, {"lines": [["out", f"step {step}"]] * 3}))
+            if step % 100 == 0:
+                batch.append(_step(0, step))
+            buf.push(batch)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 8 * 1024 * 1024  # what 100k events would take is well over 50 MiB
+    out = buf.drain(0)
+    mine = [e for e in out if e.rank == 1 and e.kind != ev.DROPPED]
+    steps = [e.payload["step"] for e in mine if e.kind == ev.STEP]
+    assert len(steps) <= ev.MAX_EVENTS_PER_RANK + 1 and steps[-1] == 100_000  # the latest, in the last slot
+    assert [e.payload["step"] for e in mine if e.kind == ev.HEARTBEAT] == [100_000]  # one beat, the latest
+    epochs = [e.payload["epoch"] for e in mine if e.kind == ev.EPOCH]
+    assert epochs == list(range(1, 11)) and [e.payload["epoch"] for e in mine if e.kind == ev.CHECKPOINT] == epochs
+    assert len(mine) <= ev.MAX_EVENTS_PER_RANK + 2 + 20
+    (dropped,) = [e for e in out if e.kind == ev.DROPPED]
+    outputs = sum(len(e.payload["lines"]) for e in mine if e.kind == ev.OUTPUT)
+    assert (dropped.rank, dropped.role, dropped.attempt) == (1, "worker", 1)
+    assert dropped.payload["steps"] + len(steps) == 100_000
+    assert dropped.payload["output_lines"] + outputs == 30_000
+    assert [e.payload["step"] for e in out if e.rank == 0] == list(range(100, 100_001, 100))  # every row
+    # The next drains hold room again, and say nothing until more is dropped.
+    buf.push([_step(1, 100_001)])
+    assert [e.kind for e in buf.drain(0)] == [ev.STEP]
+    buf.push([_step(1, s) for s in range(ev.MAX_EVENTS_PER_RANK + 5)])
+    again = [e for e in buf.drain(0) if e.kind == ev.DROPPED]
+    assert again[0].payload["steps"] == dropped.payload["steps"] + 4  # cumulative
+
+
+def test_the_bus_bounds_bytes_too_and_never_drops_facts():
+    buf = ev.EventBuffer(max_events=1000, max_bytes=64 * 1024)
+    big = {f"metric_{i:03d}": 1.0 for i in range(200)}  # ~5 KiB a row
+    buf.push([_step(0, s, **big) for s in range(1, 101)])
+    buf.push([ev.Event(ev.EPOCH, "worker", 0, 1, {"epoch": 1, "step": 100, "metrics": big}),
+              ev.Event(ev.BUSY, "worker", 0, 1, {"what": "uploading", "allow_s": 30.0}),
+              ev.Event(ev.PREEMPTED, "worker", 0, 1, {"step": 100})])
+    out = buf.drain(0)
+    rows = [e for e in out if e.kind == ev.STEP]
+    assert sum(ev.payload_bytes(e.payload) for e in rows[:-1]) <= 64 * 1024 and rows[-1].payload["step"] == 100
+    assert [e.kind for e in out if e.kind not in (ev.STEP, ev.DROPPED)] == [ev.EPOCH, ev.BUSY, ev.PREEMPTED]
+
+
+def test_the_driver_says_once_per_attempt_what_the_bus_dropped(caplog):
+    from raytf._driver.sinks import Progress
+
+    progress = Progress(epochs=1, steps_per_epoch=None, batch_size=None, quiet=True)
+    with caplog.at_level(logging.WARNING, logger="raytf"):
+        for steps in (10, 20):
+            progress(ev.Event(ev.DROPPED, "worker", 1, 2, {"steps": steps, "output_lines": 3}))
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "attempt 2: worker 1 sends events faster" in line and "dropped 10 of its step rows" in line
+
+
+def test_pushes_in_flight_are_capped():
+    """Past the cap a push waits for the oldest to land; a bus that takes none for wait_s leaves no room."""
+    landed: set = set()
+    waits = []
+
+    def wait(refs, n, timeout):
+        waits.append((n, timeout))
+        ready = [r for r in refs if r in landed][:n]
+        return ready, [r for r in refs if r not in ready]
+
+    inflight = limits.Inflight(wait, cap=4, wait_s=0.5)
+    for ref in range(4):
+        assert inflight.room()
+        inflight.add(ref)
+    assert waits == []  # under the cap: no waiting at all
+    assert not inflight.room() and waits == [(4, 0), (1, 0.5)]
+    landed.update({0, 1})
+    assert inflight.room() and inflight.refs == [2, 3]
+    assert inflight.take() == [2, 3] and inflight.refs == []
+
+
+def test_a_line_is_cut_never_held_whole():
+    cutter = limits.LineCutter(max_line=1024)
+    out = []
+    for _ in range(1024):  # a 64 MiB line, 64 KiB at a time
+        out += cutter.feed(b"x" * 65536)
+        assert len(cutter._head) <= 1024
+    out += cutter.feed(b"tail\nshort\nnext")
+    assert out == [(b"x" * 1024, 64 * 1024 * 1024 + 4 - 1024), (b"short", 0)]
+    assert cutter.end() == [(b"next", 0)] and cutter.end() == []
+
+
+def test_the_stderr_tail_is_bounded_by_bytes_and_lines():
+    tail = limits.Tail()
+    for i in range(30):
+        tail.append(f"{i:02d} " + "E" * 64 * 1024)
+    assert tail.bytes <= limits.TAIL_BYTES and len("\n".join(tail).encode()) <= limits.TAIL_BYTES
+    assert len(tail) == 8  # each line cut to an eighth of the bytes: the lines before a long one stay
+    last = list(tail)[-1]
+    assert last.startswith("29 EEE") and "more bytes not shown" in last and len(last) < limits.TAIL_BYTES // 8
+    for i in range(30):
+        tail.append(f"ValueError: {i}")
+    assert list(tail) == [f"ValueError: {i}" for i in range(10, 30)]  # 20 lines at most
+    assert limits.clip("é" * 10, 100) == "é" * 10
+    clipped = limits.clip("x" * 500 + "END", 200, keep_end=True)
+    assert clipped.endswith("END") and len(clipped.encode()) <= 200
+
+
+def test_abort_noise_holds_a_bounded_number_of_lines():
+    noise = AbortNoise(max_held=5)
+    noise.feed("err", "E0000 00:00:1.0 1 base_collective_executor.cc:252] StartAbort UNAVAILABLE: closed")
+    for _ in range(10_000):
+        assert noise.feed("err", "") == []
+    assert len(noise.held) == 5
+    out = noise.end(ok=False)
+    assert len(out) == 6 and "9996 more lines of TF's log not shown" in out[-1][1]
+
+
+def test_metric_names_are_capped_before_a_row_leaves_the_task():
+    sent = []
+    counter = StepCounter(lambda k, p: sent.append(p), every_steps=1, heartbeat_s=60, max_names=4)
+    counter.report({"loss": 1.0, "acc": 0.5})
+    counter.report({"loss": 1.0, "val_loss": 2.0, "lr": 0.1})  # 4 names: the cap itself
+    with pytest.raises(limits.TooManyMetrics) as info:
+        counter.report({f"class_{i}_recall": 0.0 for i in range(300)})
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("metrics.max_names: the program reported 304 distinct")
+    assert "metrics.max_names=4" in message and "'class_0_recall', 'class_1_recall', 'class_2_recall', ..." in message
+    assert "Fix:" in message and len(sent) == 2  # the row with too many was never sent
+    # A deterministic error of the program: never retried, even with retry_user_errors after progress.
+    verdict = failure.decide(kind=failure.USER, error_type="TooManyMetrics", attempt=2, progressed=True,
+                             failures_so_far=0, cfg=raytf.load_config(ROOT / "conf/local.yaml",
+                                                                      ["failure.retry_user_errors=true"]).failure)
+    assert verdict.decision is failure.Decision.RAISE
+
+
+def test_a_script_past_max_names_fails_in_the_child_and_in_the_host(tmp_path):
+    r, w = os.pipe()
+    rep = ScriptReporter(w, every_steps=1, heartbeat_s=60, is_chief=False, checkpoint_dir=str(tmp_path),
+                         scratch=str(tmp_path), max_names=2)
+    with pytest.raises(limits.TooManyMetrics):
+        rep.report_explicit({"a": 1, "b": 2, "c": 3}, step=1, epoch=None, kind="step", checkpoint=False)
+    os.close(r)
+    os.close(w)
+    # A script that writes its events pipe itself: the host (in the actor) checks, and stops it.
+    cfg = raytf.load_config(ROOT / "conf/script.yaml", ["metrics.max_names=3"])
+    emitted = []
+    host = ScriptHost(cfg=cfg, spec=TaskSpec(role="worker", index=0, rank=0, cpus=1, gpus=0), run_dir=None,
+                      emit=lambda k, p: emitted.append(k), attempt=1, is_chief=False, scratch=str(tmp_path),
+                      log_file=None, stream=False)
+    r, w = os.pipe()
+    reader = threading.Thread(target=host._read_events, args=(r,))
+    reader.start()
+    os.write(w, b'{"kind": "step", "step": 1, "epoch": 1, "metrics": {"a": 1, "b": 2}}\n')
+    os.write(w, b"{" + b" " * (limits.MAX_EVENT_LINE_BYTES + 10) + b"}\n")  # skipped, never held whole
+    os.write(w, b'{"kind": "step", "step": 2, "epoch": 1, "metrics": {"c": 1, "d": 2}}\n')
+    os.close(w)
+    reader.join(30)
+    assert emitted == [ev.STEP] and isinstance(host.error, limits.TooManyMetrics)
+
+
+def test_a_task_log_is_streamed_to_an_object_store(tmp_path):
+    """tee.OutputCapture's upload (an object store): RunDir.upload_file copies a chunk at a time, never the file
+    whole."""
+    import pyarrow.fs as pafs
+
+    from raytf._storage import RunDir
+
+    log = tmp_path / "task.log"
+    with open(log, "wb") as f:
+        for i in range(64):
+            f.write(bytes([65 + i % 26]) * 65536)
+    run_dir = RunDir(str(tmp_path / "runs"), "r")
+    mock = pafs._MockFileSystem()
+    writes = []
+
+    class _Spy:
+        def __getattr__(self, name):
+            return getattr(mock, name)
+
+        def open_output_stream(self, path, *args, **kwargs):
+            stream = mock.open_output_stream(path, *args, **kwargs)
+
+            class _Out:
+                def __enter__(self):
+                    return self
+
+                def __exit__(self, *exc):
+                    stream.close()
+
+                def write(self, data):
+                    writes.append(len(data))
+                    return stream.write(data)
+
+            return _Out()
+
+    run_dir.fs, run_dir._local = _Spy(), False
+    run_dir.upload_file(str(log), "logs/worker0-attempt1.log", retry=False, chunk=256 * 1024)
+    with mock.open_input_stream(run_dir.path("logs/worker0-attempt1.log")) as f:
+        assert f.read() == log.read_bytes()
+    assert len(writes) == 16 and max(writes) == 256 * 1024

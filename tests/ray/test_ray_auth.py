@@ -1,0 +1,60 @@
+"""The embedded Ray starts with token auth (RAY_AUTH_MODE=token before ray.init), a user's own mode stands and is
+warned of, and joining a cluster without token auth is warned of. Ray itself is not started: ray.init is
+replaced by a recorder."""
+
+import logging
+
+import pytest
+
+from raytf.config import load_config
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def connect():
+    # Imported here: collection must load no Ray (tests/core/conftest.py checks the pure tier).
+    from raytf._driver import connect
+
+    return connect
+
+
+@pytest.fixture
+def recorded_init(monkeypatch, connect):
+    import ray
+
+    monkeypatch.setattr(connect, "_reload_ray_config", lambda: None)
+    # A copy of the environment: what ensure_ray sets stays in this test.
+    monkeypatch.setattr(connect.os, "environ", dict(connect.os.environ))
+    seen = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.append((kw.get("address"), connect.os.environ.get(
+        connect.AUTH_MODE_ENV))))
+    connect.os.environ.pop("RAY_ADDRESS", None)
+    return seen
+
+
+def test_embedded_ray_is_started_with_token_auth(connect, recorded_init, monkeypatch, caplog):
+    connect.os.environ.pop(connect.AUTH_MODE_ENV, None)
+    assert connect.ensure_ray(load_config("conf/local.yaml")) is True
+    assert recorded_init == [("local", "token")]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_users_auth_mode_stands_and_is_warned_of(connect, recorded_init, monkeypatch, caplog):
+    connect.os.environ[connect.AUTH_MODE_ENV] = "disabled"
+    connect.ensure_ray(load_config("conf/local.yaml"))
+    assert recorded_init == [("local", "disabled")]
+    assert [r.getMessage() for r in caplog.records if "accepts work from anyone" in r.getMessage()]
+
+
+def test_joining_a_cluster_without_token_auth_is_warned_of(connect, recorded_init, monkeypatch, caplog):
+    monkeypatch.setattr(connect, "check_reachable", lambda address: None)
+    monkeypatch.setattr(connect, "token_auth", lambda: False)
+    connect.ensure_ray(load_config("conf/local.yaml", ["ray.address=198.18.0.1:6379"]))
+    lines = [r.getMessage() for r in caplog.records if "does not use token auth" in r.getMessage()]
+    assert len(lines) == 1 and "198.18.0.1:6379" in lines[0]
+    caplog.clear()
+    monkeypatch.setattr(connect, "token_auth", lambda: True)
+    connect.ensure_ray(load_config("conf/local.yaml", ["ray.address=198.18.0.1:6379"]))
+    assert not [r for r in caplog.records if "token auth" in r.getMessage()]
