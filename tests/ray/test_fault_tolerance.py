@@ -71,6 +71,7 @@ def _check_continuity(result, chaos: Chaos, epochs: int):
     assert result.final_metrics["step"] == epochs * 5
 
 
+@pytest.mark.slow  # ~30 s; killed tasks resume from the last commit in the default run too (chief mid-commit, hosts)
 def test_chaos_killed_workers_resume_from_last_commit(fast_cfg, no_leaks):
     chaos = Chaos("chaos", kills=2, seed=7)
     cfg = fast_cfg("run.name=chaos", "train.epochs=6", "train.steps_per_epoch=5", "metrics.every_steps=1",
@@ -185,6 +186,7 @@ def test_preempted_worker_saves_first_and_nothing_is_lost(fast_cfg, no_leaks):
     assert result.final_metrics["step"] == 24
 
 
+@pytest.mark.slow  # ~35 s, most of it the slow upload itself
 def test_a_slow_upload_is_not_a_hang(fast_cfg, no_leaks):
     """Storage slower than failure.hang_timeout_s: the chief waits for an upload slot (heartbeating) while rank
     1 waits for it in the next all-reduce, silent. Both are healthy: no hang, no restart."""
