@@ -40,15 +40,29 @@ def make_dataset(x, y, global_batch: int, *, shuffle: bool, seed: int) -> tf.dat
     return ds.with_options(options)
 
 
+def learning_rate(ctx: raytf.TrainContext, base: float) -> float:
+    """`base` is the rate for the full size (cluster.num_workers). Elastic training may run an attempt with fewer
+    workers (ctx.num_workers < ctx.max_workers), whose global batch is smaller in proportion unless
+    cluster.elastic.keep_global_batch holds it: the rate follows the global batch (the linear scaling rule).
+    At full size it is `base` exactly."""
+    if ctx.cfg.cluster.elastic.keep_global_batch:
+        return base
+    return base * (ctx.num_workers / ctx.max_workers)
+
+
 def train(ctx: raytf.TrainContext) -> None:
     p = ctx.params
     tf.keras.utils.set_random_seed(ctx.seed)
     data = synthetic if p.get("data") == "synthetic" else digits
     (x, y), (xv, yv) = data(seed=ctx.seed)
     steps = ctx.steps_per_epoch or len(x) // ctx.global_batch_size
+    lr = learning_rate(ctx, float(p.get("learning_rate", 0.01)))
     with ctx.strategy.scope():
-        model = build_model(float(p.get("learning_rate", 0.01)))
+        model = build_model(lr)
     ctx.restore(model=model, optimizer=model.optimizer)
+    # The optimizer's learning rate is a variable its checkpoints hold: a resume brings back the one it was saved
+    # with (another size's, after a resize). This attempt's, again.
+    model.optimizer.learning_rate = lr
     model.fit(
         make_dataset(x, y, ctx.global_batch_size, shuffle=True, seed=ctx.seed),
         epochs=ctx.epochs,

@@ -109,7 +109,7 @@ def paced_loop(ctx: raytf.TrainContext) -> None:
         def run():
             replicas = step()
             weights.assign_add(1.0)
-            return {"replicas": replicas}
+            return {"replicas": replicas, "global_batch": float(ctx.global_batch_size)}
 
         return run
 

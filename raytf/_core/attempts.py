@@ -22,6 +22,11 @@ class Attempt:
     number: int  # across launches of the run
     index: int  # within this launch, from 1
     resumed_from: str | None = None
+    # The workers this attempt trained with (elastic training: fewer than cluster.num_workers while hosts are
+    # lost), and why it differs from the attempt before: "shrink" (the full group could not be placed) or "grow"
+    # (capacity came back); None when it does not.
+    num_workers: int | None = None
+    resize: str | None = None
     started: float = field(default_factory=time.time)
     ended: float | None = None
     status: str = RUNNING

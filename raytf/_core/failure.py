@@ -16,6 +16,9 @@ PEER = "peer"  # TF reported a lost peer (UnavailableError & co.): a symptom of 
 HANG = "hang"  # no progress for failure.hang_timeout_s
 STARTUP = "startup"  # tasks did not start, or TF servers did not come up
 PREEMPTED = "preempted"  # a task got notice (SIGTERM) and everyone saved first: retried without limit
+# Elastic training: the group stopped to restart at another size (capacity came back: a grow). Not a failure:
+# retried without counting against failure.max_failures; cluster.elastic.max_resizes bounds it instead.
+RESIZE = "resize"
 HEAD_LOST = "head_lost"  # the Ray head (its GCS) stopped answering: the cluster is gone, nothing to retry on
 # The configuration does not fit where the tasks landed (every port of cluster.port_range taken on a host). Never
 # retried: the next attempt's tasks go to the same hosts and meet the same ports (a "startup" failure would be
@@ -36,7 +39,7 @@ TRANSIENT = PEER_ERRORS | frozenset({"StorageError", "OSError", "IOError", "Conn
                                      "TimeoutError"})
 
 # How informative a failure is about the root cause, when several tasks fail together.
-_CAUSE_RANK = {PREEMPTED: 0, CONFIG: 1, SYSTEM: 2, HANG: 3, USER: 4, STARTUP: 5, PEER: 6}
+_CAUSE_RANK = {RESIZE: 0, PREEMPTED: 0, CONFIG: 1, SYSTEM: 2, HANG: 3, USER: 4, STARTUP: 5, PEER: 6}
 
 
 class Decision(str, enum.Enum):
@@ -72,6 +75,8 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
         trained: the attempt had finished its last epoch (the program's code after training failed).
         script: the program is a script (train.script / train.module), for the wording.
     """
+    if kind == RESIZE:
+        return Verdict(Decision.RETRY, "a resize (does not count against failure.max_failures)")
     if kind == PREEMPTED:
         # Like Ray Train's separate preemption budget: notice was given and the state saved, nothing is lost.
         return Verdict(Decision.RETRY, "preemption (does not count against failure.max_failures)")

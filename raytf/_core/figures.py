@@ -1,5 +1,5 @@
 """Figures of a run, pure (no I/O): learning curves from a metrics table (the data, pandas) and as a matplotlib
-figure, the scaling report's figure, and either as PNG bytes."""
+figure with the group's size changes marked, the scaling report's figure, and either as PNG bytes."""
 
 from __future__ import annotations
 
@@ -27,13 +27,55 @@ def learning_curves(metrics: pa.Table | pd.DataFrame) -> pd.DataFrame:
         rows = df[df["kind"] == kind]
         if rows.empty:
             continue
-        # (attempt, fit) as one orderable number; a missing fit (custom loops, older runs) is 0.
-        order = rows["attempt"].astype("int64") * 1_000_000 + rows.get("fit", pd.Series(0, index=rows.index)) \
-            .fillna(0).astype("int64")
-        rows = rows[order == order.groupby(rows["epoch"]).transform("max")]
+        rows = _latest(rows)
         values = [c for c in rows.columns if c not in BASE_COLUMNS and rows[c].notna().any()]
         out.append(rows.groupby("epoch")[values].mean().add_prefix(prefix))
     return pd.concat(out, axis=1).sort_index() if out else pd.DataFrame()
+
+
+def _latest(rows: pd.DataFrame) -> pd.DataFrame:
+    """Of each epoch's rows, those of its last attempt (and in it its last fit)."""
+    # (attempt, fit) as one orderable number; a missing fit (custom loops, older runs) is 0.
+    order = rows["attempt"].astype("int64") * 1_000_000 + rows.get("fit", pd.Series(0, index=rows.index)) \
+        .fillna(0).astype("int64")
+    return rows[order == order.groupby(rows["epoch"]).transform("max")]
+
+
+def size_changes(metrics: pa.Table | pd.DataFrame) -> list[tuple[float, int]]:
+    """Where the group's size changed (elastic training), as (x in the curves' epochs, workers): the first step
+    of each attempt whose `num_workers` differs from the attempt's before it that trained (attempts that trained
+    nothing, the evaluator's rows and rows without a size do not count). x places that step between the epochs'
+    ends (epoch 3 ended at step 30, epoch 4 at step 40: step 35 is x = 3.5); without step counts (a script that
+    reports epochs only), at the end of the epoch before the attempt's first row."""
+    df = metrics.to_pandas() if isinstance(metrics, pa.Table) else metrics
+    if df.empty or "num_workers" not in df or "kind" not in df:
+        return []
+    rows = df[df["kind"].isin(("step", "epoch")) & df["num_workers"].notna()]
+    if rows.empty:
+        return []
+    firsts = rows.sort_values(["attempt", "step", "time"]).drop_duplicates("attempt")
+    ends = _latest(df[df["kind"] == "epoch"]).groupby("epoch")["step"].max().sort_index()
+    ends = ends[ends > 0]
+    out: list[tuple[float, int]] = []
+    before = None
+    for _, first in firsts.iterrows():
+        workers = int(first["num_workers"])
+        if before is not None and workers != before:
+            out.append((_epoch_position(first, ends), workers))
+        before = workers
+    return out
+
+
+def _epoch_position(row: pd.Series, ends: pd.Series) -> float:
+    """An attempt's first row's step in epochs: interpolated between the epochs' last steps (`ends`)."""
+    step = int(row["step"])
+    if step <= 0 or ends.empty:
+        return float(int(row["epoch"]) - 1)
+    epochs, steps = [0, *ends.index.astype(int)], [0, *ends.cummax().astype(int)]
+    for (e0, s0), (e1, s1) in zip(zip(epochs, steps), zip(epochs[1:], steps[1:])):
+        if step <= s1 and s1 > s0:
+            return e0 + (e1 - e0) * (step - s0) / (s1 - s0)
+    return float(epochs[-1])  # after the last epoch's end (a run still going): at the last epoch
 
 
 def _panels(curves: pd.DataFrame) -> dict[str, list[str]]:
@@ -56,8 +98,9 @@ def _pyplot():
     return plt
 
 
-def figure(curves: pd.DataFrame, title: str = ""):
-    """A matplotlib Figure with one panel per metric (train, validation and evaluator curves)."""
+def figure(curves: pd.DataFrame, title: str = "", resizes: list[tuple[float, int]] = ()):
+    """A matplotlib Figure with one panel per metric (train, validation and evaluator curves); each of
+    `resizes` (`size_changes`) a dotted vertical line labelled with the workers trained from there."""
     from matplotlib.ticker import MaxNLocator
 
     plt = _pyplot()
@@ -70,6 +113,10 @@ def figure(curves: pd.DataFrame, title: str = ""):
             series = curves[col].dropna()
             label = "validation" if col.startswith("val_") else "evaluator" if col.startswith("eval_") else "train"
             ax.plot(series.index, series.values, marker="o", label=label)
+        for x, workers in resizes:
+            ax.axvline(x, color="gray", linestyle=":", linewidth=1)
+            ax.text(x, 0.98, f" {workers} workers", transform=ax.get_xaxis_transform(), rotation=90,
+                    va="top", ha="left", fontsize=8, color="gray")
         ax.set_title(base)
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -81,8 +128,8 @@ def figure(curves: pd.DataFrame, title: str = ""):
     return fig
 
 
-def png_bytes(curves: pd.DataFrame, title: str = "") -> bytes:
-    return fig_png(figure(curves, title))
+def png_bytes(curves: pd.DataFrame, title: str = "", resizes: list[tuple[float, int]] = ()) -> bytes:
+    return fig_png(figure(curves, title, resizes))
 
 
 def fig_png(fig) -> bytes:

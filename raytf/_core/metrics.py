@@ -12,10 +12,12 @@ from raytf._core import events as ev
 
 # Fixed columns first, then one float64 column per metric name (null where a row lacks it).
 # `fit`: which Model.fit call of the attempt's program the row came from (1, 2, ...; null outside Keras fit).
-BASE_COLUMNS = ("run", "attempt", "rank", "role", "kind", "epoch", "step", "time", "fit")
+# `num_workers`: the size of the attempt the row came from (elastic training changes it between attempts; null in
+# rows of launches that did not record it).
+BASE_COLUMNS = ("run", "attempt", "rank", "role", "kind", "epoch", "step", "time", "fit", "num_workers")
 _BASE_TYPES = {"run": pa.string(), "attempt": pa.int64(), "rank": pa.int64(), "role": pa.string(),
                "kind": pa.string(), "epoch": pa.int64(), "step": pa.int64(), "time": pa.float64(),
-               "fit": pa.int64()}
+               "fit": pa.int64(), "num_workers": pa.int64()}
 
 
 def rows_to_arrow(rows: list[dict]) -> pa.Table:
@@ -44,6 +46,7 @@ class MetricsTable:
         self._tables: list[pa.Table] = [previous] if previous is not None and previous.num_rows else []
         self._new: list[dict] = []
         self._last_epoch: dict[int, dict] = {}  # rank -> its last epoch row (final metrics)
+        self._sizes: dict[int, int] = {}  # attempt number -> its workers (set_size)
         if self._tables:
             for row in previous.filter(pc.equal(previous["kind"], ev.EPOCH)).to_pylist():
                 self._note_epoch(row)
@@ -54,13 +57,21 @@ class MetricsTable:
         if mine is None or key >= (mine["attempt"], mine["step"], mine["epoch"]):
             self._last_epoch[row["rank"]] = row
 
+    def set_size(self, attempt: int, workers: int) -> None:
+        """Attempt `attempt` (its number across launches, as events carry it) trains with `workers` workers: its
+        rows carry it in the `num_workers` column, also those added before this call and not yet taken."""
+        self._sizes[attempt] = workers
+        for row in self._new:
+            if row["attempt"] == attempt:
+                row["num_workers"] = workers
+
     def add(self, event: ev.Event) -> dict | None:
         if event.kind not in (ev.STEP, ev.EPOCH, ev.EVAL):
             return None
         p = event.payload
         row = {"run": self.run, "attempt": event.attempt, "rank": event.rank, "role": event.role,
                "kind": event.kind, "epoch": int(p["epoch"]), "step": int(p["step"]), "time": event.time,
-               "fit": p.get("fit")}
+               "fit": p.get("fit"), "num_workers": self._sizes.get(event.attempt)}
         for k, v in p.get("metrics", {}).items():
             row[k if k not in _BASE_TYPES else f"metric_{k}"] = float(v)
         self._new.append(row)

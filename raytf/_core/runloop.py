@@ -112,6 +112,9 @@ class AttemptLoop:
     notice: ev.Event | None = None  # the preemption notice acted on
     saved: bool = False  # the save-and-stop ended with every task stopped
     at_once: bool = False  # ended by an interrupt that skips everything left (a second Ctrl-C): no more events
+    # Elastic grow asked for while the program saves on its own schedule (a script, ParameterServerStrategy): the
+    # group stops at the next committed checkpoint.
+    grow_at_commit: bool = False
     watched: dict[int, float] = field(init=False)  # rank -> last progress (driver clock)
     running: set[int] = field(init=False)  # primary ranks whose call has not returned
     serving: set[int] = field(init=False)  # background ranks whose call has not returned
@@ -141,11 +144,30 @@ class AttemptLoop:
             elif (e.kind == ev.BUSY or e.kind in (ev.STEP, ev.EPOCH)) and self.busy.pop(e.rank, None):
                 # The wait is over: the ranks that were blocked on it start their hang clock afresh.
                 self.watched = {r: max(t, now) for r, t in self.watched.items()}
+            if e.kind == ev.CHECKPOINT and self.grow_at_commit and self.phase is Phase.TRAINING:
+                self.cause = failure.RESIZE
+                actions += self._end_stop(saved=True)
+                continue
             if e.kind == ev.PREEMPTED and self.phase is Phase.TRAINING:
                 log.warning("%s %d got a preemption notice (SIGTERM)", e.role, e.rank)
                 self.notice = e
                 actions += self._save_and_stop(failure.PREEMPTED)
         return actions
+
+    def on_grow(self, now: float, save_now: bool) -> list[Action]:
+        """Capacity for the full size is back (elastic training): stop, to restart bigger. `save_now`: every task
+        saves at an agreed step first (nothing is lost); otherwise the group stops once the program's next
+        checkpoint is committed."""
+        self.now = now
+        if self.phase is not Phase.TRAINING or self.grow_at_commit:
+            return []
+        if save_now and self.can_save_now:
+            log.warning("capacity for the full size is back: every task saves at an agreed step, then the group "
+                        "restarts at full size")
+            return self._save_and_stop(failure.RESIZE)
+        log.warning("capacity for the full size is back: the group restarts at full size after its next checkpoint")
+        self.grow_at_commit = True
+        return []
 
     def on_finished(self, f: Finished, now: float) -> list[Action]:
         self.now = now
@@ -274,10 +296,12 @@ class Port(Protocol):
 
 
 def drive(loop: AttemptLoop, port: Port, on_events: Callable[[list[ev.Event]], None], *, poll_s: float = 0.5,
-          clock: Callable[[], float] = time.time, on_poll: Callable[[], None] | None = None) -> AttemptLoop:
+          clock: Callable[[], float] = time.time, on_poll: Callable[[], None] | None = None,
+          grow: Callable[[float], bool | None] | None = None) -> AttemptLoop:
     """Run `loop` to a terminal phase over `port`. `on_events` gets every event drained (the driver's sinks);
-    `on_poll` runs once per round (the metrics flush). A KeyboardInterrupt is an input, not an exit: the loop
-    decides (a save-and-stop, or at once)."""
+    `on_poll` runs once per round (the metrics flush); `grow(now)` too while training (elastic: None to keep the
+    size, True to grow saving at an agreed step, False to grow at the next checkpoint). A KeyboardInterrupt is an
+    input, not an exit: the loop decides (a save-and-stop, or at once)."""
     while not loop.done:
         try:
             events, finished = port.poll(poll_s)
@@ -286,6 +310,8 @@ def drive(loop: AttemptLoop, port: Port, on_events: Callable[[list[ev.Event]], N
             for f in finished:
                 actions += loop.on_finished(f, clock())
             actions += loop.on_tick(clock())
+            if grow is not None and loop.phase is Phase.TRAINING and (save_now := grow(clock())) is not None:
+                actions += loop.on_grow(clock(), save_now)
             _carry_out(loop, port, actions, clock)
             if on_poll is not None:
                 on_poll()

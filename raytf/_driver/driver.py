@@ -22,14 +22,14 @@ import ray
 from ray.exceptions import RayActorError
 
 from raytf import _storage as storage
+from raytf._core import elastic, failure, ports
 from raytf._core import events as ev
-from raytf._core import failure, ports
 from raytf._core.attempts import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Attempt
 from raytf._core.metrics import MetricsTable
-from raytf._core.plan import Plan, make_plan, task_table
+from raytf._core.plan import WORKER, Plan, make_plan, task_table
 from raytf._core.runloop import AttemptLoop, Phase, Timing, drive
 from raytf._core.topology import TaskAddress
-from raytf._driver import connect
+from raytf._driver import connect, placement
 from raytf._driver.group import TaskGroup
 from raytf._driver.headwatch import HeadWatch
 from raytf._driver.port import BusUnresponsive, RayPort
@@ -45,9 +45,12 @@ from raytf.config import (
     validate,
     validate_run,
 )
-from raytf.errors import ConfigError, RaytfError, TrainingFailedError, WorkerError
+from raytf.errors import ConfigError, PlacementError, RaytfError, TrainingFailedError, WorkerError
 
 log = logging.getLogger("raytf")
+
+# Elastic training: how long each size between the full one and the smallest is given to be placed.
+ELASTIC_PROBE_S = 3.0
 
 
 def default_run_name(now: _dt.datetime | None = None) -> str:
@@ -89,6 +92,12 @@ class Driver(RunRecord):
         self.suspects: set[str] = set()  # nodes the last failure left unreachable: the next attempt avoids them
         self.head_watch: HeadWatch | None = None
         self._exposed: str | None = None  # the last warning naming the TF ports open to the network
+        # Elastic training: the size of the group last placed, resizes so far, failures counted so far, the last
+        # look for the capacity of the missing workers.
+        self.size = cfg.cluster.num_workers
+        self.resizes = 0
+        self.failures = 0
+        self._grow_checked = 0.0
         self._result_lock = threading.Lock()  # result.json is written by the main thread and the head watch
 
     # -- the run -----------------------------------------------------------------------------
@@ -136,7 +145,6 @@ class Driver(RunRecord):
         self.embedded = started or connect.started_here()
         status = FAILED
         self._write_result(RUNNING)
-        failures = 0
         ended_by: BaseException | None = None
         self.head_watch = None if self.embedded else self._watch_head()
         try:
@@ -153,11 +161,9 @@ class Driver(RunRecord):
                     attempt.status = status = SUCCEEDED
                     break
                 except TrainingFailedError as e:
-                    if not self._retry(attempt, e, failures):
+                    if not self._retry(attempt, e):
                         self.error = e
                         break
-                    if attempt.cause != failure.PREEMPTED:
-                        failures += 1
                     self._write_metrics()  # metrics.parquet whole at each attempt's end: rare, and fresh
                     self._write_result(RUNNING)
                 finally:
@@ -191,13 +197,21 @@ class Driver(RunRecord):
             return None
         return HeadWatch(address, self._head_lost, lost_after_s=failure.head_lost_after(os.environ)).start()
 
-    def _retry(self, attempt: Attempt, error: TrainingFailedError, failures: int) -> bool:
+    def _retry(self, attempt: Attempt, error: TrainingFailedError) -> bool:
         """Apply the failure policy to a failed attempt; on retry, pick the checkpoint to resume from."""
         attempt.status, attempt.ended = FAILED, time.time()
         verdict = failure.decide(kind=attempt.cause or failure.SYSTEM, error_type=attempt.error_type or "",
                                  attempt=attempt.index, progressed=attempt.first_step_at is not None,
-                                 failures_so_far=failures, cfg=self.cfg.failure,
+                                 failures_so_far=self.failures, cfg=self.cfg.failure,
                                  trained=attempt.training_finished, script=script_mode(self.cfg))
+        if self._lost_capacity(attempt) and not attempt.training_finished:
+            # Elastic training: a node lost is a capacity change, not an error of the program: the group restarts
+            # with the workers that can be placed, bounded by cluster.elastic.max_resizes, not failure.max_failures.
+            verdict = failure.Verdict(failure.Decision.RETRY, "a lost node (elastic: the group restarts with the "
+                                                              "workers that can be placed)")
+        elif verdict.decision is failure.Decision.RETRY and attempt.cause not in (failure.PREEMPTED,
+                                                                                   failure.RESIZE):
+            self.failures += 1
         attempt.decision, attempt.reason = verdict.decision.value, verdict.reason
         # (With checkpoint.resume=false the run directory had no checkpoints: any here are this launch's.)
         latest = self.run_dir.latest_checkpoint()
@@ -205,10 +219,23 @@ class Driver(RunRecord):
         if verdict.decision is failure.Decision.RAISE:
             log.error("attempt %d failed (%s): %s; not retrying", attempt.number, attempt.cause, verdict.reason)
             return False
+        if attempt.cause == failure.RESIZE:  # (the grow's own line said why)
+            self.resumed_from = self._trusted_checkpoint()
+            return True
         log.warning("attempt %d failed (%s, %s %s): %s; restarting the group from %s", attempt.number,
                     attempt.cause, attempt.role, attempt.rank, verdict.reason, latest.name if latest else "scratch")
         self.resumed_from = self._trusted_checkpoint()
         return True
+
+    def _lost_capacity(self, attempt: Attempt) -> bool:
+        """Elastic training, with a resize left: the failed attempt lost a node (Ray declared it dead, or its
+        tasks stopped answering: suspects)."""
+        if not elastic.is_elastic(self.cfg) or not elastic.may_resize(self.resizes, self.cfg):
+            return False
+        if self.suspects:
+            return True
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        return any(i.get("node_id") and i["node_id"] not in alive for i in self.group.infos)
 
     def _trusted_checkpoint(self):
         """The checkpoint to resume from: the newest committed one whose files match its manifest. Each one
@@ -240,19 +267,81 @@ class Driver(RunRecord):
             log.warning("%s", warning)
         self._exposed = warning
 
+    def _place(self, attempt: Attempt):
+        """Elastic training: the size of the next group and its placement group. The full size is waited for up
+        to cluster.elastic.wait_s, then each smaller one (down to cluster.min_workers) is tried briefly, and the
+        smallest up to cluster.placement_timeout_s (failing with what is missing). Past
+        cluster.elastic.max_resizes only the current size is tried."""
+        cfg = self.cfg
+        sizes = elastic.sizes(cfg)
+        if attempt.index == 1 and sizes.skipped:
+            log.warning("cluster.elastic.keep_global_batch: %s worker(s) skipped: the global batch (%d x %d) does "
+                        "not divide among them", ", ".join(map(str, sizes.skipped)), cfg.train.batch_size,
+                        cfg.cluster.num_workers)
+        tried = list(sizes.tried) if elastic.may_resize(self.resizes, cfg) else [self.size]
+        for i, n in enumerate(tried):
+            last = i == len(tried) - 1
+            timeout = cfg.cluster.placement_timeout_s if last else cfg.cluster.elastic.wait_s if i == 0 \
+                else ELASTIC_PROBE_S
+            plan = make_plan(elastic.sized(cfg, n))
+            try:
+                pg = placement.reserve(plan, timeout_s=timeout, name=f"raytf:{cfg.run.name}",
+                                       can_grow=not self.embedded, avoid=self.suspects)
+            except PlacementError as e:
+                if last:
+                    raise
+                log.warning("%d worker(s) cannot be placed now (%s); trying fewer", n, str(e).split(": ", 1)[0])
+                continue
+            return n, plan, pg
+        raise AssertionError("unreachable: the last size raises")
+
+    def _grow_check(self, now: float) -> bool | None:
+        """While the group is smaller than cluster.num_workers: every cluster.elastic.grow_check_s, whether the
+        missing workers' capacity is there. None to keep the size; else how to grow (see runloop.drive)."""
+        cfg = self.cfg
+        if self.size >= cfg.cluster.num_workers or not elastic.may_resize(self.resizes, cfg):
+            return None
+        if now - self._grow_checked < cfg.cluster.elastic.grow_check_s:
+            return None
+        self._grow_checked = now
+        full = make_plan(cfg)
+        missing = [t.bundle for t in full.tasks if t.role == WORKER][: cfg.cluster.num_workers - self.size]
+        spread = cfg.cluster.placement_strategy.value == "STRICT_SPREAD"
+        used = {i.get("node_id", "") for i in self.group.infos} - {""} if spread else set()
+        if not placement.capacity(missing, cfg.cluster.placement_strategy.value, avoid=used):
+            return None
+        return elastic.grows_by_saving_now(cfg, script_mode(cfg))
+
     def _run_attempt(self, attempt: Attempt, python_path: list[str]) -> None:
         cfg = self.cfg
+        pg = None
+        if elastic.is_elastic(cfg):
+            before = self.size
+            self.size, self.plan, pg = self._place(attempt)
+            cfg = elastic.sized(cfg, self.size)
+            if self.size != before:
+                attempt.resize = elastic.GROW if self.size > before else elastic.SHRINK
+                self.resizes += 1
+                log.warning("attempt %d: %d of %d workers (%s)", attempt.number, self.size,
+                            self.cfg.cluster.num_workers, attempt.resize)
+            self._grow_checked = time.time()
+        attempt.num_workers = self.size
+        self.metrics.set_size(attempt.number, self.size)
+        self.progress.start_attempt(self.size, wanted=self.cfg.cluster.num_workers,
+                                    min_workers=elastic.min_workers(self.cfg),
+                                    batch_size=None if script_mode(self.cfg) else cfg.train.batch_size)
         self.group = group = TaskGroup(cfg, self.plan, self.run_dir, embedded=self.embedded, avoid=self.suspects)
         self.suspects = set()
         try:
             try:
-                group.start()
+                group.start(pg)
                 self.tasks = group.addresses()
                 log.info("tasks of %s (%s):\n%s", cfg.run.name, cfg.cluster.strategy.value,
                          task_table(self.tasks, self.plan.tasks))
                 self._warn_exposed()
                 primary, background = group.launch(attempt=attempt.number, python_path=python_path,
-                                                   resume_from=self.resumed_from)
+                                                   resume_from=self.resumed_from,
+                                                   max_workers=self.cfg.cluster.num_workers)
             except WorkerError as e:
                 raise self._fail(attempt, [e]) from None
             loop = AttemptLoop(
@@ -266,7 +355,8 @@ class Driver(RunRecord):
                 can_save_now=not script_mode(cfg))
             port = RayPort(group, primary, background, poll_s=self.poll_s)
             try:
-                drive(loop, port, self._dispatch, poll_s=self.poll_s, on_poll=self._flush_metrics)
+                drive(loop, port, self._dispatch, poll_s=self.poll_s, on_poll=self._flush_metrics,
+                      grow=self._grow_check if elastic.is_elastic(self.cfg) else None)
                 if not loop.at_once:  # the events still on the bus (a second Ctrl-C wants out now)
                     self._dispatch(port.rest())
             except (RayActorError, BusUnresponsive) as e:  # the bus: the group reads the tasks' own outcomes
@@ -287,6 +377,11 @@ class Driver(RunRecord):
             return
         if loop.phase is Phase.INTERRUPTED:
             raise KeyboardInterrupt
+        if loop.cause == failure.RESIZE:
+            raise self._fail(attempt, [WorkerError(
+                f"capacity for {self.cfg.cluster.num_workers} workers is back: restarting at full size from "
+                f"{'a save at an agreed step' if loop.saved else 'the latest checkpoint'}", role="group",
+                kind=failure.RESIZE)])
         if loop.cause == failure.PREEMPTED and loop.notice is not None:
             e = loop.notice
             raise self._fail(attempt, [WorkerError(
@@ -319,7 +414,7 @@ class Driver(RunRecord):
         root = errors[failure.root_cause([e.kind for e in errors])]
         attempt.cause, attempt.error_type = root.kind, root.error_type
         attempt.rank, attempt.role, attempt.node_id = root.rank, root.role, root.node_id
-        level = logging.WARNING if root.kind == failure.PREEMPTED else logging.ERROR
+        level = logging.WARNING if root.kind in (failure.PREEMPTED, failure.RESIZE) else logging.ERROR
         log.log(level, "attempt %d: %s failed: %s", attempt.number, root.role or "run", root)
         if root.remote_traceback and root.remote_traceback.splitlines()[-1] not in root.message:
             log.error("remote traceback (%s %d):\n%s", root.role, root.rank, root.remote_traceback)

@@ -64,10 +64,11 @@ class TaskGroup:
     def info(self, rank: int) -> dict[str, Any]:
         return next((i for i in self.infos if i["rank"] == rank), {})
 
-    def start(self) -> None:
+    def start(self, pg=None) -> None:
+        """Reserve (or take `pg`, a group already reserved for this plan: elastic training's sizing) and start."""
         cfg = self.cfg
-        self.pg = placement.reserve(self.plan, timeout_s=cfg.cluster.placement_timeout_s,
-                                    name=f"raytf:{cfg.run.name}", can_grow=not self.embedded, avoid=self.avoid)
+        self.pg = pg or placement.reserve(self.plan, timeout_s=cfg.cluster.placement_timeout_s,
+                                          name=f"raytf:{cfg.run.name}", can_grow=not self.embedded, avoid=self.avoid)
         # Every task may hold two blocking calls on the bus (control listener, serve), plus the driver's. On the
         # driver's own node: the bus keeps the run's bookkeeping, and a lost host must cost an attempt no more
         # than its tasks. Left to Ray, this 0-CPU actor landed on a worker's host, which was then partitioned,
@@ -120,7 +121,8 @@ class TaskGroup:
                 "or an object store URI such as s3://bucket/runs or gs://bucket/runs")
         return self.infos
 
-    def launch(self, *, attempt: int, python_path: list[str], resume_from) -> tuple[dict, dict]:
+    def launch(self, *, attempt: int, python_path: list[str], resume_from,
+               max_workers: int | None = None) -> tuple[dict, dict]:
         """Start the training: (primary, background) refs to each task's call. The end of every primary
         ref (MWMS workers, the PS chief) is the end of training; background ones are the PS servers'
         serve() and the evaluator's run()."""
@@ -142,7 +144,7 @@ class TaskGroup:
                 continue
             kwargs = dict(tf_config=None if single else topology.tf_config(spec, t.role, t.index),
                           run_dir=self.run_dir, resume_from=resume_from,
-                          is_chief=topology.is_chief(spec, t.role, t.index), **common)
+                          is_chief=topology.is_chief(spec, t.role, t.index), max_workers=max_workers, **common)
             if script_mode(cfg):
                 ref = a.run_script.remote(stream=streamed(cfg.train.stream_output, t.rank), **kwargs)
             else:

@@ -89,6 +89,21 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
     raise PlacementError(f"{what} not ready after cluster.placement_timeout_s={timeout_s:g}s: {why}. {_FIX}")
 
 
+def capacity(bundles: list[dict[str, float]], strategy: str, *, avoid: set[str], timeout_s: float = 1.0) -> bool:
+    """Whether `bundles` can be reserved now (elastic training's grow check): a placement group that is ready
+    within `timeout_s`, released at once either way. `avoid`: nodes the bundles must not use (the running group's,
+    under STRICT_SPREAD: a worker there would share a host)."""
+    kwargs = {}
+    if avoid:
+        kwargs["bundle_label_selector"] = [{"ray.io/node-id": f"!in({','.join(sorted(avoid))})"} for _ in bundles]
+    pg = placement_group(bundles, strategy=strategy, name="raytf:capacity-check", **kwargs)
+    try:
+        ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
+        return bool(ready)
+    finally:
+        remove_placement_group(pg)
+
+
 def release(pg: PlacementGroup | None) -> None:
     if pg is None:
         return

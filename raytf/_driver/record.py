@@ -52,9 +52,11 @@ class RunRecord:
     def _write_curves(self) -> None:
         """learning_curves.png in the run directory (a plot must never fail a run)."""
         try:
-            curves = figures.learning_curves(self.metrics.to_arrow())
+            table = self.metrics.to_arrow()
+            curves = figures.learning_curves(table)
             if not curves.empty:
-                self.run_dir.write_bytes(figures.CURVES_FILE, figures.png_bytes(curves, title=self.cfg.run.name))
+                self.run_dir.write_bytes(figures.CURVES_FILE, figures.png_bytes(
+                    curves, title=self.cfg.run.name, resizes=figures.size_changes(table)))
         except (RaytfError, OSError, ValueError) as e:
             log.warning("learning curves not plotted: %s", e)
 

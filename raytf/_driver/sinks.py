@@ -35,11 +35,28 @@ class Progress:
         self.fit: int | None = None  # the Model.fit under way (a script's, or a function's later ones)
         self._base = (0, 0)  # (epochs, steps) counted before it, by the program's earlier fits
         self._drops_told: set[int] = set()  # attempts whose dropped events were reported
+        self._size = ""  # elastic training: `2/3 workers`, the attempt's size of the size wanted
 
-    def _label(self, epoch: int) -> str:
-        """`epoch 3/5`, in the fit's own count: `fit 2 · epoch 1/2` for a program's second Model.fit."""
+    def start_attempt(self, workers: int, *, wanted: int, min_workers: int, batch_size: int | None = None) -> None:
+        """At each attempt's start: its `workers` of the `wanted` ones, shown (`epoch 3/5 · 2/3 workers`) when the
+        run is elastic (`min_workers` below `wanted`); its per-replica `batch_size` when it has its own (elastic
+        training keeping the global batch), for examples/s. A new size starts a new bar and counts the replicas
+        in sync afresh."""
+        size = f"{workers}/{wanted} workers" if min_workers < wanted else ""
+        if size != self._size:
+            self._size = size
+            self.replicas = 1  # the attempt's tasks tell theirs as they start
+            self._close()  # the bar under way says the old size
+            self._epoch = None
+        if batch_size is not None and self.batch_size is not None:  # (a script's batch is its own: none)
+            self.batch_size = batch_size
+
+    def _label(self, epoch: int, at: str = "") -> str:
+        """`epoch 3/5`, in the fit's own count: `fit 2 · epoch 1/2` for a program's second Model.fit; then `at`
+        (` step 30`), then the size when elastic: `epoch 3/5 step 30 · 2/3 workers`."""
         label = f"epoch {epoch - self._base[0]}" + (f"/{self.epochs}" if self.epochs else "")
-        return f"fit {self.fit} · {label}" if (self.fit or 1) > 1 else label
+        label = (f"fit {self.fit} · {label}" if (self.fit or 1) > 1 else label) + at
+        return f"{label} · {self._size}" if self._size else label
 
     def _in_epoch(self, epoch: int, step: int) -> int:
         """Steps done in epoch `epoch` (1-based, the run's count) at global step `step`."""
@@ -107,7 +124,7 @@ class Progress:
                 self._epoch = None
             # (A script that reports epochs without counting steps has none to show.)
             at = f" step {p['step']}" if p["step"] else ""
-            log.info("%s%s: %s", self._label(p["epoch"]), at, " ".join(f"{k}={v}" for k, v in shown.items()))
+            log.info("%s: %s", self._label(p["epoch"], at), " ".join(f"{k}={v}" for k, v in shown.items()))
 
     def dropped(self, e: ev.Event) -> None:
         """The bus could not keep all of a rank's events (see events.COALESCED): said once per attempt."""

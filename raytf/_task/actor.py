@@ -268,10 +268,13 @@ class TaskActor:
         python_path: list[str],
         is_chief: bool,
         stream: bool,
+        max_workers: int | None = None,
     ) -> dict[str, Any]:
         """Script mode: run the user's program (train.script / train.module) in a child process with this
         task's TF_CONFIG; its exit code is the outcome. The port stays held until the child exits: its TF
-        server binds it whenever the script creates its strategy (TF_GRPC_REUSE_PORT is inherited)."""
+        server binds it whenever the script creates its strategy (TF_GRPC_REUSE_PORT is inherited).
+        `max_workers`: the run's cluster.num_workers when elastic training runs this attempt smaller
+        ($RAYTF_MAX_WORKERS; None: this attempt's size)."""
         from raytf._task.script.host import ClusterNotUsed, ScriptHost, child_env
 
         spec = self.spec
@@ -284,7 +287,7 @@ class TaskActor:
             host.restore(resume_from)
             num_workers = len((tf_config or {}).get("cluster", {}).get("worker", [])) or 1
             env = child_env(base=dict(os.environ), tf_config=tf_config, spec=spec, cfg=cfg, run_uri=run_dir.uri,
-                            attempt=attempt, is_chief=is_chief, num_workers=num_workers,
+                            attempt=attempt, is_chief=is_chief, num_workers=num_workers, max_workers=max_workers,
                             checkpoint_dir=host.checkpoint_dir, resume_from=resume_from, python_path=python_path,
                             log_dir=host.log_dir, launch_dir=host.launch_dir, work_dir=host.work_dir)
             self._on_sigterm(lambda: emit(ev.PREEMPTED, {"step": host._position["step"]}))
@@ -321,9 +324,12 @@ class TaskActor:
         resume_from,
         python_path: list[str],
         is_chief: bool,
+        max_workers: int | None = None,
     ) -> dict[str, Any]:
         """Run the user's function: every MWMS worker, the PS chief (coordinator), or the evaluator.
-        Returns an outcome dict; errors in user code come back as a WorkerError with the traceback."""
+        Returns an outcome dict; errors in user code come back as a WorkerError with the traceback.
+        `max_workers`: the run's cluster.num_workers when elastic training runs this attempt smaller
+        (ctx.max_workers; None: this attempt's size)."""
         spec = self.spec
         emit = _Emitter(bus, spec.role, spec.rank, attempt)
         self._capture(run_dir, attempt)
@@ -346,7 +352,7 @@ class TaskActor:
                 is_chief=is_chief, num_workers=len((tf_config or {}).get("cluster", {}).get("worker", [])) or 1,
                 attempt=attempt, run_dir=run_dir, emit=emit, resume_from=None if evaluator else resume_from,
                 scratch_dir=scratch_dir,
-                wait_stop=lambda timeout: ray.get(bus.wait_stop.remote(timeout)), bus=bus,
+                wait_stop=lambda timeout: ray.get(bus.wait_stop.remote(timeout)), bus=bus, max_workers=max_workers,
             )
             self._on_sigterm(lambda: emit(ev.PREEMPTED, {"step": ctx.step}))
             stopped = False

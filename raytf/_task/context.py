@@ -63,6 +63,7 @@ class TrainContext(StepCounter):
         scratch_dir: str,
         wait_stop: Callable[[float], bool] | None = None,
         bus=None,
+        max_workers: int | None = None,
     ) -> None:
         super().__init__(emit, every_steps=cfg.metrics.every_steps, heartbeat_s=cfg.failure.heartbeat_s,
                          epoch=resume_from.epoch if resume_from else 0, step=resume_from.step if resume_from else 0,
@@ -73,7 +74,8 @@ class TrainContext(StepCounter):
         self.index = index
         self.rank = rank
         self.is_chief = is_chief
-        self.num_workers = num_workers
+        self._num_workers = num_workers
+        self._max_workers = max_workers or num_workers
         self.attempt = attempt
         self._run_dir = run_dir
         self._resume_from = resume_from
@@ -103,16 +105,33 @@ class TrainContext(StepCounter):
         return self.cfg.train.steps_per_epoch
 
     @property
+    def num_workers(self) -> int:
+        """The workers of this attempt's cluster (TF_CONFIG's `worker` tasks; 1 without a cluster). Elastic
+        training (cluster.min_workers below cluster.num_workers) may run an attempt with fewer, while hosts are
+        lost: it is the attempt's size, between cluster.min_workers and `max_workers`."""
+        return self._num_workers
+
+    @property
+    def max_workers(self) -> int:
+        """The size wanted: the run's cluster.num_workers, which `num_workers` equals unless elastic training
+        runs this attempt smaller (`ctx.num_workers / ctx.max_workers` scales what follows the size)."""
+        return self._max_workers
+
+    @property
     def batch_size(self) -> int:
-        """Per-replica batch size."""
+        """Per-replica batch size: train.batch_size; with cluster.elastic.keep_global_batch, the full size's
+        global batch split over this attempt's replicas (larger when it runs with fewer workers)."""
         return self.cfg.train.batch_size
 
     @property
     def num_replicas(self) -> int:
+        """Replicas in sync in this attempt's strategy (MWMS: every worker's devices)."""
         return int(self.strategy.num_replicas_in_sync)
 
     @property
     def global_batch_size(self) -> int:
+        """batch_size * num_replicas, the attempt's: elastic training with fewer workers trains a smaller global
+        batch, unless cluster.elastic.keep_global_batch keeps it (then batch_size grows instead)."""
         return self.batch_size * self.num_replicas
 
     @property

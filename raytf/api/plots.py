@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from raytf._core.figures import figure, learning_curves
+from raytf._core.figures import figure, learning_curves, size_changes
 
 
 def plot(run: Any, out: str | None = None):
-    """Learning curves of a run (a Result, or a run directory path/URI); saved as PNG when `out` is given.
+    """Learning curves of a run (a Result, or a run directory path/URI), the group's size changes marked
+    (elastic training); saved as PNG when `out` is given.
 
     Returns the matplotlib Figure (a notebook shows it)."""
     from raytf.api.result import Result, load_result
@@ -17,7 +18,7 @@ def plot(run: Any, out: str | None = None):
     curves = learning_curves(result.metrics_table)
     import matplotlib.pyplot as plt
 
-    fig = figure(curves, title=result.summary.get("run", ""))
+    fig = figure(curves, title=result.summary.get("run", ""), resizes=size_changes(result.metrics_table))
     if out:
         fig.savefig(out, format="png", dpi=100)
     plt.close(fig)  # returned, not left open: a notebook then shows it once (as the cell's value)

@@ -39,6 +39,10 @@ _SECONDS = "above 0 (seconds)"
 RANGES: dict[str, Range] = {
     "ray.num_cpus": Range(1, "at least 1, or null for all of this machine's CPUs", null=True),
     "cluster.num_workers": Range(1, "at least 1"),
+    "cluster.min_workers": Range(1, "at least 1 and at most cluster.num_workers, or null (not elastic)", null=True),
+    "cluster.elastic.wait_s": Range(0, "0 or more (seconds), e.g. 30"),
+    "cluster.elastic.grow_check_s": Range(0, f"{_SECONDS}, e.g. 30", above=True),
+    "cluster.elastic.max_resizes": Range(0, "0 or more, e.g. 10"),
     "cluster.num_ps": Range(0, "0, or at least 1 with cluster.strategy=parameter_server"),
     **{f"cluster.{role}.{key}": r for role in ("worker", "chief", "ps", "evaluator") for key, r in (
         ("cpus", Range(0, "0 or more, e.g. 1")),
@@ -114,6 +118,9 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("cluster.collective (nccl) needs GPUs: set cluster.worker.gpus or use auto/ring")
     _validate_program(cfg)
     _validate_roles(cfg)
+    if c.min_workers is not None and c.min_workers > c.num_workers:
+        raise ConfigError(f"cluster.min_workers ({c.min_workers}) must be at most cluster.num_workers "
+                          f"({c.num_workers}): it is the fewest workers to train with, num_workers the size wanted")
     _validate_port_range(cfg)
     f = cfg.failure
     if f.heartbeat_s >= f.hang_timeout_s:

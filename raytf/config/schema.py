@@ -104,11 +104,33 @@ class EvaluatorConfig(Resources):
 
 
 @dataclass
+class ElasticConfig:
+    """Elastic training (cluster.min_workers below cluster.num_workers): fewer workers while hosts are lost, the
+    full size again when they return. Each resize is a restart of the group from a checkpoint."""
+
+    # After a failure, how long to wait for the full group before restarting with as many workers as can be
+    # placed now (at least cluster.min_workers).
+    wait_s: float = 30.0
+    # While smaller than cluster.num_workers: how often to look for the capacity of the missing workers. When it
+    # is there, every worker saves at one agreed step and the group restarts at full size from that save.
+    grow_check_s: float = 30.0
+    # false: train.batch_size stays per replica and the global batch follows the size. true: the global batch
+    # stays train.batch_size x the full size's replicas (a size that does not divide it is skipped).
+    keep_global_batch: bool = False
+    # Resizes one launch may make (shrinks and grows); past it the group keeps its size (a flapping host).
+    max_resizes: int = 10
+
+
+@dataclass
 class ClusterConfig:
     # The `tf.distribute` strategy.
     strategy: Strategy = Strategy.multi_worker_mirrored
-    # TF workers (one Ray actor and one placement-group bundle each).
+    # TF workers (one Ray actor and one placement-group bundle each): the size wanted.
     num_workers: int = 2
+    # Elastic training: the fewest workers to train with while hosts are lost (see `cluster.elastic`); null =
+    # cluster.num_workers (not elastic: a lost host is waited for, up to cluster.placement_timeout_s).
+    min_workers: int | None = None
+    elastic: ElasticConfig = field(default_factory=ElasticConfig)
     # What each worker reserves.
     worker: Resources = field(default_factory=Resources)
     # parameter_server only: what the coordinator task reserves.

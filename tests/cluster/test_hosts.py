@@ -102,7 +102,10 @@ def test_partitioned_worker_host_the_run_finishes_on_the_others(bed, tmp_path, r
     assert recovered_after < 150
 
 
-@pytest.mark.parametrize("rank", [0, pytest.param(1, marks=pytest.mark.slow)])
+# ~40 s each: slow; a lost host in the default run is the partitioned one above, and elastic training's
+# (tests/cluster/test_elastic.py).
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
 def test_killed_host_the_run_finishes_on_the_other(bed, tmp_path, rank):
     """Every process of rank 0's host (or rank 1's) SIGKILLed: a power cut."""
     victim, killed_at, code, result, run = _fault_mid_run(bed, tmp_path, "power", rank, bed.kill_host,

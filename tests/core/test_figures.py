@@ -1,6 +1,7 @@
 """Learning curves from a metrics table (pure pandas)."""
 
 import pandas as pd
+import pytest
 
 from raytf._core import figures
 
@@ -17,3 +18,53 @@ def test_learning_curves_take_the_last_attempt_of_each_epoch():
     curves = figures.learning_curves(df)
     assert curves["loss"].tolist() == [2.0, 2.0]  # epoch 2: attempt 2's ranks averaged, attempt 1 dropped
     assert curves["eval_loss"].dropna().tolist() == [1.5]
+
+
+def _rows(attempt, workers, steps, *, epoch_every=10, kind="step"):
+    """Rank 0's step rows (and an epoch row at every epoch's end) of one attempt of `workers` workers."""
+    out = []
+    for s in steps:
+        out.append(dict(run="r", attempt=attempt, rank=0, role="worker", kind=kind, epoch=(s - 1) // epoch_every + 1,
+                        step=s, time=float(s), fit=1, num_workers=workers, loss=1.0 / s))
+        if s % epoch_every == 0:
+            out.append(out[-1] | dict(kind="epoch", epoch=s // epoch_every))
+    return out
+
+
+def test_size_changes_are_placed_at_each_resized_attempts_first_step():
+    """3 workers to step 25 (committed at 20), then 2 from 21 (a shrink: it redoes 21..25), a failure at the same
+    size that trained nothing, then 3 again from step 36 (a grow at the agreed step 35)."""
+    df = pd.DataFrame(_rows(1, 3, range(1, 26)) + _rows(2, 2, range(21, 36)) + _rows(4, 3, range(36, 51)))
+    df = pd.concat([df, pd.DataFrame([dict(run="r", attempt=5, rank=9, role="evaluator", kind="eval", epoch=5,
+                                           step=50, time=99.0, fit=None, num_workers=1, loss=0.1)])])
+    changes = figures.size_changes(df)
+    assert [w for _, w in changes] == [2, 3]
+    assert changes[0][0] == pytest.approx(2.1) and changes[1][0] == pytest.approx(3.6)  # step 21, step 36
+    assert figures.size_changes(df[df["attempt"] != 2]) == []  # one size throughout: nothing to mark
+    assert figures.size_changes(df.drop(columns=["num_workers"])) == []  # a run recorded before the column
+    old = df.assign(num_workers=df["num_workers"].where(df["attempt"] > 1))  # launch 1 without it
+    assert [w for _, w in figures.size_changes(old)] == [3]
+
+
+def test_size_changes_without_step_counts_fall_at_the_epochs_start():
+    df = pd.DataFrame([dict(run="r", attempt=a, rank=0, role="worker", kind="epoch", epoch=e, step=0, time=float(e),
+                            fit=None, num_workers=w, loss=1.0) for a, w, e in ((1, 3, 1), (1, 3, 2), (2, 2, 3))])
+    assert figures.size_changes(df) == [(2.0, 2)]
+
+
+def test_the_figure_marks_each_size_change_in_every_panel():
+    df = pd.DataFrame(_rows(1, 3, range(1, 21)) + _rows(2, 2, range(21, 41)))
+    df["accuracy"] = 0.5
+    assert list(figures.learning_curves(df).columns) == ["loss", "accuracy"]  # num_workers is no metric
+    fig = figures.figure(figures.learning_curves(df), resizes=figures.size_changes(df))
+    try:
+        for ax in fig.axes:
+            assert [t.get_text().strip() for t in ax.texts] == ["2 workers"]
+            assert [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == ":"] == [pytest.approx(2.1)]
+        plain = figures.figure(figures.learning_curves(df))
+        assert not any(ax.texts for ax in plain.axes)
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+    assert figures.png_bytes(figures.learning_curves(df), resizes=[(2.1, 2)]).startswith(b"\x89PNG")

@@ -109,3 +109,55 @@ def test_progress_lines_show_each_fit_its_own_epochs(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert lines == ["epoch 1: loss=0.5", "epoch 2/2 step 10: loss=0.5", "fit 2 · epoch 1/2 step 15: loss=0.5",
                      "fit 2 · epoch 2/2 step 20: loss=0.5"]
+
+
+def test_progress_shows_the_attempts_size_when_elastic(caplog):
+    """Elastic (min_workers below the size wanted): `· 2/3 workers` after the epoch, and examples/s from the
+    attempt's replicas and per-replica batch; a run that is not elastic reads as before."""
+    import logging
+
+    from raytf._core import events as ev
+    from raytf._driver.sinks import Progress
+
+    caplog.set_level(logging.INFO, logger="raytf")
+
+    def run(p, attempt, replicas, epoch, step):
+        p(ev.Event(ev.STARTED, "worker", 0, attempt, {"replicas": replicas}))
+        p(ev.Event(ev.EPOCH, "worker", 0, attempt, {"epoch": epoch, "step": step,
+                                                     "metrics": {"loss": 0.5, "steps_per_s": 2.0}}))
+
+    p = Progress(epochs=3, steps_per_epoch=10, batch_size=16, quiet=True)
+    p.start_attempt(3, wanted=3, min_workers=2, batch_size=16)
+    run(p, 1, 3, 1, 10)
+    p.start_attempt(2, wanted=3, min_workers=2, batch_size=24)  # keep_global_batch: 16 x 3 = 24 x 2
+    run(p, 2, 2, 2, 20)
+    p.start_attempt(3, wanted=3, min_workers=2, batch_size=16)
+    run(p, 3, 3, 3, 30)
+    plain = Progress(epochs=3, steps_per_epoch=10, batch_size=16, quiet=True)
+    plain.start_attempt(2, wanted=2, min_workers=2, batch_size=16)
+    run(plain, 1, 2, 1, 10)
+    assert [r.getMessage() for r in caplog.records] == [
+        "epoch 1/3 step 10 · 3/3 workers: loss=0.5 ex/s=96",
+        "epoch 2/3 step 20 · 2/3 workers: loss=0.5 ex/s=96",
+        "epoch 3/3 step 30 · 3/3 workers: loss=0.5 ex/s=96",
+        "epoch 1/3 step 10: loss=0.5 ex/s=64"]
+
+
+def test_a_new_size_starts_a_new_bar():
+    from raytf._core import events as ev
+    from raytf._driver.sinks import Progress
+
+    p = Progress(epochs=2, steps_per_epoch=10, batch_size=None, quiet=True)
+    p.bars = True  # as on a terminal
+    try:
+        p.start_attempt(3, wanted=3, min_workers=2)
+        p(ev.Event(ev.STEP, "worker", 0, 1, {"epoch": 1, "step": 4, "metrics": {"loss": 1.0}}))
+        assert p._bar.desc == "epoch 1/2 · 3/3 workers"
+        p.start_attempt(3, wanted=3, min_workers=2)  # a retry at the same size: the bar goes on
+        assert p._bar is not None
+        p.start_attempt(2, wanted=3, min_workers=2)
+        assert p._bar is None
+        p(ev.Event(ev.STEP, "worker", 0, 2, {"epoch": 1, "step": 3, "metrics": {"loss": 1.0}}))
+        assert p._bar.desc == "epoch 1/2 · 2/3 workers" and p._bar.n == 3
+    finally:
+        p.close()

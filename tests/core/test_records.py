@@ -170,3 +170,27 @@ def test_metrics_rows_keep_their_fit_and_curves_take_the_last_fit():
     t = table.to_arrow()
     assert t.column("fit").to_pylist() == [1, 1, 2, 2]
     assert learning_curves(t)["loss"].tolist() == [0.1]
+
+
+def test_metrics_rows_carry_their_attempts_size():
+    """Elastic training: the driver tells the table each attempt's workers (set_size) and every row of that
+    attempt carries it, also rows that came before the call and late rows of an earlier attempt; a previous
+    launch's rows without the column stay null."""
+    previous = MetricsTable("r")
+    previous.add(ev.Event(ev.EPOCH, "worker", 0, 1, {"epoch": 1, "step": 10, "metrics": {"loss": 2.0}}, time=0.0))
+    old = previous.to_arrow().drop_columns(["num_workers"])  # written by a raytf without the column
+    table = MetricsTable("r", previous=old)
+    table.set_size(2, 3)
+    table.add(ev.Event(ev.STEP, "worker", 0, 2, {"epoch": 2, "step": 11, "metrics": {"loss": 1.9}}, time=1.0))
+    table.add(ev.Event(ev.STEP, "worker", 0, 3, {"epoch": 2, "step": 15, "metrics": {"loss": 1.5}}, time=2.0))
+    table.take_new()  # a flush: attempt 3's row was taken before its size was known (the driver sets it first)
+    table.add(ev.Event(ev.EPOCH, "worker", 1, 3, {"epoch": 2, "step": 20, "metrics": {"loss": 1.4}}, time=3.0))
+    table.set_size(3, 2)
+    table.add(ev.Event(ev.STEP, "worker", 1, 2, {"epoch": 2, "step": 12, "metrics": {"loss": 1.8}}, time=4.0))
+    t = table.to_arrow()
+    assert t.schema.field("num_workers").type == pa.int64()
+    assert list(zip(t.column("attempt").to_pylist(), t.column("num_workers").to_pylist())) == [
+        (1, None), (2, 3), (3, None), (3, 2), (2, 3)]
+    assert "num_workers" not in table.final()  # a column of the table, not a metric
+    table.add(ev.Event(ev.STEP, "worker", 0, 3, {"epoch": 3, "step": 21, "metrics": {"num_workers": 7.0}}, time=5.0))
+    assert table.to_arrow().column("metric_num_workers").to_pylist()[-1] == 7.0  # a metric of that name

@@ -35,6 +35,7 @@ def test_keras_fit_with_evaluator_ends_by_itself(ps_cfg, no_leaks):
     assert result.last_checkpoint.endswith("-e000003-s0000000030")
 
 
+@pytest.mark.slow  # ~30 s (default-run budget); ParameterServerStrategy training runs by default in other tests
 def test_custom_loop_with_partitioned_variables(ps_cfg, no_leaks):
     result = raytf.fit(ps_cfg("run.name=psloop", "train.entrypoint=examples.ps_custom_loop:train",
                               "cluster.num_ps=2", "cluster.ps.cpus=0.25",

@@ -11,8 +11,9 @@ from raytf.config import load_config
 pytestmark = pytest.mark.timeout(120)
 
 
-def _context(tf, tmp_path, *, epochs, resume_from=None, export_model=False, attempt=1):
-    cfg = load_config({"train": {"entrypoint": "m:f", "epochs": epochs, "steps_per_epoch": 4},
+def _context(tf, tmp_path, *, epochs, resume_from=None, export_model=False, attempt=1, num_workers=1,
+             max_workers=None, params=None):
+    cfg = load_config({"train": {"entrypoint": "m:f", "epochs": epochs, "steps_per_epoch": 4, "params": params or {}},
                        "metrics": {"every_steps": 2}, "storage": {"path": str(tmp_path / "runs")},
                        "checkpoint": {"every_epochs": 1, "keep_last": 0, "export_model": export_model}})
     run_dir = RunDir(cfg.storage, "ctx")
@@ -21,9 +22,9 @@ def _context(tf, tmp_path, *, epochs, resume_from=None, export_model=False, atte
     scratch.mkdir()
     events = []
     ctx = TrainContext(cfg=cfg, strategy=tf.distribute.get_strategy(), role="worker", index=0, rank=0,
-                       is_chief=True, num_workers=1, attempt=attempt, run_dir=run_dir,
+                       is_chief=True, num_workers=num_workers, attempt=attempt, run_dir=run_dir,
                        emit=lambda kind, payload: events.append((kind, payload)), resume_from=resume_from,
-                       scratch_dir=str(scratch))
+                       scratch_dir=str(scratch), max_workers=max_workers)
     return ctx, run_dir, events
 
 
@@ -76,6 +77,40 @@ def test_keras_fit_reports_through_the_callback_and_exports_the_model(tf, tmp_pa
     assert run_dir.exists("model/_COMMITTED.json")
     loaded = tf_keras.models.load_model(run_dir.path("model"))
     np.testing.assert_allclose(loaded.predict(x[:2], verbose=0), model.predict(x[:2], verbose=0), rtol=1e-6)
+
+
+def test_the_keras_example_scales_its_rate_with_the_attempts_size_also_after_a_resume(tf, tmp_path):
+    """examples/keras_cnn.py trains at lr x ctx.num_workers / ctx.max_workers (elastic training: an attempt with
+    fewer workers has a smaller global batch). The optimizer's rate is a variable its checkpoints hold, so an
+    attempt resuming at another size sets its own again after ctx.restore."""
+    import os
+
+    from examples.keras_cnn import train
+    from raytf._core.checkpoints import TF_PREFIX
+    from raytf._storage import CHECKPOINTS_DIR
+
+    def saved_rate(run_dir, entry):
+        reader = tf.train.load_checkpoint(os.path.join(run_dir.path(CHECKPOINTS_DIR, entry.dir), TF_PREFIX))
+        return [float(reader.get_tensor(k)) for k in reader.get_variable_to_shape_map()
+                if k.startswith("optimizer/_learning_rate/")]
+
+    params = {"learning_rate": 0.01, "data": "synthetic"}
+    ctx, run_dir, _ = _context(tf, tmp_path, epochs=1, num_workers=1, max_workers=2, params=params)
+    assert (ctx.num_workers, ctx.max_workers) == (1, 2)
+    train(ctx)  # 1 of 2 workers
+    ctx.finish()
+    ctx.close()
+    smaller = run_dir.latest_checkpoint()
+    assert saved_rate(run_dir, smaller) == [pytest.approx(0.005)]
+    ctx2, _, _ = _context(tf, tmp_path, epochs=2, resume_from=smaller, attempt=2, num_workers=2, max_workers=2,
+                          params=params)
+    train(ctx2)  # grown back: the full rate, not the one the checkpoint restored
+    ctx2.finish()
+    ctx2.close()
+    assert saved_rate(run_dir, run_dir.latest_checkpoint()) == [pytest.approx(0.01)]
+    ctx3, _, _ = _context(tf, tmp_path / "plain", epochs=1, params=params)
+    assert ctx3.max_workers == ctx3.num_workers == 1  # not given: the attempt's size (learning rate x 1.0)
+    ctx3.close()
 
 
 def test_raytf_report_in_a_training_function_is_a_row_at_the_contexts_count(tf, tmp_path):

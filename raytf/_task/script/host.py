@@ -69,7 +69,8 @@ def expand_args(args: list, values: dict[str, str]) -> list[str]:
 
 def child_env(*, base: dict[str, str], tf_config: dict | None, spec: TaskSpec, cfg: Config, run_uri: str,
               attempt: int, is_chief: bool, num_workers: int, checkpoint_dir: str, resume_from,
-              python_path: list[str], log_dir: str = "", launch_dir: str = "", work_dir: str = "") -> dict[str, str]:
+              python_path: list[str], log_dir: str = "", launch_dir: str = "", work_dir: str = "",
+              max_workers: int | None = None) -> dict[str, str]:
     """The script's environment: the actor's (CUDA_VISIBLE_DEVICES, TF_USE_LEGACY_KERAS, ...) plus TF_CONFIG
     and the RAYTF_* variables that tell it where it runs. Pure."""
     env = dict(base)
@@ -95,6 +96,7 @@ def child_env(*, base: dict[str, str], tf_config: dict | None, spec: TaskSpec, c
         "RAYTF_RANK": str(spec.rank),
         "RAYTF_IS_CHIEF": "1" if is_chief else "0",
         "RAYTF_NUM_WORKERS": str(num_workers),
+        "RAYTF_MAX_WORKERS": str(max_workers or num_workers),  # elastic training: the size wanted
         "RAYTF_ATTEMPT": str(attempt),
         "RAYTF_CHECKPOINT_DIR": checkpoint_dir,
         "RAYTF_LOG_DIR": log_dir,

@@ -1,0 +1,107 @@
+"""Elastic training on a simulated multi-node cluster (ray.cluster_utils.Cluster: nodes on this machine, each
+with one CPU, so one worker per node): a node removed mid-run and the group shrinks without waiting for
+cluster.placement_timeout_s; a node added back and the group grows at an agreed step, losing nothing. The same
+on real hosts cut off the network: tests/cluster/test_hosts_elastic.py."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import raytf
+from raytf._core import events as ev
+from tests.conftest import ROOT, leftovers
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import os
+    import socket
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    os.chdir(ROOT)
+    with socket.socket() as probe:  # a free dashboard port (ray.util.state needs the dashboard)
+        probe.bind(("127.0.0.1", 0))
+        dashboard_port = probe.getsockname()[1]
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": True,
+                                                       "dashboard_port": dashboard_port})
+    nodes = [c.add_node(num_cpus=1) for _ in range(3)]
+    ray.init(address=c.address, log_to_driver=False, configure_logging=False)
+    yield c, nodes
+    ray.shutdown()
+    c.shutdown()
+
+
+def elastic_cfg(tmp_path, *overrides):
+    return raytf.load_config(ROOT / "conf/local.yaml", [
+        f"storage.path={tmp_path}", "ray.address=auto", "train.entrypoint=tests.train_fns:paced_loop",
+        "cluster.num_workers=3", "cluster.min_workers=2", "cluster.placement_strategy=SPREAD",
+        "cluster.placement_timeout_s=60", "cluster.elastic.wait_s=3", "cluster.elastic.grow_check_s=2",
+        "train.epochs=8", "train.steps_per_epoch=5", "train.batch_size=6", "train.params.step_s=0.2",
+        "metrics.every_steps=1", "checkpoint.keep_last=0", "failure.max_failures=0", *overrides])
+
+
+def test_shrink_when_a_node_is_lost_then_grow_back_losing_nothing(cluster, tmp_path):
+    c, nodes = cluster
+    acted: list[str] = []
+    added = []
+
+    def chaos(e: ev.Event) -> None:
+        # Attempt 1's first commit: a node goes (with its worker). Attempt 2's first commit: a node comes back.
+        if e.kind != ev.CHECKPOINT:
+            return
+        if e.attempt == 1 and not acted:
+            acted.append("removed")
+            c.remove_node(nodes[2])
+        elif e.attempt == 2 and acted == ["removed"]:
+            acted.append("added")
+            added.append(c.add_node(num_cpus=1))
+
+    try:
+        result = raytf.fit(elastic_cfg(tmp_path, "run.name=flex", "cluster.elastic.keep_global_batch=true"),
+                           quiet=True, on_event=lambda e: chaos(e))
+    finally:
+        for n in added:
+            c.remove_node(n)
+    assert acted == ["removed", "added"]
+    assert result.status == "succeeded", result.error
+    attempts = result.attempts
+    assert [a["num_workers"] for a in attempts] == [3, 2, 3]
+    assert [a["resize"] for a in attempts] == [None, "shrink", "grow"]
+    assert attempts[1]["cause"] == "resize" and attempts[1]["steps_lost"] == 0  # the grow lost no step
+    # max_failures=0: the lost node's failure counted as a resize, not a failure (else no retry at all).
+    assert attempts[0]["decision"] == "retry"
+    assert result.final_metrics["epoch"] == 8
+    # The grow saved at an agreed step and the full group resumed from exactly there.
+    assert attempts[2]["resumed_from"].endswith(f"-s{attempts[1]['last_step']:010d}")
+    df = result.metrics
+    steps = df[(df["kind"] == "step") & (df["rank"] == 0)]
+    for a, n in zip(attempts, (3, 2, 3)):
+        mine = steps[steps["attempt"] == a["attempt"]]
+        # paced_loop's all-reduce over the group, summed over the group again: n x n.
+        assert set(mine["replicas"]) == {float(n * n)}, (a["attempt"], set(mine["replicas"]))
+        assert set(mine["num_workers"]) == {n}
+    assert set(steps["global_batch"]) == {18.0}  # keep_global_batch: 6 x 3 = 9 x 2 = 18
+    on_disk = json.loads((Path(result.run_dir) / "result.json").read_text())
+    assert [a["num_workers"] for a in on_disk["attempts"]] == [3, 2, 3]
+    assert leftovers() == {"actors": [], "placement_groups": []}
+
+
+def test_min_workers_out_of_reach_waits_placement_timeout_then_names_what_is_missing(cluster, tmp_path):
+    import time
+
+    from raytf.errors import PlacementError
+
+    started = time.monotonic()
+    with pytest.raises(PlacementError) as info:
+        raytf.fit(elastic_cfg(tmp_path, "run.name=toofew", "cluster.num_workers=6", "cluster.min_workers=5",
+                              "cluster.placement_timeout_s=4"), quiet=True)
+    waited = time.monotonic() - started
+    message = str(info.value)
+    assert "placement group for 5 tasks" in message and "cluster.placement_timeout_s=4s" in message, message
+    assert "\n" not in message and waited >= 4 + 3  # wait_s for 6, then placement_timeout_s for 5
+    assert leftovers() == {"actors": [], "placement_groups": []}
