@@ -98,6 +98,7 @@ class Driver(RunRecord):
         self.resizes = 0
         self.failures = 0
         self._grow_checked = 0.0
+        self._loop: AttemptLoop | None = None  # the attempt loop under way (its tolerated PS worker losses)
         self._result_lock = threading.Lock()  # result.json is written by the main thread and the head watch
 
     # -- the run -----------------------------------------------------------------------------
@@ -299,11 +300,17 @@ class Driver(RunRecord):
         """While the group is smaller than cluster.num_workers: every cluster.elastic.grow_check_s, whether the
         missing workers' capacity is there. None to keep the size; else how to grow (see runloop.drive)."""
         cfg = self.cfg
-        if self.size >= cfg.cluster.num_workers or not elastic.may_resize(self.resizes, cfg):
+        # ParameterServerStrategy workers the coordinator went on without (their process died, their host is up):
+        # the group is smaller by them, while their bundles stay reserved in its placement group.
+        tolerated = len(self._loop.lost) if self._loop is not None else 0
+        if self.size - tolerated >= cfg.cluster.num_workers or not elastic.may_resize(self.resizes, cfg):
             return None
         if now - self._grow_checked < cfg.cluster.elastic.grow_check_s:
             return None
         self._grow_checked = now
+        if tolerated and self.size >= cfg.cluster.num_workers:
+            self.size -= tolerated  # (so the restart at full size is recorded as a grow)
+            return False  # a ParameterServerStrategy chief saves on its own schedule: at its next checkpoint
         full = make_plan(cfg)
         missing = [t.bundle for t in full.tasks if t.role == WORKER][: cfg.cluster.num_workers - self.size]
         spread = cfg.cluster.placement_strategy.value == "STRICT_SPREAD"
@@ -353,6 +360,7 @@ class Driver(RunRecord):
                               evaluator_grace_s=cfg.cluster.evaluator.finish_timeout_s),
                 attempt=attempt.number, now=time.time(), save_on_interrupt=cfg.checkpoint.on_interrupt,
                 can_save_now=not script_mode(cfg))
+            self._loop = loop
             port = RayPort(group, primary, background, poll_s=self.poll_s)
             try:
                 drive(loop, port, self._dispatch, poll_s=self.poll_s, on_poll=self._flush_metrics,

@@ -69,6 +69,29 @@ def test_lost_worker_is_tolerated(ps_cfg, no_leaks):
     assert _chief_epochs(result.metrics)["epoch"].tolist() == [1, 2, 3, 4]
 
 
+def test_elastic_ps_grows_back_at_the_next_checkpoint_after_a_tolerated_loss(ps_cfg, no_leaks):
+    """Elastic: the coordinator goes on without a lost worker (its host is up); at the chief's next checkpoint
+    the group restarts at full size, a resize, not a failure."""
+    killed = threading.Event()
+
+    def kill_worker_1(e: ev.Event) -> None:
+        if e.kind == ev.STEP and e.role == "chief" and e.payload["step"] >= 5 and not killed.is_set():
+            killed.set()
+            import ray
+
+            ray.kill(ray.get_actor("raytf:psgrow:worker:2"), no_restart=True)
+
+    result = raytf.fit(ps_cfg("run.name=psgrow", "train.epochs=4", "cluster.min_workers=1",
+                              "cluster.elastic.grow_check_s=0.5", "failure.max_failures=0"),
+                       quiet=True, on_event=kill_worker_1)
+    assert killed.is_set()
+    assert result.status == "succeeded", result.error
+    attempts = result.attempts
+    assert [(a["num_workers"], a["resize"], a["cause"]) for a in attempts] == [(2, None, "resize"), (2, "grow", None)]
+    assert attempts[1]["resumed_from"] is not None  # from the checkpoint the chief committed after the loss
+    assert _chief_epochs(result.metrics)["epoch"].tolist()[-1] == 4
+
+
 def test_failing_chief_stops_the_servers(ps_cfg, no_leaks):
     result = raytf.fit(ps_cfg("run.name=psboom", "train.entrypoint=tests.train_fns:fail_on_rank1",
                               "cluster.num_workers=1"), quiet=True)
