@@ -288,10 +288,11 @@ class Driver(RunRecord):
             try:
                 pg = placement.reserve(plan, timeout_s=timeout, name=f"raytf:{cfg.run.name}",
                                        can_grow=not self.embedded, avoid=self.suspects)
-            except PlacementError as e:
+            except PlacementError:
                 if last:
                     raise
-                log.warning("%d worker(s) cannot be placed now (%s); trying fewer", n, str(e).split(": ", 1)[0])
+                log.warning("%d worker(s) could not be placed within %gs (%s); trying fewer", n, timeout,
+                            "cluster.elastic.wait_s" if i == 0 else "elastic training's probe of a smaller size")
                 continue
             return n, plan, pg
         raise AssertionError("unreachable: the last size raises")
