@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides += ["train.stream_output=all"] if args.all_ranks else []
         cfg = validate_run(load_config(args.config, overrides))  # a run: refused before Ray starts
         if cfg.storage.credentials_file and cfg.storage.path.startswith("s3://"):
-            from raytf._storage import read_credentials
+            from raytf._s3 import read_credentials
 
             read_credentials(cfg.storage.credentials_file)  # readable here (each node reads its own copy)
         if args.scaling:

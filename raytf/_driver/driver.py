@@ -35,6 +35,7 @@ from raytf._driver.headwatch import HeadWatch
 from raytf._driver.port import BusUnresponsive, RayPort
 from raytf._driver.record import Outcome, RunRecord
 from raytf._driver.sinks import Progress, TensorBoardSink
+from raytf._s3 import plain_http_endpoint
 from raytf.config import (
     Config,
     ignored_by_scripts,
@@ -121,7 +122,7 @@ class Driver(RunRecord):
                 f"checkpoint.resume=false: run.name={cfg.run.name!r} already has {len(old)} checkpoint(s) in "
                 f"{rd.uri_of(storage.CHECKPOINTS_DIR)}. Fix: a new run.name for a fresh start, "
                 "checkpoint.resume=true to continue it, or delete that directory")
-        if (endpoint := storage.plain_http_endpoint(cfg.storage)) is not None:
+        if (endpoint := plain_http_endpoint(cfg.storage)) is not None:
             log.warning("storage: plain HTTP to %s, not this machine: checkpoints and signed requests cross the "
                         "network unencrypted. Fix: storage.scheme=https (or keep that endpoint on loopback)", endpoint)
         if public := secret_runtime_env(cfg.ray.runtime_env):  # names only, never values

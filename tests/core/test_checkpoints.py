@@ -204,7 +204,7 @@ def test_uploader_numbers_checkpoints_on_from_the_run_directory(tmp_path):
     ("./runs", "198.18.0.5:9000", "http", None),
 ])
 def test_plain_http_to_another_host_is_named(path, endpoint, scheme, warned):
-    from raytf._storage import plain_http_endpoint
+    from raytf._s3 import plain_http_endpoint
     from raytf.config import StorageConfig
 
     assert plain_http_endpoint(StorageConfig(path=path, endpoint_override=endpoint, scheme=scheme)) == warned

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from raytf import _storage as storage
+from raytf._s3 import read_credentials
 from raytf.config import (
     SECRET,
     StorageConfig,
@@ -121,7 +122,7 @@ def test_a_bad_credentials_file_is_named_never_shown(tmp_path, text, why):
     path = tmp_path / "aws-credentials"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(ConfigError) as info:
-        storage.read_credentials(str(path))
+        read_credentials(str(path))
     message = str(info.value)
     assert message.startswith(f"storage.credentials_file ({str(path)!r}) on node ") and why in message, message
     assert PLANTED not in message and "AKIAEXAMPLE" not in message and "\n" not in message
