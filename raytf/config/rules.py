@@ -65,6 +65,8 @@ RANGES: dict[str, Range] = {
     "metrics.every_steps": Range(0, "0 or more (0 reports per epoch only)"),
     "metrics.flush_interval_s": Range(0, "0 or more (seconds), e.g. 5"),
     "metrics.max_names": Range(1, "at least 1, e.g. 256"),
+    "metrics.straggler_ratio": Range(1, "above 1, e.g. 1.3", above=True),
+    "metrics.straggler_window": Range(2, "at least 2, e.g. 5"),
     "failure.max_failures": Range(-1, "-1 (no limit) or more"),
     "failure.hang_timeout_s": Range(0, f"{_SECONDS}, e.g. 300", above=True),
     "failure.heartbeat_s": Range(0, f"{_SECONDS}, e.g. 2", above=True),

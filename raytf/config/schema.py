@@ -223,6 +223,15 @@ class MetricsConfig:
     flush_interval_s: float = 5.0
     # Distinct metric names a run may report (each is a column of metrics.parquet); past it the run fails.
     max_names: int = 256
+    # A rank whose step time, input wait or compute stays this many times above the median of the other ranks
+    # (over its last `straggler_window` step rows) is reported as a straggler while the run goes, and listed in
+    # result.json (`stragglers`).
+    straggler_ratio: float = 1.3
+    # See `metrics.straggler_ratio`: the step rows per rank it looks at.
+    straggler_window: int = 5
+    # Export the live figures (steps/s, examples/s, step time, input wait, GPU use, attempts, checkpoint age) as
+    # Ray metrics named raytf_*, for Ray's Prometheus endpoint and Grafana dashboards.
+    ray_metrics: bool = True
 
 
 @dataclass
