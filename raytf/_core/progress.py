@@ -77,6 +77,14 @@ class StepCounter:
         self.fit: int | None = None  # the program's Model.fit call under way (1, 2, ...): None outside Keras fit
         self._cadence = Cadence(every_steps, step, clock)
         self._last_beat = clock()
+        # Called for every step row, each adding its figures ({column: value}) to it: the step-time breakdown, GPU
+        # samples. A source that has nothing to say returns {}.
+        self.sources: list[Callable[[], dict[str, float]]] = []
+
+    def _sourced(self, row: dict[str, float]) -> dict[str, float]:
+        for source in self.sources:
+            row.update(source())
+        return row
 
     def report(self, metrics: Mapping[str, Any] | None, *, kind: str = STEP) -> None:
         """Send a metrics row (this task's rank, current epoch and step) to the driver."""
@@ -104,7 +112,7 @@ class StepCounter:
         if row is None:
             self.heartbeat()
         else:
-            self.report(row)
+            self.report(self._sourced(row))
 
     def epoch_end(self, metrics: Mapping[str, Any] | None = None) -> None:
         """Count an epoch and report its metrics."""

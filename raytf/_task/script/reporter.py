@@ -104,7 +104,8 @@ class ScriptReporter(StepCounter):
                 self.epoch = epoch
             before = self.step
             self.step = step if step is not None else self.step + 1
-            self.report({**scalars(metrics), **self.steps_per_s(before)}, kind=STEP)
+            timing = self.steps_per_s(before)
+            self.report({**scalars(metrics), **(self._sourced(timing) if timing else {})}, kind=STEP)
         if checkpoint:
             self.sync()
 
