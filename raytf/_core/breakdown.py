@@ -41,3 +41,33 @@ def is_timing(name: str) -> bool:
     """A column raytf measures about the run (not one of the model's metrics): kept out of learning curves and
     the progress bar's metrics."""
     return name in BREAKDOWN or name == "steps_per_s" or is_gpu_column(name)
+
+
+class Split:
+    """A rank's step time split into parts, per step row: `totals()` gives the seconds spent so far in each part
+    measured (input_wait_s, collective_s, save_s; whichever the task can measure), `row(elapsed, steps)` the
+    columns for the `steps` steps of the last `elapsed` seconds, from the totals' growth since the previous row (or
+    `mark`). compute_s is what the measured parts leave of the step; with no part measured there is nothing to
+    split, and only step_time_s is given."""
+
+    def __init__(self, totals) -> None:
+        self._totals = totals
+        self._last: dict[str, float] = dict(totals())
+
+    def mark(self) -> None:
+        """Start the next row's interval here (what was spent before is nobody's)."""
+        self._last = dict(self._totals())
+
+    def row(self, elapsed: float, steps: int) -> dict[str, float]:
+        now = dict(self._totals())
+        grown = {k: max(0.0, v - self._last.get(k, 0.0)) for k, v in now.items()}
+        self._last = now
+        if steps <= 0 or elapsed <= 0:
+            return {}
+        out = {STEP_TIME: elapsed / steps}
+        if grown:
+            for k, v in grown.items():
+                out[k] = min(v, elapsed) / steps
+            # The all-reduce packs of one step may overlap, and a clock read late can overshoot: never below 0.
+            out[COMPUTE] = max(0.0, elapsed - sum(grown.values())) / steps
+        return out

@@ -1,5 +1,6 @@
 """Figures of a run, pure (no I/O): learning curves from a metrics table (the data, pandas) and as a matplotlib
-figure with the group's size changes marked, the scaling report's figure, and either as PNG bytes."""
+figure with the group's size changes marked, step time per rank (`_core.ranks`' data), the scaling report's
+figure, and any of them as PNG bytes."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import pandas as pd
 import pyarrow as pa
 
+from raytf._core.breakdown import STEP_TIME, is_timing
 from raytf._core.metrics import BASE_COLUMNS
 
 CURVES_FILE = "learning_curves.png"
@@ -28,7 +30,9 @@ def learning_curves(metrics: pa.Table | pd.DataFrame) -> pd.DataFrame:
         if rows.empty:
             continue
         rows = _latest(rows)
-        values = [c for c in rows.columns if c not in BASE_COLUMNS and rows[c].notna().any()]
+        # raytf's own timing (steps/s, the step-time breakdown, GPU use) is about the run, not the model: only step
+        # rows carry it today, and a program's metric of the same name is left out too.
+        values = [c for c in rows.columns if c not in BASE_COLUMNS and not is_timing(c) and rows[c].notna().any()]
         out.append(rows.groupby("epoch")[values].mean().add_prefix(prefix))
     return pd.concat(out, axis=1).sort_index() if out else pd.DataFrame()
 
@@ -79,11 +83,13 @@ def _epoch_position(row: pd.Series, ends: pd.Series) -> float:
 
 
 def _panels(curves: pd.DataFrame) -> dict[str, list[str]]:
-    """Group columns by metric: loss with val_loss and eval_loss, accuracy with val_accuracy, ..."""
+    """Group columns by metric: loss with val_loss and eval_loss, accuracy with val_accuracy, ...; raytf's timing
+    columns are no learning curve (curves made by hand may hold them)."""
     panels: dict[str, list[str]] = {}
     for col in curves.columns:
         base = col.removeprefix("eval_").removeprefix("val_")
-        panels.setdefault(base, []).append(col)
+        if not is_timing(base):
+            panels.setdefault(base, []).append(col)
     return panels
 
 
@@ -142,6 +148,38 @@ def fig_png(fig) -> bytes:
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
+
+
+def ranks_figure(times: pd.DataFrame, title: str = ""):
+    """Step time per rank over time (`ranks.rank_step_times`): one line per rank, broken between attempts (a
+    restart's gap is no step time), each attempt after the first a dotted vertical line where it starts."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    for (role, rank), rows in times.groupby(["role", "rank"]):
+        xs: list[float] = []
+        ys: list[float] = []
+        for _, part in rows.groupby("attempt"):
+            if xs:
+                xs.append(float("nan"))
+                ys.append(float("nan"))
+            xs += part["t"].astype(float).tolist()
+            ys += (1000 * part[STEP_TIME].astype(float)).tolist()
+        ax.plot(xs, ys, marker=".", label=f"{role} {rank}")
+    starts = times.groupby("attempt")["t"].min().sort_index()
+    for attempt, t in starts.iloc[1:].items():
+        ax.axvline(t, color="gray", linestyle=":", linewidth=1)
+        ax.text(t, 0.98, f" attempt {attempt}", transform=ax.get_xaxis_transform(), rotation=90, va="top",
+                ha="left", fontsize=8, color="gray")
+    ax.set_xlabel("seconds since the run's first row")
+    ax.set_ylabel("step time (ms)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if not times.empty:
+        ax.legend()
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
 
 
 def scaling_figure(table: pd.DataFrame, title: str = ""):

@@ -37,13 +37,23 @@ def scalars(metrics: Mapping[str, Any] | None) -> dict[str, float]:
 
 class Cadence:
     """When step metrics are due (the first step of a process always is: launch-to-first-step), and the
-    steps/s since the last reported row."""
+    steps/s since the last reported row; with a `split` (breakdown.Split), where those steps' time went.
+
+    The first row of a process carries no breakdown (its interval holds building the model and tracing the step),
+    nor does its time count for the next; `restart` (at an epoch's end) starts the next interval afresh, so a
+    row's steps are training steps only (not the validation or callbacks between epochs)."""
 
     def __init__(self, every_steps: int, step: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.every = every_steps
         self._now = clock
         self._clock = (clock(), step)
         self._stepped = False
+        self.split = None  # breakdown.Split, set by the task when it can measure
+
+    def restart(self, step: int) -> None:
+        self._clock = (self._now(), step)
+        if self.split is not None:
+            self.split.mark()
 
     def row(self, metrics: Mapping[str, Any] | None, before: int, after: int) -> dict[str, float] | None:
         first, self._stepped = not self._stepped, True
@@ -54,6 +64,11 @@ class Cadence:
         row = scalars(metrics)
         if now > t0:
             row["steps_per_s"] = (after - s0) / (now - t0)
+        if self.split is not None:
+            if first:
+                self.split.mark()
+            else:
+                row.update(self.split.row(now - t0, after - s0))
         self._clock = (now, after)
         return row
 
@@ -115,12 +130,21 @@ class StepCounter:
             self.report(self._sourced(row))
 
     def epoch_end(self, metrics: Mapping[str, Any] | None = None) -> None:
-        """Count an epoch and report its metrics."""
+        """Count an epoch and report its metrics; the next step row's interval starts here."""
         self.epoch += 1
         self.report(metrics or {}, kind=EPOCH)
+        self._cadence.restart(self.step)
+
+    @property
+    def split(self):
+        """The step-time breakdown (breakdown.Split) the step rows carry; None: step rows carry steps/s only."""
+        return self._cadence.split
+
+    @split.setter
+    def split(self, split) -> None:
+        self._cadence.split = split
 
     def steps_per_s(self, before: int) -> dict[str, float]:
-        """{"steps_per_s": ...} over the steps from `before` to now, when a row would be due (for rows the
-        caller counts itself)."""
-        row = self._cadence.row(None, before, self.step)
-        return {"steps_per_s": row["steps_per_s"]} if row and "steps_per_s" in row else {}
+        """{"steps_per_s": ..., and the breakdown's columns} over the steps from `before` to now, when a row would
+        be due (for rows the caller counts itself); else {}."""
+        return self._cadence.row(None, before, self.step) or {}

@@ -28,7 +28,7 @@ from raytf._task import scratch
 from raytf._task.scratch import Scratch
 from raytf._task.tee import OutputCapture
 from raytf._task.upload import upload_outputs
-from raytf.config import Config
+from raytf.config import Config, Strategy
 from raytf.errors import WorkerError
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,18 @@ class _WorkingDir:
 
     def __exit__(self, *exc) -> None:
         os.chdir(self._was)
+
+
+def _breakdown(cfg: Config):
+    """The step-time breakdown of this process's step rows (raytf/_task/timing.py). ParameterServerStrategy's steps
+    run on its workers, where the coordinator's process cannot time them: its rows carry step time only."""
+    from raytf._core.breakdown import Split
+    from raytf._task import timing
+
+    if cfg.cluster.strategy is Strategy.parameter_server:
+        return Split(dict)
+    timing.install()
+    return Split(timing.totals)
 
 
 @ray.remote(num_cpus=0)
@@ -354,6 +366,13 @@ class TaskActor:
                 scratch_dir=scratch_dir,
                 wait_stop=lambda timeout: ray.get(bus.wait_stop.remote(timeout)), bus=bus, max_workers=max_workers,
             )
+            if not evaluator:
+                ctx.split = _breakdown(cfg)
+            from raytf._task.gpu import GpuSampler
+
+            gpus = GpuSampler.for_task(os.environ.get("CUDA_VISIBLE_DEVICES"))  # None without GPUs, silently
+            if gpus is not None:
+                ctx.sources.append(gpus.sample)
             self._on_sigterm(lambda: emit(ev.PREEMPTED, {"step": ctx.step}))
             stopped = False
             try:
@@ -369,6 +388,8 @@ class TaskActor:
                 ctx.finish(completed=not stopped)  # uploads land before the task reports success
             finally:
                 ctx.close()
+                if gpus is not None:
+                    gpus.close()
             emit.flush()
             return {"ok": True, "stopped": stopped, "epoch": ctx.epoch, "step": ctx.step}
         except BaseException as e:  # report everything, SystemExit included, with its traceback

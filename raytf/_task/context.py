@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -197,12 +198,19 @@ class TrainContext(StepCounter):
         checkpoint's URI on the chief."""
         if self._writer is None:
             raise RuntimeError("ctx.save() before ctx.restore(model=..., ...): register what to checkpoint")
-        local = self._writer.write(self.epoch, self.step)
-        if not self.is_chief:
-            return None
-        if self._uploader is None:
-            self._uploader = Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, self._crash_seam)
-        return self._uploader.submit(local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank})
+        from raytf._task import timing
+
+        began = time.perf_counter()
+        try:
+            local = self._writer.write(self.epoch, self.step)
+            if not self.is_chief:
+                return None
+            if self._uploader is None:
+                self._uploader = Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, self._crash_seam)
+            # (submit waits only when storage.max_inflight_uploads checkpoints are already waiting or uploading)
+            return self._uploader.submit(local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank})
+        finally:
+            timing.add_save(time.perf_counter() - began)  # save_s: what the training thread waited for
 
     def finish(self, completed: bool = True) -> None:
         """After the training function: export the model (when training completed), then wait for the

@@ -185,6 +185,13 @@ def main() -> int:
         is_chief=spec["is_chief"], checkpoint_dir=spec["checkpoint_dir"], scratch=spec["scratch"],
         epoch=spec["epoch"], step=spec["step"], max_names=spec.get("max_names"))
     report.set_sink(reporter)
+    from raytf._task.gpu import GpuSampler
+
+    # The script's stderr is where this process speaks (as the TF_CONFIG guard does); no logging is set up here.
+    gpus = GpuSampler.for_task(os.environ.get("CUDA_VISIBLE_DEVICES"),
+                               log=lambda msg: print(f"raytf: {msg}", file=sys.stderr, flush=True))
+    if gpus is not None:
+        reporter.sources.append(gpus.sample)
     if "TF_CONFIG" in os.environ:
         os.environ.__class__ = _GuardedEnviron
     from raytf._task import tf_runtime  # imports TensorFlow
@@ -193,6 +200,12 @@ def main() -> int:
     tf_runtime.keep_own_writes(spec["scratch"])
     _patch_keras_fit(reporter)
     _patch_checkpoint_manager(reporter)
+    from raytf._core.breakdown import Split
+    from raytf._task import timing
+
+    if spec.get("timing"):
+        timing.install()  # before the script traces its step
+    reporter.split = Split(timing.totals if spec.get("timing") else dict)
     code = 0
     try:
         _run(spec)
@@ -209,6 +222,8 @@ def main() -> int:
     except OSError as e:
         print(f"raytf: the final checkpoint sync failed: {e}", file=sys.stderr)
         code = code or 1
+    if gpus is not None:
+        gpus.close()
     return code
 
 

@@ -164,6 +164,8 @@ class ScriptHost:
             "threads": c.cluster.threads or self.spec.threads,
             "gpu_memory_growth": c.cluster.gpu_memory_growth, "every_steps": c.metrics.every_steps,
             "max_names": c.metrics.max_names,
+            # The step-time breakdown (raytf/_task/timing.py): not under ParameterServerStrategy (remote steps).
+            "timing": c.cluster.strategy is not Strategy.parameter_server,
             "heartbeat_s": c.failure.heartbeat_s, "is_chief": self.is_chief, "checkpoint_dir": self.checkpoint_dir,
             "scratch": self.scratch, **self._position,
         }

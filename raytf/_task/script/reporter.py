@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -120,7 +121,11 @@ class ScriptReporter(StepCounter):
             return False
         self._snapshots += 1
         snap = os.path.join(self._scratch, f"snapshot-{self._snapshots}")
+        began = time.perf_counter()
         shutil.copytree(self.checkpoint_dir, snap)
+        from raytf._task import timing  # (no TensorFlow import: timing imports it only when installed)
+
+        timing.add_save(time.perf_counter() - began)  # save_s: the copy the script waits for (the upload does not)
         self._synced = sig
         self._send({"kind": "sync", "path": snap, "epoch": self.epoch, "step": self.step})
         return True

@@ -1,0 +1,163 @@
+"""Where the task's step time goes, measured inside TensorFlow: time blocked in the input iterator's get_next and,
+under MultiWorkerMirroredStrategy, in the all-reduce. Runs in the task's process (or a script's child) only.
+
+A Keras `fit` (and a custom loop's `tf.function` that calls `next(iterator)` inside it) fetches its batch inside
+the traced graph, where Python cannot time it. So the fetch itself is instrumented, once per process: the methods
+every `next(iterator)` goes through (tf.data's OwnedIterator, tf.distribute's DistributedIterator) are wrapped, and
+a wrapped call adds its wall time to a per-process total:
+  - eagerly (a custom loop calling `next(it)` in Python): measured around the call;
+  - while a tf.function is traced: the traced graph gets `t0 = timestamp()` before the get_next (by a control
+    edge), `t1 = timestamp()` after its outputs exist, and `total += t1 - t0` on a CPU variable, so every run of
+    the graph adds its own wait. The same for each dense all-reduce of a collective (tf.distribute's
+    CollectiveReplicaLauncher.all_reduce, which batch_all_reduce calls per pack): t0 once this rank's input to it
+    exists, t1 once the reduced tensor does, which is the wait for slower peers plus the transfer.
+The totals are read when a step row is due (the read waits for the device: the same moment the row's metrics are
+read). Not instrumented, and so absent from the rows rather than guessed: ParameterServerStrategy (its steps run on
+remote workers); all-reduces inside an XLA-compiled function (XLA cannot compile TF's timestamp op); sparse
+all-gathers. On GPUs the times are when TF's executor saw the ops done, close to but not exactly the kernels'.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+
+from raytf._core.breakdown import COLLECTIVE, INPUT_WAIT, SAVE
+
+_lock = threading.Lock()
+_installed = False
+_nested = threading.local()  # a wrapped get_next that calls another (DistributedIterator -> its workers') counts once
+
+
+class _Total:
+    """Seconds spent in one kind of wait, from eager calls (a float) and from traced graphs (a CPU variable that
+    each run of the graph adds to). `used` once any call went through it: a part nothing measured is left out of
+    the rows (a custom loop that feeds tensors has no get_next to wait in)."""
+
+    def __init__(self) -> None:
+        self.eager = 0.0
+        self.used = False
+        self._var = None
+
+    def variable(self):
+        """The graph-side total, made once (outside any function being traced and outside the strategy's scope: a
+        plain local variable, not a mirrored one, as TF's CollectiveReplicaLauncher makes its ordering token)."""
+        if self._var is None:
+            from tensorflow.python.framework import dtypes, ops
+            from tensorflow.python.ops import resource_variable_ops
+
+            with ops.init_scope(), ops.device("CPU:0"):
+                # The class itself, not tf.Variable: tf.Variable(...) goes through the strategy's variable
+                # creators (tensorflow/python/ops/variables.py, VariableMetaclass) and would be mirrored.
+                self._var = resource_variable_ops.ResourceVariable(0.0, dtype=dtypes.float64, trainable=False,
+                                                                   name="raytf_timing")
+        return self._var
+
+    def seconds(self) -> float:
+        graph = float(self._var.numpy()) if self._var is not None else 0.0
+        return self.eager + graph
+
+
+INPUT = _Total()
+ALL_REDUCE = _Total()
+SAVES = _Total()  # ctx.save and a script's checkpoint sync: Python-timed (add_save)
+
+
+def _timed_graph(total: _Total, call, inputs=()):
+    """Trace `call()` between two timestamps; the graph adds t1 - t0 to `total` each time it runs."""
+    from tensorflow.python.framework import ops
+    from tensorflow.python.framework import tensor as tensor_lib
+    from tensorflow.python.ops import gen_logging_ops
+    from tensorflow.python.util import nest
+
+    var = total.variable()
+    with ops.control_dependencies(nest.flatten(inputs, expand_composites=True)):
+        t0 = gen_logging_ops.timestamp()
+    with ops.control_dependencies([t0]):
+        out = call()
+    flat = [t for t in nest.flatten(out, expand_composites=True) if isinstance(t, (tensor_lib.Tensor, ops.Operation))]
+    with ops.control_dependencies(flat):
+        t1 = gen_logging_ops.timestamp()
+    added = var.assign_add(t1 - t0)
+    # What uses the outputs waits for t1: else the executor may run that work first (with one inter-op thread it
+    # did) and t1 - t0 would count it too.
+    with ops.control_dependencies([t1, added]):
+        return nest.map_structure(_after, out, expand_composites=True)
+
+
+def _after(t):
+    from tensorflow.python.framework import tensor as tensor_lib
+    from tensorflow.python.ops import array_ops
+
+    return array_ops.identity(t) if isinstance(t, tensor_lib.Tensor) else t
+
+
+def _wrap(total: _Total, original, *, in_graph_ok):
+    @functools.wraps(original)
+    def wrapped(*args, **kwargs):
+        if getattr(_nested, "depth", 0):
+            return original(*args, **kwargs)
+        from tensorflow.python.eager import context
+
+        _nested.depth = 1
+        try:
+            if context.executing_eagerly():
+                t = time.perf_counter()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    total.eager += time.perf_counter() - t
+                    total.used = True
+            if not in_graph_ok(args):
+                return original(*args, **kwargs)
+            total.used = True
+            # CollectiveReplicaLauncher.all_reduce(self, input_tensor, ...): its clock starts once the input exists.
+            inputs = (args[1] if len(args) > 1 else kwargs.get("input_tensor")) if total is ALL_REDUCE else ()
+            return _timed_graph(total, lambda: original(*args, **kwargs), inputs=inputs)
+        finally:
+            _nested.depth = 0
+
+    wrapped.__raytf_timed__ = True
+    return wrapped
+
+
+def _graph_ok(args) -> bool:
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import control_flow_util
+
+    # XLA cannot compile the timestamp op (jit_compile=True models): leave those graphs as they are.
+    return not control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())
+
+
+def install() -> None:
+    """Wrap the iterators' get_next and the collectives' all-reduce in this process (idempotent). Call after
+    TensorFlow is imported and before the program traces its step; never under ParameterServerStrategy."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        from tensorflow.python.data.ops import iterator_ops
+        from tensorflow.python.distribute import cross_device_utils, input_lib
+
+        for cls, name, total in ((iterator_ops.OwnedIterator, "_next_internal", INPUT),
+                                 (input_lib.DistributedIteratorBase, "get_next", INPUT),
+                                 (cross_device_utils.CollectiveReplicaLauncher, "all_reduce", ALL_REDUCE)):
+            original = getattr(cls, name)
+            if not getattr(original, "__raytf_timed__", False):
+                setattr(cls, name, _wrap(total, original, in_graph_ok=_graph_ok))
+        _installed = True
+
+
+def add_save(seconds: float) -> None:
+    SAVES.eager += seconds
+    SAVES.used = True
+
+
+def totals() -> dict[str, float]:
+    """Seconds so far in each measured part (breakdown.Split takes the differences between rows)."""
+    out = {}
+    for name, total in ((INPUT_WAIT, INPUT), (COLLECTIVE, ALL_REDUCE), (SAVE, SAVES)):
+        if total.used:
+            out[name] = total.seconds()
+    return out
