@@ -193,3 +193,70 @@ def fit_then_fine_tune(ctx: raytf.TrainContext) -> None:
     model.fit(data, epochs=ctx.epochs, initial_epoch=ctx.initial_epoch, steps_per_epoch=ctx.steps_per_epoch,
               callbacks=ctx.keras_callbacks(), verbose=0)
     model.fit(data, epochs=1, steps_per_epoch=ctx.steps_per_epoch, callbacks=ctx.keras_callbacks(), verbose=0)
+
+
+def steps_until_told(ctx: raytf.TrainContext) -> None:
+    """Steps of train.params.step_s seconds (a batch from a tf.data iterator each), a checkpoint after the 4th, until
+    the file train.params.stop_file exists (at most train.params.max_steps steps): a run that lasts as long as its
+    test needs. No collective after the checkpoint, so the ranks may stop at different steps."""
+    import os
+    import time
+
+    import tensorflow as tf
+
+    step_s = float(ctx.params.get("step_s", 0.05))
+    with ctx.strategy.scope():
+        weights = tf.Variable(0.0)
+    ctx.restore(weights=weights)
+    batches = iter(tf.data.Dataset.range(10**9))
+    for step in range(1, int(ctx.params.get("max_steps", 1000)) + 1):
+        if step > 4 and os.path.exists(ctx.params["stop_file"]):
+            break
+        started = time.monotonic()
+        value = float(next(batches))
+        time.sleep(max(0.0, step_s - (time.monotonic() - started)))  # the model's compute
+        ctx.step_end({"value": value})
+        if step == 4:  # (every rank: the save is collective)
+            ctx.save()
+
+
+def keras_straggler(ctx: raytf.TrainContext) -> None:
+    """Keras Model.fit under MWMS where rank train.params.slow_rank is slow by train.params.delay_s a step: in its
+    input pipeline (train.params.slow=input: a map that waits before each batch) or in its compute
+    (slow=compute: the forward pass waits). The other ranks wait for it in the all-reduce."""
+    import time
+
+    import numpy as np
+    import tensorflow as tf
+
+    slow_here = ctx.rank == int(ctx.params.get("slow_rank", 1))
+    delay = float(ctx.params.get("delay_s", 0.1)) if slow_here else 0.0
+    where = ctx.params.get("slow", "input")
+
+    def wait(x):
+        time.sleep(delay)  # the slow part's own work (a decoder, a remote read; a big layer)
+        return x
+
+    rng = np.random.default_rng(ctx.seed)
+    x = rng.normal(size=(256, 8)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(ctx.global_batch_size)
+    if where == "input" and delay:
+        ds = ds.map(lambda a, b: (tf.py_function(wait, [a], tf.float32), b))
+        ds = ds.map(lambda a, b: (tf.ensure_shape(a, [None, 8]), b))
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    ds = ds.with_options(options)
+
+    class Slow(tf.keras.layers.Layer):
+        def call(self, inputs):
+            if where != "compute" or not delay:
+                return inputs
+            return inputs + 0.0 * tf.py_function(lambda: wait(np.float32(0.0)), [], tf.float32)
+
+    with ctx.strategy.scope():
+        model = tf.keras.Sequential([tf.keras.layers.Input(shape=(8,)), Slow(), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
+    ctx.restore(model=model, optimizer=model.optimizer)
+    model.fit(ds, epochs=ctx.epochs, initial_epoch=ctx.initial_epoch, steps_per_epoch=ctx.steps_per_epoch,
+              callbacks=ctx.keras_callbacks(), verbose=0)

@@ -1,0 +1,131 @@
+"""Stragglers, pure: a rank whose step time, input wait, compute or save time stays above the other ranks'.
+
+Under synchronous training (MultiWorkerMirroredStrategy) every rank's step takes as long as the slowest rank's:
+the others wait for it in the all-reduce. So the step time does not say who is slow; the breakdown does (see
+raytf/_core/breakdown.py). The slow rank's own part is long (its input wait, or its compute), and the ranks waiting
+for it show the wait as collective_s, which is therefore never blamed. A rank is a straggler on a part when that
+part, in every one of its last `window` step rows, is more than `ratio` times the median of the other ranks' rows
+(those of its role, in their last `window` rows) and longer by at least `floor` of a step (noise in a part that is
+a sliver of the step is no finding). Compute is judged only where the all-reduce is timed (collective_s):
+without it, the waiting ranks' compute would hold their wait.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from raytf._core.breakdown import COLLECTIVE, COMPUTE, INPUT_WAIT, SAVE, STEP_TIME
+
+# The parts a rank can be slow in, and what the report calls each.
+PARTS = {INPUT_WAIT: "input", COMPUTE: "compute", SAVE: "save", STEP_TIME: "step"}
+WHAT = {"input": "waits for its input", "compute": "computes (the model's work, its Python, callbacks)",
+        "save": "writes checkpoints", "step": "steps"}
+
+
+@dataclass
+class Finding:
+    """One rank found slow on one part; `last_step` moves on while it stays so, `over` once it no longer is."""
+
+    rank: int
+    role: str
+    host: str
+    part: str
+    value_s: float  # the rank's median of the part over its window (s/step)
+    others_s: float  # the other ranks' median (s/step)
+    attempt: int
+    step: int  # where it was first found
+    last_step: int
+    over: bool = False
+
+    @property
+    def ratio(self) -> float:
+        return self.value_s / self.others_s if self.others_s > 0 else float("inf")
+
+    def to_json(self) -> dict:
+        ratio = self.ratio
+        return {"rank": self.rank, "role": self.role, "host": self.host, "part": self.part,
+                "value_s": round(self.value_s, 6), "others_s": round(self.others_s, 6),
+                "ratio": round(ratio, 3) if ratio != float("inf") else None, "attempt": self.attempt,
+                "step": self.step, "last_step": self.last_step}
+
+    def line(self, ratio_key: float) -> str:
+        times = f"{self.ratio:.1f}x" if self.ratio != float("inf") else "far above"
+        return (f"straggler: {self.role} {self.rank} on {self.host or '?'} {WHAT[self.part]} {self.value_s:.3f} s per "
+                f"step, {times} the other ranks' {self.others_s:.3f} s (over its last rows since step {self.step}; "
+                f"metrics.straggler_ratio {ratio_key:g}); every rank waits for it")
+
+
+@dataclass
+class _Rank:
+    role: str
+    rows: dict[str, deque] = field(default_factory=dict)  # part -> its last `window` values
+    collective: bool = False  # its rows time the all-reduce (collective_s)
+
+
+class Stragglers:
+    """Fed every step row of the attempt under way (`add`); says what changed (a new finding, one that is over).
+
+    `floor`: how much longer than the others' a part must be, as a share of their median step time."""
+
+    def __init__(self, ratio: float, window: int, floor: float = 0.05) -> None:
+        self.ratio, self.window, self.floor = ratio, window, floor
+        self.findings: list[Finding] = []  # every one of the run, in the order found
+        self._ranks: dict[int, _Rank] = {}
+        self._open: dict[tuple[int, str], Finding] = {}
+        self._attempt: int | None = None
+
+    def add(self, *, attempt: int, rank: int, role: str, host: str, step: int,
+            metrics: dict[str, float]) -> list[Finding]:
+        if attempt != self._attempt:  # a new attempt: new processes, maybe other hosts and sizes
+            for f in self._open.values():
+                f.over = True
+            self._ranks, self._open, self._attempt = {}, {}, attempt
+        r = self._ranks.setdefault(rank, _Rank(role))
+        r.collective = r.collective or metrics.get(COLLECTIVE) is not None
+        for part in PARTS:
+            if metrics.get(part) is not None:
+                r.rows.setdefault(part, deque(maxlen=self.window)).append(float(metrics[part]))
+        return self._judge(rank, host, step, attempt)
+
+    def _others(self, rank: int, part: str) -> list[float]:
+        role = self._ranks[rank].role
+        out: list[float] = []
+        for other, r in self._ranks.items():
+            if other != rank and r.role == role and len(r.rows.get(part, ())) == self.window:
+                out.extend(r.rows[part])
+        return out
+
+    def _judge(self, rank: int, host: str, step: int, attempt: int) -> list[Finding]:
+        r = self._ranks[rank]
+        changes = []
+        step_others = self._others(rank, STEP_TIME)
+        scale = statistics.median(step_others) if step_others else 0.0
+        for part, name in PARTS.items():
+            mine = r.rows.get(part)
+            others = self._others(rank, part)
+            if mine is None or len(mine) < self.window or not others:
+                continue
+            if part == COMPUTE and not r.collective:
+                # Without the all-reduce's own time, a rank's compute holds its wait for the slow one: the ranks
+                # that wait would look slowest.
+                continue
+            typical = statistics.median(others)
+            slow = min(mine) > self.ratio * typical and min(mine) - typical >= self.floor * scale
+            found = self._open.get((rank, name))
+            if slow and found is None:
+                found = Finding(rank, r.role, host, name, statistics.median(mine), typical, attempt, step, step)
+                self._open[(rank, name)] = found
+                self.findings.append(found)
+                changes.append(found)
+            elif slow:
+                found.value_s, found.others_s, found.last_step = statistics.median(mine), typical, step
+            elif found is not None and max(mine) <= self.ratio * typical:  # all its window back in line
+                found.over = True
+                del self._open[(rank, name)]
+                changes.append(found)
+        return changes
+
+    def to_json(self) -> list[dict]:
+        return [f.to_json() for f in self.findings]

@@ -1,0 +1,94 @@
+"""Straggler detection (raytf/_core/stragglers.py), pure: fed step rows as the driver gets them."""
+
+from raytf._core.stragglers import Stragglers
+
+
+def _row(step_time, input_wait=0.0, compute=None, collective=0.0):
+    compute = step_time - input_wait - collective if compute is None else compute
+    return {"step_time_s": step_time, "input_wait_s": input_wait, "collective_s": collective, "compute_s": compute}
+
+
+def _feed(s, rows_by_rank, attempt=1, start=10, hosts=None, log=None):
+    changes = []
+    for i in range(len(next(iter(rows_by_rank.values())))):
+        for rank, rows in rows_by_rank.items():
+            new = s.add(attempt=attempt, rank=rank, role="worker", host=(hosts or {}).get(rank, f"h{rank}"),
+                        step=start + 10 * i, metrics=rows[i])
+            changes += new
+            if log is not None:
+                log += [(f.rank, f.part, f.over) for f in new]
+    return changes
+
+
+def test_slow_input_is_named_with_input_as_the_cause():
+    s = Stragglers(ratio=1.3, window=3)
+    # Synchronous steps: both ranks take 0.2 s; rank 1 waits 0.12 s for input, rank 0 waits for rank 1 in the
+    # all-reduce (collective), which is never blamed.
+    fast = _row(0.2, input_wait=0.001, collective=0.12)
+    slow = _row(0.2, input_wait=0.12, collective=0.001)
+    changes = _feed(s, {0: [fast] * 5, 1: [slow] * 5})
+    assert [(f.rank, f.part, f.host, f.over) for f in changes] == [(1, "input", "h1", False)]
+    found = s.to_json()[0]
+    assert found["part"] == "input" and found["rank"] == 1 and found["step"] == 30 and found["last_step"] == 50
+    assert found["ratio"] is not None and found["ratio"] > 100
+    assert "worker 1 on h1 waits for its input 0.120 s per step" in changes[0].line(1.3)
+
+
+def test_slow_compute_is_named_with_compute_as_the_cause():
+    s = Stragglers(ratio=1.3, window=3)
+    fast = _row(0.3, input_wait=0.001, compute=0.1, collective=0.199)
+    slow = _row(0.3, input_wait=0.001, compute=0.29, collective=0.009)
+    changes = _feed(s, {0: [fast] * 4, 1: [slow] * 4, 2: [fast] * 4})
+    assert [(f.rank, f.part) for f in changes] == [(1, "compute")]
+    assert 2.8 < changes[0].ratio < 3.0
+
+
+def test_it_must_stay_slow_over_the_window_and_be_more_than_noise():
+    s = Stragglers(ratio=1.3, window=3)
+    base = _row(0.2, input_wait=0.01)
+    spike = _row(0.2, input_wait=0.05)
+    # One slow row in three: not a straggler.
+    assert _feed(s, {0: [base] * 6, 1: [base, spike, base, base, spike, base]}) == []
+    # Every row slower, but by 2 ms of a 200 ms step (under 5 % of it): noise.
+    s = Stragglers(ratio=1.3, window=3)
+    assert _feed(s, {0: [_row(0.2, input_wait=0.001)] * 4, 1: [_row(0.2, input_wait=0.003)] * 4}) == []
+
+
+def test_a_straggler_that_recovers_is_over_and_a_new_attempt_starts_afresh():
+    s = Stragglers(ratio=1.3, window=2)
+    # While rank 1 waits 0.1 s for input, rank 0 waits as long for rank 1 in the all-reduce; then both step in 0.1 s.
+    slow, waiting = _row(0.2, input_wait=0.1), _row(0.2, input_wait=0.0, collective=0.1)
+    fast = _row(0.1, input_wait=0.0)
+    seen = []
+    _feed(s, {0: [waiting] * 3 + [fast] * 3, 1: [slow, slow, slow, fast, fast, fast]}, log=seen)
+    assert seen == [(1, "input", False), (1, "input", True)]
+    assert s.to_json()[0]["last_step"] == 30
+    # Attempt 2: only rank 0 reported so far, nobody to compare with; the old finding stays in the record.
+    assert s.add(attempt=2, rank=0, role="worker", host="h0", step=5, metrics=slow) == []
+    assert s.findings[0].over
+    assert len(s.to_json()) == 1
+
+
+def test_one_rank_alone_or_parts_not_measured_find_nothing():
+    s = Stragglers(ratio=1.3, window=2)
+    assert _feed(s, {0: [_row(0.2, input_wait=0.1)] * 4}) == []
+    s = Stragglers(ratio=1.3, window=2)
+    only_step = [{"step_time_s": 0.2}] * 4
+    assert _feed(s, {0: only_step, 1: only_step}) == []
+
+
+def test_ranks_are_compared_within_their_role():
+    s = Stragglers(ratio=1.3, window=2)
+    changes = []
+    for i in range(3):
+        changes += s.add(attempt=1, rank=0, role="chief", host="h0", step=i, metrics=_row(0.5, input_wait=0.3))
+        changes += s.add(attempt=1, rank=1, role="worker", host="h1", step=i, metrics=_row(0.2, input_wait=0.0))
+    assert changes == []
+
+
+def test_compute_is_not_judged_without_the_all_reduce_timed():
+    """Without collective_s, the rank that waits for a slow one shows the wait as compute: never blamed for it."""
+    s = Stragglers(ratio=1.3, window=2)
+    waiting = {"step_time_s": 0.3, "input_wait_s": 0.0, "compute_s": 0.3}
+    slow = {"step_time_s": 0.3, "input_wait_s": 0.2, "compute_s": 0.1}
+    assert [(f.rank, f.part) for f in _feed(s, {0: [waiting] * 3, 1: [slow] * 3})] == [(1, "input")]

@@ -1,0 +1,54 @@
+"""Why is it slow, and which rank: a 2-worker Keras fit with one rank slowed in its input pipeline, or in its
+compute; the step-time breakdown in metrics.parquet and the straggler named while the run goes."""
+
+import logging
+import subprocess
+import sys
+
+import pytest
+
+import raytf
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
+
+
+@pytest.mark.parametrize("slow", ["input", "compute"])
+def test_a_slow_rank_is_named_with_its_cause(slow, fast_cfg, no_leaks, caplog):
+    cfg = fast_cfg(f"run.name=slow-{slow}", "train.entrypoint=tests.train_fns:keras_straggler",
+                   "train.epochs=2", "train.steps_per_epoch=24", "metrics.every_steps=3", "checkpoint.every_epochs=0",
+                   f"train.params={{slow: {slow}, slow_rank: 1, delay_s: 0.12}}")
+    with caplog.at_level(logging.INFO, logger="raytf"):
+        result = raytf.fit(cfg, quiet=True)
+    assert result.status == "succeeded", result.error
+
+    # Reported while it ran: one line naming rank, role, host and the slow part.
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("straggler: worker 1")]
+    want = {"input": "waits for its input", "compute": "computes"}[slow]
+    assert lines and want in lines[0] and " on 127.0.0.1 " in lines[0], lines
+    assert not [r for r in caplog.records if r.getMessage().startswith("straggler: worker 0")]
+
+    # ...and listed in result.json.
+    found = [s for s in result.summary["stragglers"] if s["rank"] == 1]
+    assert [s["part"] for s in found] == [slow], result.summary["stragglers"]
+    # (Its batches come every 0.06 s, not 0.12 s: MWMS splits each global batch of the pipeline in two.)
+    assert found[0]["host"] == "127.0.0.1" and found[0]["role"] == "worker" and found[0]["value_s"] > 0.02
+
+    # The breakdown behind it, every rank's, in metrics.parquet.
+    steps = result.metrics[result.metrics["kind"] == "step"].dropna(subset=["step_time_s"])
+    med = steps.groupby("rank")[["step_time_s", "input_wait_s", "collective_s", "compute_s"]].median()
+    assert set(med.index) == {0, 1}
+    # Synchronous steps: both ranks take the slow rank's time; the fast one spends it waiting in the all-reduce.
+    assert med.loc[0, "collective_s"] > 0.02 and med.loc[1, "collective_s"] < 0.5 * med.loc[0, "collective_s"]
+    if slow == "input":
+        assert med.loc[1, "input_wait_s"] > 0.02 and med.loc[1, "input_wait_s"] > 10 * med.loc[0, "input_wait_s"]
+    else:
+        assert med.loc[1, "compute_s"] > 0.02 and med.loc[1, "compute_s"] > 3 * med.loc[0, "compute_s"]
+    for rank in (0, 1):  # the parts add up to the step
+        parts = med.loc[rank, ["input_wait_s", "collective_s", "compute_s"]].sum()
+        assert parts == pytest.approx(med.loc[rank, "step_time_s"], rel=0.25)
+
+    show = subprocess.run([sys.executable, "-m", "raytf.runs", "show", result.run_dir], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60)
+    assert show.returncode == 0, show.stderr
+    assert "slowest" in show.stdout and f"worker 1 on 127.0.0.1: {slow}" in show.stdout, show.stdout
