@@ -1,8 +1,11 @@
 """`python -m raytf.runs ls|show|plot`: look at finished (and running) runs on any storage.
 
   python -m raytf.runs ls [STORAGE]          one line per run: status, strategy, epochs, final metrics
-  python -m raytf.runs show RUN [--storage S] the run's summary: tasks, attempts, checkpoints, final metrics
+  python -m raytf.runs show RUN [--storage S] the run's summary: tasks, attempts, checkpoints, final metrics, and
+                                             where each rank's step time went (median ms per step of input wait,
+                                             collective, save, compute), the slowest rank and the stragglers
   python -m raytf.runs plot RUN [-o FILE]    learning curves as PNG (default: RUN's learning_curves.png here)
+  python -m raytf.runs plot RUN --ranks      each rank's step time over time instead (default: RUN_ranks.png)
 
 Exit codes: 0 done, 1 a run could not be read, 2 bad usage (no run where RUN points).
 """
@@ -14,6 +17,7 @@ import json
 import posixpath
 import sys
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from raytf import _storage as storage
@@ -68,6 +72,62 @@ def _summary(fs: pafs.FileSystem, run_inner: str, uri: str = "") -> dict:
     return summary
 
 
+def _ms(seconds) -> str:
+    """Seconds per step as milliseconds (a step takes tens to hundreds of them); "-" for a part not measured."""
+    return "-" if not isinstance(seconds, (int, float)) or seconds != seconds else f"{1000 * seconds:.1f}"
+
+
+def _pct(value, scale: float = 1.0) -> str:
+    return "-" if not isinstance(value, (int, float)) or value != value else f"{scale * value:.1f}"
+
+
+def _straggler(g: dict) -> str:
+    """One of result.json's `stragglers` as a line of `show`."""
+    ratio = g.get("ratio")
+    ratio = f"{ratio:.2f}x" if isinstance(ratio, (int, float)) else "-"
+    return (f"  {_or_dash(g.get('role'))} {_or_dash(g.get('rank'))} on {_or_dash(g.get('host'))}: "
+            f"{_or_dash(g.get('part'))} {ratio} the others' ({_ms(g.get('value_s'))} vs {_ms(g.get('others_s'))} "
+            f"ms/step), steps {_or_dash(g.get('step'))}-{_or_dash(g.get('last_step'))} "
+            f"of attempt {_or_dash(g.get('attempt'))}")
+
+
+def _breakdown_lines(summary: dict, metrics: pa.Table) -> list[str]:
+    """`show`'s last lines: each rank's median step time and its parts, the slowest rank, the stragglers."""
+    from raytf._core import ranks
+
+    metrics = metrics.to_pandas()  # once: each of ranks' functions would convert an Arrow table again
+    why = ranks.no_breakdown(metrics)
+    if why:
+        return [f"breakdown  none: {why}"]
+    table = ranks.rank_breakdown(metrics, summary=summary)
+    gpu = ranks.GPU_UTIL in table and table[ranks.GPU_UTIL].notna().any()
+    rows = table.to_dict("records")
+    hosts = [r["host"] if isinstance(r["host"], str) and r["host"] else "-" for r in rows]
+    width = max([4, *map(len, hosts)])
+    lines = [f"breakdown  attempt {rows[0]['attempt']}, per rank: medians, ms per step",
+             f"  {'role':9} {'rank':>4}  {'host':{width}} {'steps':>7} {'step':>8} {'input':>8} {'collective':>11} "
+             f"{'save':>8} {'compute':>8} {'input %':>8}" + (f" {'gpu %':>6}" if gpu else "")]
+    for host, r in zip(hosts, rows):
+        lines.append(f"  {r['role']:9} {r['rank']:>4}  {host:{width}} {r['steps']:>7} {_ms(r['step_time_s']):>8} "
+                     f"{_ms(r['input_wait_s']):>8} {_ms(r['collective_s']):>11} {_ms(r['save_s']):>8} "
+                     f"{_ms(r['compute_s']):>8} {_pct(r['input_share'], 100):>8}"
+                     + (f" {_pct(r[ranks.GPU_UTIL]):>6}" if gpu else ""))
+    slow = ranks.slowest_rank(table)
+    if slow is not None:
+        lines.append(f"slowest: {slow['role']} {slow['rank']} ({_ms(slow['step_time_s'])} ms/step)")
+    else:
+        timed = table["step_time_s"].notna().any()
+        lines.append("slowest: none (every rank's median step time is the same)" if timed else "slowest: -")
+    stragglers = summary.get("stragglers")
+    if stragglers is None:  # a run from before they were recorded
+        lines.append("stragglers: -")
+    elif not stragglers:
+        lines.append("stragglers: none")
+    else:
+        lines += ["stragglers:", *(_straggler(g) for g in stragglers if isinstance(g, dict))]
+    return lines
+
+
 def ls(storage_path: str) -> list[dict]:
     fs, base, _ = storage.resolve(storage_path)
     if fs.get_file_info(base).type == pafs.FileType.File:
@@ -93,10 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     p_show = sub.add_parser("show", help="one run's summary")
     p_show.add_argument("run", help="run name (under --storage) or run directory path/URI")
     p_show.add_argument("--storage", default="./runs")
-    p_plot = sub.add_parser("plot", help="a run's learning curves as PNG")
+    p_plot = sub.add_parser("plot", help="a run's learning curves (or its step time per rank) as PNG")
     p_plot.add_argument("run")
     p_plot.add_argument("--storage", default="./runs")
-    p_plot.add_argument("-o", "--out", help="PNG file to write (default: <run name>_learning_curves.png)")
+    p_plot.add_argument("-o", "--out", help="PNG file to write (default: <run name>_learning_curves.png, or "
+                        "<run name>_ranks.png with --ranks)")
+    p_plot.add_argument("--ranks", action="store_true", help="each rank's step time over time instead of the "
+                        "learning curves")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "ls":
@@ -139,11 +202,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                       "steps_lost")))
             if s.get("error"):
                 print(f"error      {s['error'].get('message')}")
+            for line in _breakdown_lines(s, result.metrics_table):
+                print(line)
             return 0
         from raytf.api.plots import plot
 
-        out = args.out or f"{result.summary.get('run', 'run')}_learning_curves.png"
-        plot(result, out=out)
+        suffix = "ranks" if args.ranks else "learning_curves"
+        out = args.out or f"{result.summary.get('run', 'run')}_{suffix}.png"
+        plot(result, out=out, ranks=args.ranks)
         print(out)
         return 0
     except (RaytfError, OSError, ValueError) as e:

@@ -13,6 +13,7 @@ import time
 import pyarrow.fs as pafs
 
 from raytf._core import events as ev
+from raytf._core.breakdown import is_timing
 from raytf._storage import RunDir
 
 log = logging.getLogger("raytf")
@@ -102,7 +103,7 @@ class Progress:
             return
         if e.rank != self.rank or e.kind not in (ev.STEP, ev.EPOCH):
             return
-        shown = {k: f"{v:.4g}" for k, v in metrics.items() if k != "steps_per_s"}
+        shown = {k: f"{v:.4g}" for k, v in metrics.items() if not is_timing(k)}  # the model's own, not the breakdown
         if "steps_per_s" in metrics and not self.batch_size:
             shown["steps/s"] = f"{metrics['steps_per_s']:.3g}"
         elif "steps_per_s" in metrics:

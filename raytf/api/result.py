@@ -77,6 +77,16 @@ class Result:
         scored = [(v, c) for v, c in scored if v is not None]
         return min(scored)[1] if scored else self.last_checkpoint
 
+    def breakdown(self, attempt: int | None = None):
+        """Where each rank's step time went: a pandas DataFrame, one row per (role, rank) of `attempt` (None: the
+        latest attempt with step rows), with the medians over its step rows of step_time_s, input_wait_s,
+        collective_s, save_s and compute_s (seconds per step; NaN where a part was not measured), the steps
+        covered, the input share and GPU use; `host` when result.json's tasks are that attempt's
+        (`raytf._core.ranks.rank_breakdown`). Empty for a run made before raytf measured it."""
+        from raytf._core.ranks import rank_breakdown
+
+        return rank_breakdown(self.metrics_table, attempt, summary=self.summary)
+
     def load_model(self, strategy=None):
         """The trained model, loaded with `tf_keras` (TensorFlow's legacy Keras 2, the `tf-keras` package), as
         it was exported: a `tf_keras.Model`, with no raytf strategy; within `strategy.scope()` if given, as the

@@ -8,11 +8,15 @@ import sys
 
 from raytf import _storage as storage
 from raytf import runs
+from raytf._core.breakdown import BREAKDOWN
+from raytf._core.metrics import rows_to_arrow
 from raytf.config import load_config, redacted, to_yaml
 from tests.conftest import ROOT
 
 
-def _fake_run(storage_dir, name="exp1", **summary):
+def _fake_run(storage_dir, name="exp1", metrics=None, **summary):
+    """A run directory as a launch leaves it: config.yaml, result.json (`summary` over a default), and
+    metrics.parquet when `metrics` (rows as the driver's table holds them) are given."""
     run = storage_dir / name
     run.mkdir(parents=True)
     cfg = load_config({"train": {"entrypoint": "examples.keras_cnn:train"}},
@@ -24,6 +28,10 @@ def _fake_run(storage_dir, name="exp1", **summary):
             "tasks": [{"role": "worker", "rank": 0, "node_id": "abc", "address": "127.0.0.1:1"}],
             "attempts": [{"attempt": 0, "status": "succeeded"}]}
     (run / storage.RESULT_FILE).write_text(json.dumps({**base, **summary}))
+    if metrics is not None:
+        import pyarrow.parquet as pq
+
+        pq.write_table(rows_to_arrow(metrics), str(run / storage.METRICS_FILE))
     return run
 
 
@@ -73,3 +81,95 @@ def test_run_path_keeps_the_storage_query():
         "s3://b/runs/exp1?endpoint_override=h:9&scheme=http"
     assert runs._run_path("exp1", "./runs") == "./runs/exp1"
     assert runs._run_path("/abs/runs/exp1", "./runs") == "/abs/runs/exp1"
+
+
+def _step_rows(attempt=0, step_times=((0.12, 0.12, 0.1), (0.3, 0.2, 0.25)), time0=100.0):
+    """Two workers' step rows: worker 0 all parts measured, worker 1 without its collective (not measurable)."""
+    rows = []
+    for rank, times in enumerate(step_times):
+        for i, st in enumerate(times):
+            parts = {"step_time_s": st, "input_wait_s": st / 4, "save_s": 0.0, "compute_s": st / 2}
+            if rank == 0:
+                parts["collective_s"] = st / 4
+            rows.append({"run": "exp1", "attempt": attempt, "rank": rank, "role": "worker", "kind": "step",
+                         "epoch": 1, "step": 1 + 10 * i, "time": time0 + i + rank / 10, "fit": 1, "num_workers": 2,
+                         "loss": 1.0, "steps_per_s": 1 / st, **parts})
+    return rows
+
+
+def _before_the_breakdown(rows):
+    """The rows as a raytf before the breakdown wrote them (steps_per_s, but no step_time_s and its parts)."""
+    return [{k: v for k, v in r.items() if k not in BREAKDOWN} for r in rows]
+
+
+TASKS = [{"role": "worker", "rank": r, "node_id": "abc", "host": f"10.0.0.{r + 1}", "address": f"10.0.0.{r + 1}:1"}
+         for r in (0, 1)]
+STRAGGLER = {"rank": 1, "role": "worker", "host": "10.0.0.2", "part": "input", "value_s": 0.0625,
+             "others_s": 0.03, "ratio": 2.08, "attempt": 0, "step": 11, "last_step": 21}
+
+
+def _show(tmp_path, capsys, **summary):
+    _fake_run(tmp_path / "runs", **summary)
+    assert runs.main(["show", "exp1", "--storage", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    return out.splitlines()[out.splitlines().index(next(ln for ln in out.splitlines() if ln.startswith("breakdown"))):]
+
+
+def test_show_ends_with_each_ranks_breakdown_the_slowest_and_the_stragglers(tmp_path, capsys):
+    lines = _show(tmp_path, capsys, metrics=_step_rows(), tasks=TASKS, stragglers=[STRAGGLER])
+    assert lines[0] == "breakdown  attempt 0, per rank: medians, ms per step"
+    header, w0, w1 = (ln.split() for ln in lines[1:4])
+    assert header == ["role", "rank", "host", "steps", "step", "input", "collective", "save", "compute", "input",
+                      "%"]
+    assert w0 == ["worker", "0", "10.0.0.1", "21", "120.0", "30.0", "30.0", "0.0", "60.0", "25.0"]
+    assert w1 == ["worker", "1", "10.0.0.2", "21", "250.0", "62.5", "-", "0.0", "125.0", "25.0"]
+    assert len({len(ln) for ln in lines[1:4]}) == 1  # aligned
+    assert lines[4] == "slowest: worker 1 (250.0 ms/step)"
+    assert lines[5:] == ["stragglers:", "  worker 1 on 10.0.0.2: input 2.08x the others' (62.5 vs 30.0 ms/step), "
+                                        "steps 11-21 of attempt 0"]
+
+
+def test_show_says_when_there_are_no_stragglers_or_no_breakdown(tmp_path, capsys):
+    rows = [r | ({"gpu0_util": 40.0 + r["step"]} if r["rank"] == 0 else {}) for r in _step_rows()]
+    lines = _show(tmp_path, capsys, metrics=rows, stragglers=[])
+    assert lines[-1] == "stragglers: none" and lines[-2].startswith("slowest: worker 1")
+    assert lines[1].endswith("gpu %") and [ln.split()[-1] for ln in lines[2:4]] == ["51.0", "-"]
+    # The default summary's tasks: worker 0 with an address but no host (an older result.json), no worker 1.
+    assert [ln.split()[2] for ln in lines[2:4]] == ["127.0.0.1", "-"]
+    old = _before_the_breakdown(_step_rows())
+    assert _show(tmp_path / "old", capsys, metrics=old) == [
+        "breakdown  none: its step rows have no step-time breakdown (made by an older raytf)"]
+
+
+def test_plot_ranks_writes_a_png_of_each_ranks_step_time(tmp_path, capsys, monkeypatch):
+    from raytf.api.plots import plot
+
+    run = _fake_run(tmp_path / "runs", metrics=_step_rows(0) + _step_rows(1, time0=200.0))
+    monkeypatch.chdir(tmp_path)
+    assert runs.main(["plot", "exp1", "--ranks", "--storage", str(tmp_path / "runs")]) == 0
+    assert capsys.readouterr().out.strip() == "exp1_ranks.png"
+    assert (tmp_path / "exp1_ranks.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    fig = plot(str(run), ranks=True)
+    (ax,) = fig.axes
+    assert sorted(ln.get_label() for ln in ax.lines if not ln.get_label().startswith("_")) == ["worker 0", "worker 1"]
+    assert [t.get_text().strip() for t in ax.texts] == ["attempt 1"]
+
+
+def test_plot_ranks_of_a_run_without_the_breakdown_says_why(tmp_path, capsys):
+    old = _before_the_breakdown(_step_rows())
+    _fake_run(tmp_path / "runs", metrics=old)
+    assert runs.main(["plot", "exp1", "--ranks", "--storage", str(tmp_path / "runs"), "-o",
+                      str(tmp_path / "x.png")]) == 1
+    assert "made by an older raytf" in capsys.readouterr().err and not (tmp_path / "x.png").exists()
+
+
+def test_result_breakdown_is_the_per_rank_table(tmp_path):
+    from raytf.api.result import load_result
+
+    run = _fake_run(tmp_path / "runs", metrics=_step_rows(0) + _step_rows(1, step_times=((0.5,), (0.7,))),
+                    tasks=TASKS, attempts=[{"attempt": 0, "status": "failed"}, {"attempt": 1, "status": "succeeded"}])
+    latest = load_result(str(run)).breakdown()
+    assert latest["attempt"].tolist() == [1, 1] and latest["step_time_s"].tolist() == [0.5, 0.7]
+    assert latest["host"].tolist() == ["10.0.0.1", "10.0.0.2"]
+    first = load_result(str(run)).breakdown(attempt=0)
+    assert first["step_time_s"].tolist() == [0.12, 0.25] and first["host"].isna().all()  # placed before attempt 1

@@ -1,0 +1,132 @@
+"""Why a run is slow, per rank: the breakdown's medians, the slowest rank, step time per rank over time, runs made
+before the breakdown, and learning curves that leave raytf's timing out (pure pandas and matplotlib)."""
+
+import math
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from raytf._core import figures, ranks
+from raytf._core.metrics import rows_to_arrow
+
+NAN = float("nan")
+
+
+def _row(attempt, rank, step, time, kind="step", role="worker", **values):
+    return dict(run="r", attempt=attempt, rank=rank, role=role, kind=kind, epoch=1, step=step, time=time, fit=1,
+                num_workers=2, **{k: v for k, v in values.items() if v is not None})
+
+
+def _parts(step, inp, coll, save, comp, **more):
+    return dict(step_time_s=step, input_wait_s=inp, collective_s=coll, save_s=save, compute_s=comp, **more)
+
+
+def _table():
+    """Attempt 1 (slow everywhere, superseded), attempt 2: rank 0 measured in full on 2 GPUs, rank 1 without its
+    collective (not measurable there); attempt 3 failed before its first step (only the evaluator spoke)."""
+    rows = [_row(1, r, s, 100.0 + s, **_parts(9.0, 1.0, 1.0, 0.0, 7.0)) for r in (0, 1) for s in (1, 10)]
+    for i, (s, st, inp, coll, save, comp, u0, u1) in enumerate([
+            (11, 1.00, 0.50, 0.10, None, 0.40, 10.0, 30.0),  # the first row: start-up
+            (20, 0.10, 0.01, 0.02, None, 0.07, 50.0, 70.0),
+            (30, 0.12, 0.03, 0.02, 0.06, 0.01, 55.0, 75.0)]):
+        rows.append(_row(2, 0, s, 200.0 + i, **_parts(st, inp, coll, save, comp, gpu0_util=u0, gpu1_util=u1,
+                                                       gpu0_mem_gib=3.0)))
+    for i, (s, st, inp) in enumerate([(11, 2.0, 1.5), (20, 0.2, 0.15), (30, 0.25, 0.1)]):
+        rows.append(_row(2, 1, s, 200.5 + i, **_parts(st, inp, None, None, st - inp)))
+    rows.append(_row(2, 0, 30, 203.0, kind="epoch", loss=0.5, accuracy=0.9))
+    rows.append(_row(3, 5, 30, 300.0, kind="eval", role="evaluator", loss=0.6))
+    return rows_to_arrow(rows)
+
+
+def test_breakdown_takes_medians_of_the_latest_attempt_with_step_rows():
+    table = ranks.rank_breakdown(_table())
+    assert list(table[["role", "rank"]].itertuples(index=False, name=None)) == [("worker", 0), ("worker", 1)]
+    assert (table["attempt"] == 2).all() and table["rows"].tolist() == [3, 3] and table["steps"].tolist() == [20, 20]
+    w0, w1 = table.iloc[0], table.iloc[1]
+    assert w0["step_time_s"] == pytest.approx(0.12) and w1["step_time_s"] == pytest.approx(0.25)
+    assert w0["input_wait_s"] == pytest.approx(0.03) and w1["input_wait_s"] == pytest.approx(0.15)
+    assert w0["save_s"] == pytest.approx(0.06)  # the one row that saved; the others have no value
+    assert math.isnan(w1["collective_s"]) and math.isnan(w1["save_s"])  # never measured: NaN, not 0
+    assert w0["input_share"] == pytest.approx(0.25) and w1["input_share"] == pytest.approx(0.6)
+    assert w0[ranks.GPU_UTIL] == pytest.approx(60.0) and math.isnan(w1[ranks.GPU_UTIL])  # gpu*_mem_gib not counted
+    assert table["host"].isna().all()
+    first = ranks.rank_breakdown(_table(), attempt=1)
+    assert first["step_time_s"].tolist() == [9.0, 9.0] and first["steps"].tolist() == [10, 10]
+
+
+def test_hosts_come_from_result_json_only_when_its_tasks_are_that_attempts():
+    tasks = [{"role": "worker", "rank": 0, "host": "10.0.0.1"}, {"role": "worker", "rank": 1,
+                                                                  "address": "10.0.0.2:2222"}]  # an older summary
+    current = {"attempts": [{"attempt": 1}, {"attempt": 2}], "tasks": tasks}
+    assert ranks.rank_breakdown(_table(), summary=current)["host"].tolist() == ["10.0.0.1", "10.0.0.2"]
+    later = {"attempts": [{"attempt": 2}, {"attempt": 3}], "tasks": tasks}  # attempt 3 was placed elsewhere
+    assert ranks.rank_breakdown(_table(), summary=later)["host"].isna().all()
+
+
+def _breakdown(*step_times, roles=None):
+    return pd.DataFrame({"role": roles or ["worker"] * len(step_times), "rank": range(len(step_times)),
+                         "step_time_s": step_times})
+
+
+def test_the_slowest_rank_has_the_highest_median_step_time():
+    assert ranks.slowest_rank(ranks.rank_breakdown(_table()))["rank"] == 1
+    assert ranks.slowest_rank(_breakdown(0.1, 0.3, NAN, 0.3))["rank"] == 1  # a tie: the lowest rank; NaN skipped
+    assert ranks.slowest_rank(_breakdown(0.2, 0.2)) is None  # no rank slower than the others
+    assert ranks.slowest_rank(_breakdown(0.2))["rank"] == 0
+    assert ranks.slowest_rank(_breakdown(NAN, NAN)) is None
+    assert ranks.slowest_rank(ranks.rank_breakdown(pa.table({}))) is None
+
+
+def test_a_run_made_before_the_breakdown_has_none():
+    old = rows_to_arrow([_row(1, r, s, float(s), loss=1.0, steps_per_s=5.0) for r in (0, 1) for s in (1, 10)])
+    assert ranks.no_breakdown(old) == ranks.OLDER_RAYTF and "older raytf" in ranks.OLDER_RAYTF
+    empty = ranks.rank_breakdown(old)
+    assert empty.empty and list(empty.columns) == list(ranks.COLUMNS)
+    assert ranks.rank_step_times(old).empty
+    epochs_only = rows_to_arrow([_row(1, 0, 10, 1.0, kind="epoch", loss=1.0)])
+    assert ranks.no_breakdown(epochs_only) == ranks.NO_STEP_ROWS == ranks.no_breakdown(pa.table({}))
+    assert ranks.no_breakdown(_table()) is None
+
+
+def test_step_times_per_rank_run_from_the_runs_first_row():
+    times = ranks.rank_step_times(_table())
+    assert len(times) == 10  # every attempt's step rows, no epoch or eval row
+    assert times["t"].iloc[0] == 0.0 and times["t"].is_monotonic_increasing
+    w1 = times[(times["rank"] == 1) & (times["attempt"] == 2)]
+    assert w1["t"].tolist() == [99.5, 100.5, 101.5] and w1["step_time_s"].tolist() == [2.0, 0.2, 0.25]
+
+
+def test_the_ranks_figure_has_a_line_per_rank_broken_between_attempts():
+    fig = figures.ranks_figure(ranks.rank_step_times(_table()), title="r")
+    try:
+        (ax,) = fig.axes
+        lines = {line.get_label(): line for line in ax.lines if not line.get_label().startswith("_")}
+        assert set(lines) == {"worker 0", "worker 1"}
+        ys = lines["worker 1"].get_ydata()
+        assert len(ys) == 6 and math.isnan(ys[2])  # attempt 1's two rows, a break, attempt 2's three
+        assert ys[3] == pytest.approx(2000.0)  # milliseconds
+        assert [t.get_text().strip() for t in ax.texts] == ["attempt 2"]
+        assert [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == ":"] == [pytest.approx(99.0)]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+    assert figures.fig_png(figures.ranks_figure(ranks.rank_step_times(_table()))).startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_learning_curves_leave_raytfs_timing_out():
+    table = _table().to_pandas()
+    # A program that put raytf's names in its epoch logs, and an evaluator that did: still no learning curves.
+    table.loc[table["kind"] == "epoch", ["steps_per_s", "step_time_s", "gpu0_util"]] = [5.0, 0.2, 60.0]
+    table.loc[table["kind"] == "eval", "steps_per_s"] = 3.0
+    curves = figures.learning_curves(table)
+    assert sorted(curves.columns) == ["accuracy", "eval_loss", "loss"]
+    by_hand = curves.assign(val_step_time_s=0.1, steps_per_s=5.0)
+    fig = figures.figure(by_hand)
+    try:
+        assert sorted(ax.get_title() for ax in fig.axes) == ["accuracy", "loss"]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
