@@ -114,7 +114,10 @@ def _breakdown_lines(summary: dict, metrics: pa.Table) -> list[str]:
                      + (f" {_pct(r[ranks.GPU_UTIL]):>6}" if gpu else ""))
     slow = ranks.slowest_rank(table)
     if slow is not None:
-        lines.append(f"slowest: {slow['role']} {slow['rank']} ({_ms(slow['step_time_s'])} ms/step)")
+        waits = slow.get("collective_s")
+        own = "" if waits is None or waits != waits else f", {_ms(slow['step_time_s'] - waits)} of its own"
+        lines.append(f"slowest: {slow['role']} {slow['rank']} ({_ms(slow['step_time_s'])} ms/step{own}: the rank the "
+                     "others wait for)")
     else:
         timed = table["step_time_s"].notna().any()
         lines.append("slowest: none (every rank's median step time is the same)" if timed else "slowest: -")

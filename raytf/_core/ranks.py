@@ -71,14 +71,28 @@ def rank_breakdown(metrics: pa.Table | pd.DataFrame, attempt: int | None = None,
     return table.sort_values(["rank", "role"], ignore_index=True)
 
 
+def own_time(breakdown: pd.DataFrame) -> pd.Series:
+    """Each rank's median step time less its wait in the all-reduce (where timed): under synchronous training every
+    rank's step lasts as long as the slowest's, the others spending the difference waiting for it there, so this
+    is what tells the ranks apart."""
+    step = breakdown[bd.STEP_TIME].astype(float)
+    if bd.COLLECTIVE in breakdown:
+        step = step - breakdown[bd.COLLECTIVE].astype(float).fillna(0.0)
+    return step
+
+
 def slowest_rank(breakdown: pd.DataFrame) -> pd.Series | None:
-    """The row of `rank_breakdown` with the highest median step time (of ties, the lowest rank); None when no
-    rank has one, or when there are several and all are equal (no rank is slower than the others)."""
+    """The row of `rank_breakdown` with the most time of its own a step (`own_time`; of ties, the lowest rank): the
+    rank the others wait for. None when no rank has a step time, or when there are several and all are equal
+    (no rank is slower than the others)."""
     timed = breakdown.dropna(subset=[bd.STEP_TIME]) if bd.STEP_TIME in breakdown else breakdown.iloc[0:0]
-    if timed.empty or (len(timed) > 1 and timed[bd.STEP_TIME].nunique() == 1):
+    if timed.empty:
+        return None
+    own = own_time(timed)
+    if len(timed) > 1 and own.round(9).nunique() == 1:
         return None
     # idxmax gives the first of equal maxima; the table is ordered by rank.
-    return timed.loc[timed[bd.STEP_TIME].astype(float).idxmax()]
+    return timed.loc[own.idxmax()]
 
 
 def rank_step_times(metrics: pa.Table | pd.DataFrame) -> pd.DataFrame:

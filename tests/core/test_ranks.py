@@ -78,6 +78,15 @@ def test_the_slowest_rank_has_the_highest_median_step_time():
     assert ranks.slowest_rank(ranks.rank_breakdown(pa.table({}))) is None
 
 
+def test_the_slowest_rank_is_the_one_the_others_wait_for():
+    """Synchronous steps take as long on every rank; the fast ones wait in the all-reduce: the slowest rank is the
+    one with the most time of its own."""
+    table = pd.DataFrame({"role": ["worker"] * 3, "rank": [0, 1, 2], "step_time_s": [0.2, 0.2, 0.2],
+                          "collective_s": [0.12, 0.01, 0.11]})
+    assert ranks.slowest_rank(table)["rank"] == 1
+    assert ranks.own_time(table).round(3).tolist() == [0.08, 0.19, 0.09]
+
+
 def test_a_run_made_before_the_breakdown_has_none():
     old = rows_to_arrow([_row(1, r, s, float(s), loss=1.0, steps_per_s=5.0) for r in (0, 1) for s in (1, 10)])
     assert ranks.no_breakdown(old) == ranks.OLDER_RAYTF and "older raytf" in ranks.OLDER_RAYTF

@@ -124,7 +124,7 @@ def test_show_ends_with_each_ranks_breakdown_the_slowest_and_the_stragglers(tmp_
     assert w0 == ["worker", "0", "10.0.0.1", "21", "120.0", "30.0", "30.0", "0.0", "60.0", "25.0"]
     assert w1 == ["worker", "1", "10.0.0.2", "21", "250.0", "62.5", "-", "0.0", "125.0", "25.0"]
     assert len({len(ln) for ln in lines[1:4]}) == 1  # aligned
-    assert lines[4] == "slowest: worker 1 (250.0 ms/step)"
+    assert lines[4] == "slowest: worker 1 (250.0 ms/step: the rank the others wait for)"
     assert lines[5:] == ["stragglers:", "  worker 1 on 10.0.0.2: input 2.08x the others' (62.5 vs 30.0 ms/step), "
                                         "steps 11-21 of attempt 0"]
 
