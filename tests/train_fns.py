@@ -68,6 +68,14 @@ def print_rank(ctx: raytf.TrainContext) -> None:
     report_only(ctx)
 
 
+def print_then_train(ctx: raytf.TrainContext) -> None:
+    """Prints, then trains examples/keras_cnn.py's model: TensorFlow's start-up lines and a dataset come with it."""
+    from examples.keras_cnn import train
+
+    print(f"hello from {ctx.role} {ctx.rank}", flush=True)
+    train(ctx)
+
+
 def _paced(ctx: raytf.TrainContext, step, *, end_epoch=None) -> None:
     """Train with `step()` (returns the step's metrics) for the configured epochs, each step taking at least
     train.params.step_s seconds (a model with real compute), a checkpoint of a `weights` variable each epoch."""

@@ -28,11 +28,13 @@ from raytf._core.attempts import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Attemp
 from raytf._core.metrics import MetricsTable
 from raytf._core.plan import WORKER, Plan, make_plan, task_table
 from raytf._core.runloop import AttemptLoop, Phase, Timing, drive
+from raytf._core.stragglers import Stragglers
 from raytf._core.topology import TaskAddress
 from raytf._driver import connect, placement
 from raytf._driver.group import TaskGroup
 from raytf._driver.headwatch import HeadWatch
 from raytf._driver.port import BusUnresponsive, RayPort
+from raytf._driver.raymetrics import RayMetrics
 from raytf._driver.record import Outcome, RunRecord
 from raytf._driver.sinks import Progress, TensorBoardSink
 from raytf._s3 import plain_http_endpoint
@@ -83,6 +85,10 @@ class Driver(RunRecord):
         self.first_step_at: float | None = None
         self.replicas = 0  # num_replicas_in_sync as the tasks' strategy reported it
         self.lost_tasks: list[dict[str, Any]] = []
+        # Ranks slower than the others (metrics.straggler_ratio), this launch's; earlier launches' from result.json.
+        self.stragglers = Stragglers(cfg.metrics.straggler_ratio, cfg.metrics.straggler_window)
+        self.previous_stragglers: list[dict[str, Any]] = []
+        self._hosts: dict[int, str] = {}  # rank -> host, of the attempt under way
         self.committed: set[str] = set()  # checkpoints committed during this launch
         self._verified: set[str] = set()  # checkpoints whose files this launch checked against their manifest
         self._refused: set[str] = set()  # and those that did not match (named once)
@@ -110,7 +116,9 @@ class Driver(RunRecord):
         rd.makedirs()
         previous_table = None
         if rd.exists(storage.RESULT_FILE):
-            self.previous_attempts = list(rd.read_json(storage.RESULT_FILE).get("attempts", []))
+            before = rd.read_json(storage.RESULT_FILE)
+            self.previous_attempts = list(before.get("attempts", []))
+            self.previous_stragglers = list(before.get("stragglers") or [])
         if cfg.checkpoint.resume:
             self.resumed_from = self._trusted_checkpoint()
             if rd.has_metrics():
@@ -136,6 +144,7 @@ class Driver(RunRecord):
         rd.write_text(storage.CONFIG_FILE, to_yaml(redacted(cfg)))
         self.metrics = MetricsTable(cfg.run.name, previous_table)
         self.tensorboard = TensorBoardSink(rd)
+        self.ray_metrics = RayMetrics(cfg.run.name, enabled=cfg.metrics.ray_metrics)
         # A script's epochs, steps and batch size are its own: its first Model.fit tells the first two.
         script = script_mode(cfg)
         self.progress = Progress(epochs=None if script else cfg.train.epochs,
@@ -187,7 +196,8 @@ class Driver(RunRecord):
         finally:
             if self.head_watch is not None:
                 self.head_watch.stop()
-            self._record_end(status, ended_by, closing=(self.progress.close, self.tensorboard.close))
+            self._record_end(status, ended_by, closing=(self.progress.close, self.tensorboard.close,
+                                                           self.ray_metrics.close))
         return self.outcome(status)
 
     def _watch_head(self) -> HeadWatch | None:
@@ -345,6 +355,9 @@ class Driver(RunRecord):
             try:
                 group.start(pg)
                 self.tasks = group.addresses()
+                self._hosts = {t["rank"]: t["host"] for t in self.tasks}
+                self.ray_metrics.start_attempt(attempt.number, self.tasks,
+                                               batch_size=None if script_mode(cfg) else cfg.train.batch_size)
                 log.info("tasks of %s (%s):\n%s", cfg.run.name, cfg.cluster.strategy.value,
                          task_table(self.tasks, self.plan.tasks))
                 self._warn_exposed()
@@ -365,7 +378,7 @@ class Driver(RunRecord):
             self._loop = loop
             port = RayPort(group, primary, background, poll_s=self.poll_s)
             try:
-                drive(loop, port, self._dispatch, poll_s=self.poll_s, on_poll=self._flush_metrics,
+                drive(loop, port, self._dispatch, poll_s=self.poll_s, on_poll=self._poll,
                       grow=self._grow_check if elastic.is_elastic(self.cfg) else None)
                 if not loop.at_once:  # the events still on the bus (a second Ctrl-C wants out now)
                     self._dispatch(port.rest())
@@ -431,6 +444,20 @@ class Driver(RunRecord):
         return TrainingFailedError(f"run {self.cfg.run.name} failed: {root}",
                                    {(e.role, e.rank): e for e in sorted(errors, key=lambda e: e is not root)})
 
+    def _poll(self) -> None:
+        """Once per round of the attempt loop."""
+        self._flush_metrics()
+        self.ray_metrics.poll()  # (Ray drops a gauge not set for two export intervals)
+
+    def _straggler_watch(self, e: ev.Event) -> None:
+        for found in self.stragglers.add(attempt=e.attempt, rank=e.rank, role=e.role, host=self._hosts.get(e.rank, ""),
+                                         step=int(e.payload["step"]), metrics=e.payload.get("metrics") or {}):
+            if found.over:
+                log.info("straggler: %s %d is no longer slow (%s, found at step %d)", found.role, found.rank,
+                         found.part, found.step)
+            else:
+                log.warning(found.line(self.cfg.metrics.straggler_ratio))
+
     def _dispatch(self, events: list[ev.Event]) -> None:
         attempt = self.attempts[-1]
         previous = self.attempts[-2] if len(self.attempts) > 1 else None
@@ -446,8 +473,11 @@ class Driver(RunRecord):
                     if k in e.payload:
                         self.versions[k] = e.payload[k]
             self.metrics.add(e)
+            if e.kind == ev.STEP:
+                self._straggler_watch(e)
             self.progress(e)
             self.tensorboard(e)
+            self.ray_metrics(e)
             if self.on_event is not None:
                 self.on_event(e)
 

@@ -40,7 +40,8 @@ class Outcome:
 
 class RunRecord:
     """The driver's outputs. Expects the driver's attributes: cfg, run_dir, metrics, plan, tasks, attempts,
-    previous_attempts, resumed_from, replicas, lost_tasks, versions, error, t0, first_step_at."""
+    previous_attempts, resumed_from, replicas, lost_tasks, stragglers, previous_stragglers, versions, error, t0,
+    first_step_at."""
 
     metrics: MetricsTable
     _result_lock: threading.Lock
@@ -85,6 +86,7 @@ class RunRecord:
             "roles": {role: sum(1 for t in self.plan.tasks if t.role == role)
                       for role in dict.fromkeys(t.role for t in self.plan.tasks)},
             "lost_tasks": self.lost_tasks,
+            "stragglers": self.previous_stragglers + self.stragglers.to_json(),
             "resumed_from": (self.run_dir.uri_of(storage.CHECKPOINTS_DIR, self.resumed_from.dir)
                              if self.resumed_from else None),
             "final_metrics": self.metrics.final(),
