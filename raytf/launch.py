@@ -21,7 +21,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.epochs=5 run.name=exp1")
     p.add_argument("--quiet", action="store_true", help="no progress bars, log lines only")
     p.add_argument("--all-ranks", action="store_true",
-                   help="script mode: print every rank's output, not only rank 0's (train.stream_output=all)")
+                   help="print every rank's output, not only rank 0's (train.stream_output=all)")
+    p.add_argument("--tf-logs", action="store_true",
+                   help="print TensorFlow's log lines too; they are in each task's log anyway "
+                        "(train.show_tf_logs=true)")
     p.add_argument("--scaling", metavar="N,N,...",
                    help="run the job at each worker count (per-replica batch fixed) and report examples/s, "
                         "speedup and efficiency as a table and a plot, e.g. --scaling 1,2,4")
@@ -42,11 +45,15 @@ def _sigterm(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_intermixed_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    # raytf's own lines from INFO up, other libraries' from WARNING up: a first run's matplotlib said "generated new
+    # fontManager" at INFO (raytf issue 21: the terminal shows raytf's lines and real problems).
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    logging.getLogger("raytf").setLevel(logging.INFO)
     try:
         overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
         overrides += ["train.stream_output=all"] if args.all_ranks else []
+        overrides += ["train.show_tf_logs=true"] if args.tf_logs else []
         cfg = validate_run(load_config(args.config, overrides))  # a run: refused before Ray starts
         if cfg.storage.credentials_file and cfg.storage.path.startswith("s3://"):
             from raytf._s3 import read_credentials

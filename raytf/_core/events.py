@@ -14,7 +14,7 @@ EPOCH = "epoch"  # an epoch finished; payload: epoch, step, metrics
 HEARTBEAT = "heartbeat"  # progress without metrics, at most every failure.heartbeat_s; payload: epoch, step
 EVAL = "eval"  # the evaluator scored a checkpoint; payload: epoch, step, metrics
 CHECKPOINT = "checkpoint"  # a checkpoint was committed; payload: epoch, step, uri
-OUTPUT = "output"  # script mode: a streamed rank's stdout/stderr; payload: lines [[out|err, text], ...]
+OUTPUT = "output"  # a task's output lines the driver shows (tee.TaskOutput); payload: lines [[out|err, text], ...]
 PREEMPTED = "preempted"  # the task's process got SIGTERM (preemption notice); payload: step
 # The task is busy with something its peers wait for (an upload slot, the model export): neither it nor the
 # ranks blocked on it are hung until allow_s passes; allow_s 0 (or its next step) ends it. payload: what, allow_s

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from raytf.errors import RaytfError
 
-# A script's output line longer than this is shown (streamed, quoted in an error) cut, with a note saying how many
+# A task's output line longer than this is shown (streamed, quoted in an error) cut, with a note saying how many
 # bytes were left out: a progress bar that never ends its line, or a tensor printed whole, is still one line.
 MAX_LINE_BYTES = 64 * 1024
 # What one push of streamed output carries (a push every 0.2 s): lines beyond either cap are counted, not sent.

@@ -130,7 +130,8 @@ def is_server(strategy: Strategy, role: str) -> bool:
 
 
 def streamed(choice: StreamOutput, rank: int) -> bool:
-    """Whether the driver prints this rank's script output (rank 0 by default, so N workers do not flood it)."""
+    """Whether the driver prints this rank's output, a function's or a script's (rank 0 by default, so N workers do
+    not flood it)."""
     return choice is StreamOutput.all or (choice is StreamOutput.rank0 and rank == 0)
 
 

@@ -144,11 +144,9 @@ class TaskGroup:
                 continue
             kwargs = dict(tf_config=None if single else topology.tf_config(spec, t.role, t.index),
                           run_dir=self.run_dir, resume_from=resume_from,
-                          is_chief=topology.is_chief(spec, t.role, t.index), max_workers=max_workers, **common)
-            if script_mode(cfg):
-                ref = a.run_script.remote(stream=streamed(cfg.train.stream_output, t.rank), **kwargs)
-            else:
-                ref = a.run.remote(**kwargs)
+                          is_chief=topology.is_chief(spec, t.role, t.index), max_workers=max_workers,
+                          stream=streamed(cfg.train.stream_output, t.rank), **common)
+            ref = (a.run_script if script_mode(cfg) else a.run).remote(**kwargs)
             (background if t.role == EVALUATOR else primary)[ref] = t
         return primary, background
 
@@ -156,7 +154,7 @@ class TaskGroup:
         """PS and worker servers must listen before the coordinator connects to them."""
         timeout = self.cfg.cluster.startup_timeout_s
         refs = {a.start_server.remote(tf_config=topology.tf_config(spec, t.role, t.index), run_dir=self.run_dir,
-                                      **common): t
+                                      stream=streamed(self.cfg.train.stream_output, t.rank), **common): t
                 for a, t in servers}
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         for ref in ready:

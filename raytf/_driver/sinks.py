@@ -20,7 +20,7 @@ log = logging.getLogger("raytf")
 
 
 class Progress:
-    """Rank 0's steps and epochs as a progress bar (or log lines); a script's streamed output above it."""
+    """Rank 0's steps and epochs as a progress bar (or log lines); the tasks' streamed output above it."""
 
     def __init__(self, *, epochs: int | None, steps_per_epoch: int | None, batch_size: int | None,
                  quiet: bool = False, rank: int = 0) -> None:
@@ -139,7 +139,8 @@ class Progress:
                     e.attempt, e.role, e.rank, e.payload.get("steps", 0), e.payload.get("output_lines", 0))
 
     def output(self, e: ev.Event) -> None:
-        """A script's streamed stdout/stderr lines, prefixed with role and rank, above the progress bar."""
+        """A task's streamed stdout/stderr lines (a function's or a script's), prefixed with role and rank, above the
+        progress bar."""
         prefix = f"[{e.role} {e.rank}] "
         for stream, text in e.payload.get("lines", []):
             out = sys.stderr if stream == "err" else sys.stdout

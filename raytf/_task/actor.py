@@ -25,6 +25,7 @@ from raytf._core import failure, limits, ports
 from raytf._core.plan import TaskSpec
 from raytf._storage import RunDir, task_log, task_log_dir, task_workdir
 from raytf._task import scratch
+from raytf._task.lines import OWN_FORMAT, Shown
 from raytf._task.scratch import Scratch
 from raytf._task.tee import OutputCapture
 from raytf._task.upload import upload_outputs
@@ -72,12 +73,14 @@ def import_entrypoint(entrypoint: str):
         raise AttributeError(f"train.entrypoint: module {module_name!r} has no function {fn_name!r}") from None
 
 
-def _task_logging(tag: str) -> None:
-    # Only raytf's own logger: raising the root level would unmute TensorFlow's chatter too.
+def _task_logging() -> None:
+    # Only raytf's own logger: raising the root level would unmute TensorFlow's chatter too. Its lines reach the
+    # driver as the task's output, which the driver prefixes with role and rank (`[worker 1] WARNING raytf...`);
+    # `lines.Shown` knows them by their format (and shows them from every rank from WARNING up).
     logger = logging.getLogger("raytf")
     if not logger.handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter(f"[{tag}] %(name)s: %(message)s"))
+        handler.setFormatter(logging.Formatter(OWN_FORMAT))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         # Our handler prints it; a root handler that the user's code or a library set up (basicConfig) would
@@ -139,7 +142,7 @@ def _breakdown(cfg: Config):
     from raytf._core.breakdown import Split
     from raytf._task import timing
 
-    if cfg.cluster.strategy is Strategy.parameter_server:
+    if cfg.cluster.strategy is Strategy.parameter_server or not cfg.metrics.breakdown:
         return Split(dict)
     timing.install()
     return Split(timing.totals)
@@ -236,25 +239,29 @@ class TaskActor:
             remote_traceback=limits.clip(traceback.format_exc(), limits.MAX_ERROR_BYTES, keep_end=True), kind=kind,
             error_type=type(e).__name__)}
 
-    def _capture(self, run_dir: RunDir, attempt: int) -> None:
-        self._output = OutputCapture(run_dir, task_log(self.spec.role, self.spec.index, attempt))
+    def _capture(self, run_dir: RunDir, attempt: int, emit: _Emitter, cfg: Config, stream: bool) -> None:
+        """This process's output into the task's log, and what the driver shows of it through `emit`."""
+        self._output = OutputCapture(run_dir, task_log(self.spec.role, self.spec.index, attempt), emit,
+                                     Shown(streamed=stream, tf_logs=cfg.train.show_tf_logs))
+        _task_logging()
 
-    def _end_capture(self) -> None:
-        if getattr(self, "_output", None) is not None:
-            self._output.close()
-            self._output = None
+    def _end_capture(self, ok: bool = True) -> None:
+        """Before the task's last `emit.flush()`, so that its last lines are on the bus when its call returns."""
+        output, self._output = getattr(self, "_output", None), None
+        if output is not None:
+            output.close(ok)
 
     def start_server(self, *, tf_config: dict, cfg: Config, bus, attempt: int, python_path: list[str],
-                     run_dir: RunDir) -> dict[str, Any]:
-        """ParameterServerStrategy ps/worker task: start TF's gRPC server; returns once it listens."""
+                     run_dir: RunDir, stream: bool = False) -> dict[str, Any]:
+        """ParameterServerStrategy ps/worker task: start TF's gRPC server; returns once it listens. `stream`: the
+        driver shows its output (train.stream_output)."""
         spec = self.spec
-        self._capture(run_dir, attempt)
-        _task_logging(f"{spec.role}{spec.index}")
+        emit = _Emitter(bus, spec.role, spec.rank, attempt)
+        self._capture(run_dir, attempt, emit, cfg, stream)
         try:
             tf_runtime = self._prepare(tf_config, cfg, python_path)
             self._server = tf_runtime.start_server(spec.role, spec.index)
             self._release_port()
-            emit = _Emitter(bus, spec.role, spec.rank, attempt)
             emit(ev.STARTED, {"replicas": 0, **tf_runtime.versions()})
             emit.flush()
             return {"ok": True}
@@ -291,8 +298,7 @@ class TaskActor:
 
         spec = self.spec
         emit = _Emitter(bus, spec.role, spec.rank, attempt)
-        self._capture(run_dir, attempt)
-        _task_logging(f"{spec.role}{spec.index}")
+        self._capture(run_dir, attempt, emit, cfg, stream)
         try:
             host = ScriptHost(cfg=cfg, spec=spec, run_dir=run_dir, emit=emit, attempt=attempt, is_chief=is_chief,
                               scratch=self._new_scratch(run_dir, attempt), log_file=self._output.file, stream=stream)
@@ -304,6 +310,7 @@ class TaskActor:
                             log_dir=host.log_dir, launch_dir=host.launch_dir, work_dir=host.work_dir)
             self._on_sigterm(lambda: emit(ev.PREEMPTED, {"step": host._position["step"]}))
             code, tail = host.run(env)
+            self._end_capture(ok=code == 0)
             emit.flush()
             if code == 0:
                 return {"ok": True, "stopped": False, **host._position}
@@ -318,6 +325,7 @@ class TaskActor:
                 role=spec.role, rank=spec.rank, node_id=self._node_id, remote_traceback="\n".join(tail),
                 kind=kind, error_type=error_type)}
         except BaseException as e:
+            self._end_capture(ok=False)
             emit.flush(timeout=5.0)
             return self._error(e, kind="user" if isinstance(e, (ClusterNotUsed, limits.TooManyMetrics)) else "system")
         finally:
@@ -336,16 +344,17 @@ class TaskActor:
         resume_from,
         python_path: list[str],
         is_chief: bool,
+        stream: bool = False,
         max_workers: int | None = None,
     ) -> dict[str, Any]:
         """Run the user's function: every MWMS worker, the PS chief (coordinator), or the evaluator.
         Returns an outcome dict; errors in user code come back as a WorkerError with the traceback.
+        `stream`: the driver shows this rank's output (train.stream_output).
         `max_workers`: the run's cluster.num_workers when elastic training runs this attempt smaller
         (ctx.max_workers; None: this attempt's size)."""
         spec = self.spec
         emit = _Emitter(bus, spec.role, spec.rank, attempt)
-        self._capture(run_dir, attempt)
-        _task_logging(f"{spec.role}{spec.index}")
+        self._capture(run_dir, attempt, emit, cfg, stream)
         try:
             tf_runtime = self._prepare(tf_config, cfg, python_path)
             evaluator = spec.role == "evaluator"
@@ -390,9 +399,11 @@ class TaskActor:
                 ctx.close()
                 if gpus is not None:
                     gpus.close()
+            self._end_capture()
             emit.flush()
             return {"ok": True, "stopped": stopped, "epoch": ctx.epoch, "step": ctx.step}
         except BaseException as e:  # report everything, SystemExit included, with its traceback
+            self._end_capture(ok=False)
             emit.flush(timeout=5.0)
             return self._error(e)
         finally:

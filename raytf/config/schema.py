@@ -45,7 +45,8 @@ class RayConfig:
     num_cpus: int | None = None
     # The dashboard costs ~2 s of start-up; ray.util.state needs it.
     include_dashboard: bool = False
-    # Ray prints the tasks' logs on the driver.
+    # Ray prints on the driver what its worker processes print outside raytf's capture (Ray's own messages about
+    # them). A task's output itself reaches the driver through raytf (`train.stream_output`), never through Ray.
     log_to_driver: bool = True
 
 
@@ -69,7 +70,7 @@ class CrossDeviceOps(str, enum.Enum):
 
 
 class StreamOutput(str, enum.Enum):
-    """Which script-mode tasks' stdout/stderr the driver prints (every rank's is kept in logs/ either way)."""
+    """Which tasks' output the driver prints (every rank's is kept in logs/ either way)."""
 
     rank0 = "rank0"
     all = "all"
@@ -176,8 +177,13 @@ class TrainConfig:
     # task was started in: relative input paths), `{rank}`, `{role}`, `{index}`, `{attempt}`, `{run_dir}`. A list,
     # also on the command line: `'train.args=[--epochs,3,--dir,"{log_dir}"]'`.
     args: list[str] = field(default_factory=list)
-    # Script mode: whose stdout/stderr the driver prints, prefixed with role and rank (CLI: --all-ranks).
+    # Whose output the driver prints, prefixed with role and rank (`[worker 0] ...`): a training function's prints
+    # and a script's stdout/stderr (CLI: --all-ranks). TensorFlow's log lines are left out (`train.show_tf_logs`);
+    # raytf's own warnings are printed from every rank. Every rank's output is kept whole in its log.
     stream_output: StreamOutput = StreamOutput.rank0
+    # Print TensorFlow's log lines too (its C++ start-up lines, `WARNING:tensorflow:...`), for the ranks whose
+    # output is printed (CLI: --tf-logs). They are in each task's log either way.
+    show_tf_logs: bool = False
     # The evaluator's function (cluster.evaluator.enabled), as "package.module:function".
     eval_entrypoint: str = ""
     # Epochs in all: a relaunch that resumes trains the ones still missing.
@@ -223,6 +229,9 @@ class MetricsConfig:
     flush_interval_s: float = 5.0
     # Distinct metric names a run may report (each is a column of metrics.parquet); past it the run fails.
     max_names: int = 256
+    # Measure where each step's time goes (step rows' input_wait_s, collective_s, save_s, compute_s) by timing TF's
+    # iterator get_next and all-reduce inside the step's graph; false leaves TF as it is (rows carry step_time_s).
+    breakdown: bool = True
     # A rank whose step time, input wait or compute stays this many times above the median of the other ranks
     # (over its last `straggler_window` step rows) is reported as a straggler while the run goes, and listed in
     # result.json (`stragglers`).

@@ -13,8 +13,8 @@ from raytf._core import events as ev
 from raytf._core import failure, limits
 from raytf._core.plan import TaskSpec
 from raytf._core.progress import StepCounter
+from raytf._task.lines import AbortNoise
 from raytf._task.script.host import ScriptHost
-from raytf._task.script.lines import AbortNoise
 from raytf._task.script.reporter import ScriptReporter
 from tests.conftest import ROOT
 

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 import raytf
-from raytf._core import failure, limits
+from raytf._core import failure
 from raytf._core.plan import TaskSpec, streamed
-from raytf._task.script.host import ScriptHost, child_env, expand_args
-from raytf._task.script.lines import AbortNoise
-from raytf._task.script.lines import display as _display
+from raytf._task.lines import AbortNoise, Shown
+from raytf._task.lines import display as _display
+from raytf._task.script.host import child_env, expand_args
 from raytf._task.script.reporter import ScriptReporter
+from raytf._task.tee import TaskOutput
 from raytf.config import StreamOutput
 from raytf.errors import ConfigError
 from tests.conftest import ROOT
@@ -198,24 +199,27 @@ def test_second_fit_counts_on(tmp_path):
 def test_output_reader_passes_progress_bars_as_signs_of_life(tmp_path):
     """A progress bar redraws with carriage returns and ends its line only at epoch end: each chunk counts as
     activity (heartbeats), the log keeps the bytes, and a line shows its last state."""
-    host = ScriptHost.__new__(ScriptHost)  # only the reader's state: no child process here
-    host.stderr_tail, host._lines, host._line_bytes, host._dropped, host.stream = limits.Tail(5), [], 0, 0, True
-    host._lock, host._active, host.log_file = threading.Lock(), False, io.BytesIO()
-    host._noise = AbortNoise()
+    pushed = []
+    out = TaskOutput(io.BytesIO(), lambda kind, p: pushed.append(p["lines"]), Shown(streamed=True))
     r, w = os.pipe()
-    reader = threading.Thread(target=host._read_output, args=(os.fdopen(r, "rb"), "err"))
+    pipe = os.fdopen(r, "rb")
+    reader = threading.Thread(target=out.read, args=(lambda: pipe.read1(65536), "err"))
     reader.start()
     os.write(w, b" 1/10 [>....]\r")
     deadline = time.monotonic() + 10
-    while not host._active and time.monotonic() < deadline:
+    while not out._active and time.monotonic() < deadline:
         reader.join(0.01)  # wait on the reader thread itself: it marks activity before it ever sees a newline
-    assert host._active and host._lines == []
+    assert out.take_active() and not out.take_active()
+    out.flush()
+    assert pushed == []  # no line ended yet
     os.write(w, b" 10/10 [=====] loss: 0.5\nValueError: bad\ntrailing without newline")
     os.close(w)
     reader.join(10)
-    assert [t for _, t in host._lines] == [" 10/10 [=====] loss: 0.5", "ValueError: bad", "trailing without newline"]
-    assert list(host.stderr_tail)[-1] == "trailing without newline"
-    assert host.log_file.getvalue().startswith(b" 1/10 [>....]\r 10/10")
+    out.end(ok=False)
+    assert pushed == [[["err", " 10/10 [=====] loss: 0.5"], ["err", "ValueError: bad"],
+                       ["err", "trailing without newline"]]]
+    assert list(out.stderr_tail)[-1] == "trailing without newline"
+    assert out.log_file.getvalue().startswith(b" 1/10 [>....]\r 10/10")
 
 
 def test_report_outside_raytf_is_a_no_op():

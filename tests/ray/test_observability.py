@@ -1,5 +1,6 @@
 """What a run leaves to look at: learning curves (PNG and data), TensorBoard files, the runs CLI."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -57,12 +58,52 @@ def test_curves_tensorboard_and_runs_cli(fast_cfg, no_leaks, tmp_path):
     assert made.returncode == 0 and png_out.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_driver_never_imports_tensorflow(tmp_path):
+# What TensorFlow prints at every task's start on a CPU machine, and what Ray adds when it relays a task's output.
+NOISE = ("absl::InitializeLog", "oneDNN custom operations", "Could not find cuda drivers", "cuInit",
+         "GeneratorDatasetOp", "WARNING:tensorflow:", "(TaskActor pid=", "[repeated")
+
+
+def _tf_lines(text: str) -> list[str]:
+    """TF's log lines in `text`, prefixed by the driver (`[worker 0] I0000 ...`) or not."""
+    from raytf._task.lines import tf_level
+
+    return [line for line in text.splitlines() if tf_level(re.sub(r"^\[\w+ \d+\] ", "", line))]
+
+
+@pytest.mark.timeout(180)
+def test_driver_never_imports_tensorflow_and_its_terminal_stays_quiet(tmp_path):
+    """Ray's log_to_driver on (raytf.fit's default, and a user's own ray.init's): the terminal shows rank 0's print
+    prefixed, none of TF's start-up lines nor Ray's relay of them (raytf issue 21); the tasks' logs have them all."""
     code = ("import sys, raytf; r = raytf.fit('conf/local.yaml', ['train.epochs=1', 'train.steps_per_epoch=3', "
-            f"'storage.path={tmp_path}', 'run.name=notf', 'ray.num_cpus=2'], quiet=True); "
+            f"'storage.path={tmp_path}', 'run.name=notf', 'ray.num_cpus=2', "
+            "'train.entrypoint=tests.train_fns:print_then_train'], quiet=True); "
             "print(r.status, 'tensorflow' in sys.modules, 'keras' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=240)
     assert out.stdout.strip().splitlines()[-1] == "succeeded False False", out.stderr[-2000:]
+    terminal = out.stdout + out.stderr
+    assert [n for n in NOISE if n in terminal] == [] and _tf_lines(terminal) == [], terminal
+    assert "[worker 0] hello from worker 0" in out.stdout.splitlines() and "hello from worker 1" not in terminal
+    for rank in (0, 1):
+        logged = (tmp_path / f"notf/logs/worker{rank}-attempt1.log").read_text()
+        assert f"hello from worker {rank}" in logged and "absl::InitializeLog" in logged and _tf_lines(logged)
+
+
+@pytest.mark.timeout(180)
+def test_the_cli_shows_every_ranks_tf_logs_on_request(tmp_path):
+    """--tf-logs --all-ranks: every rank's lines, TF's among them, each under its own prefix, none de-duplicated."""
+    out = subprocess.run(
+        [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", "--tf-logs", "--all-ranks",
+         "run.name=tflogs", f"storage.path={tmp_path}", "train.epochs=1", "train.steps_per_epoch=3", "ray.num_cpus=2",
+         "train.entrypoint=tests.train_fns:print_then_train"], capture_output=True, text=True, cwd=ROOT, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    terminal = out.stdout + out.stderr
+    for rank in (0, 1):
+        assert f"[worker {rank}] hello from worker {rank}" in out.stdout.splitlines()
+        prefix = f"[worker {rank}] "
+        shown = [line[len(prefix):] for line in _tf_lines(terminal) if line.startswith(prefix)]
+        logged = _tf_lines((tmp_path / f"tflogs/logs/worker{rank}-attempt1.log").read_text())
+        assert any("absl::InitializeLog" in line for line in shown) and set(shown) <= set(logged), (shown, logged)
+    assert "(TaskActor pid=" not in terminal and "[repeated" not in terminal
 
 
 def test_per_rank_logs_are_kept(fast_cfg, ps_cfg, no_leaks):

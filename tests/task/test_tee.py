@@ -1,15 +1,20 @@
-"""The output tee (raytf/_task/tee.py): a failing sink is dropped, the reading never stops."""
+"""A task's output (raytf/_task/tee.py): all of it into the log, what is shown to the driver, never to Ray's fds; a
+failing log file is given up, the reading never stops."""
 
 import io
 import os
-import re
 import threading
 
 import pytest
 
-from raytf._task.tee import pump
+from raytf._core import events as ev
+from raytf._task.lines import Shown
+from raytf._task.tee import CHUNK, OutputCapture, TaskOutput
 
 pytestmark = [pytest.mark.timeout(60)]
+
+ONEDNN = ("I0000 00:00:1795495795.341762   29698 port.cc:153] oneDNN custom operations are on. You may see slightly "
+          "different numerical results due to floating-point round-off errors from different computation orders.")
 
 
 class FailingFile(io.RawIOBase):
@@ -25,46 +30,49 @@ class FailingFile(io.RawIOBase):
         return len(b)
 
 
-def _run(file, original_w: int, chunks: list[bytes]) -> None:
+def test_a_failing_log_file_does_not_block_the_output():
+    pushed = []
+    out = TaskOutput(FailingFile(good=1), lambda kind, p: pushed.extend(p["lines"]), Shown(streamed=False),
+                     log_name="the task's log /runs/x/logs/worker0-attempt1.log")
     r, w = os.pipe()
-    t = threading.Thread(target=pump, args=(r, original_w, file, "/runs/x/logs/worker0-attempt1.log"))
+    t = threading.Thread(target=out.read, args=(lambda: os.read(r, CHUNK), "out"))
     t.start()
-    for c in chunks:
-        os.write(w, c)  # would block for good once the pipe filled, were the pump to stop reading
+    for i in range(8):  # 512 KiB: far more than a pipe holds; would block for good, were the reading to stop
+        os.write(w, bytes([65 + i % 26]) * 65535 + b"\n")
     os.close(w)
     t.join(30)
     assert not t.is_alive()
+    os.close(r)
+    out.end(ok=True)
+    # Said once, from a rank whose output is not streamed too: its log is all there is of it.
+    assert pushed == [["err", "[raytf: the task's log /runs/x/logs/worker0-attempt1.log is no longer written: "
+                              "[Errno 28] No space left on device]"]]
 
 
-def test_a_failing_log_file_does_not_block_the_output():
-    fwd_r, fwd_w = os.pipe()
-    got = bytearray()
+def test_capture_keeps_everything_and_shows_the_driver_its_part(tmp_path, capfd):
+    """What is written to fds 1 and 2 (a child process's print, TF's C++ logging, raytf's logger): all in the log;
+    the driver is sent the program's lines and raytf's, not TF's; nothing reaches the fds Ray reads (its
+    log_to_driver would print it all again)."""
+    import subprocess
+    import sys
 
-    def read_all() -> None:
-        while chunk := os.read(fwd_r, 65536):
-            got.extend(chunk)
+    from raytf._storage import RunDir
 
-    reader = threading.Thread(target=read_all)
-    reader.start()
-    chunks = [bytes([65 + i % 26]) * 65536 for i in range(8)]  # 512 KiB: far more than a pipe holds
-    _run(FailingFile(good=1), fwd_w, chunks)
-    os.close(fwd_w)
-    reader.join(30)
-    text = bytes(got)
-    note = b"raytf: task log /runs/x/logs/worker0-attempt1.log no longer written: [Errno 28] No space left on device\n"
-    assert text.count(note) == 1 and text.replace(note, b"") == b"".join(chunks)
-
-
-def test_a_broken_forward_keeps_the_log_file_whole():
-    fwd_r, fwd_w = os.pipe()
-    os.close(fwd_r)  # nobody reads Ray's end any more: writes fail with EPIPE
-    file = FailingFile(good=1 << 30)
-    chunks = [b"x" * 100_000, b"y" * 100_000]
-    _run(file, fwd_w, chunks)
-    os.close(fwd_w)
-    notes = re.findall(rb"\[raytf\] output no longer forwarded to Ray's log \(.*?\); only to this file\n", file.data)
-    assert len(notes) == 1 and b"Broken pipe" in notes[0]
-    assert bytes(file.data).replace(notes[0], b"") == b"x" * 100_000 + b"y" * 100_000
+    pushed = []
+    capture = OutputCapture(RunDir(str(tmp_path), "r"), "logs/worker0-attempt1.log",
+                            lambda kind, p: pushed.append((kind, p)), Shown(streamed=True))
+    try:
+        subprocess.run([sys.executable, "-c", "print('hello from worker 0')"], check=True, timeout=30)
+        os.write(2, ONEDNN.encode() + b"\n")
+        os.write(2, b"WARNING raytf.test: a warning of raytf's\n")
+    finally:
+        capture.close()
+    logged = (tmp_path / "r/logs/worker0-attempt1.log").read_text().splitlines()
+    assert sorted(logged) == sorted(["hello from worker 0", ONEDNN, "WARNING raytf.test: a warning of raytf's"])
+    lines = [line for kind, p in pushed if kind == ev.OUTPUT for line in p["lines"]]
+    assert sorted(lines) == [["err", "WARNING raytf.test: a warning of raytf's"], ["out", "hello from worker 0"]]
+    seen = capfd.readouterr()
+    assert "hello" not in seen.out and "oneDNN" not in seen.err and "raytf.test" not in seen.err
 
 
 def test_the_log_is_never_written_through_a_planted_symlink(tmp_path):

@@ -1,8 +1,9 @@
 """Script mode, the host side: inside a task's actor, run the user's unmodified program as a child process
 (`raytf._task.script.child`) and relay what it does.
 
-- its stdout/stderr, line by line, into the task's log file, and to the driver as OUTPUT events when this
-  rank's output is streamed (train.stream_output); the last stderr lines are kept for the error message;
+- its stdout/stderr (through `tee.TaskOutput`, as a training function's): all of it into the task's log file, the
+  lines shown (`lines.Shown`: train.stream_output, train.show_tf_logs) to the driver as OUTPUT events; the last
+  stderr lines are kept for the error message;
 - its metrics rows and heartbeats (JSON lines on a pipe) as events on the bus, plus heartbeats while it
   prints, so a script that only logs is not taken for a hung one;
 - its checkpoint snapshots (chief) uploaded to <run>/checkpoints/ like a training function's;
@@ -32,19 +33,15 @@ from raytf._core import checkpoints, limits, peers
 from raytf._core import events as ev
 from raytf._core.plan import TaskSpec
 from raytf._storage import RunDir, task_log_dir, task_workdir
+from raytf._task.lines import Shown
 from raytf._task.script.child import SPEC_ENV
-from raytf._task.script.lines import NOISE, AbortNoise, display
+from raytf._task.tee import CHUNK, TaskOutput
 from raytf._task.upload import Uploader, upload_outputs
 from raytf.config import Config, Strategy
 from raytf.errors import RaytfError
 
 log = logging.getLogger(__name__)
 
-_FLUSH_S = 0.2  # how often streamed output is sent to the driver
-# What the script's output may take here, whatever it prints (raytf issue 19; the log on disk has it all): a line
-# is shown cut at limits.MAX_LINE_BYTES, a flush carries at most limits.MAX_FLUSH_LINES/MAX_FLUSH_BYTES (the rest
-# is counted), the stderr tail is limits.TAIL_LINES/TAIL_BYTES.
-_CHUNK = 65536  # bytes read from the script's stdout/stderr at a time
 _READER_GRACE_S = 10.0  # after the script's group is gone, how long its pipes may take to drain
 _PEER_POLL_S = 0.5  # how often the kernel's TCP tables are read while the script has not joined its cluster
 _TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
@@ -116,19 +113,13 @@ class ScriptHost:
                  scratch: str, log_file, stream: bool) -> None:
         self.cfg, self.spec, self.run_dir, self.emit = cfg, spec, run_dir, emit
         self.attempt, self.is_chief, self.scratch = attempt, is_chief, scratch
-        self.log_file, self.stream = log_file, stream
         self.checkpoint_dir = os.path.join(scratch, "checkpoints")
         self.log_dir = os.path.join(scratch, "logs")
         self.work_dir = os.path.join(scratch, "work")  # the script's current directory
         self.launch_dir = os.getcwd()  # where the task was started: relative paths in the config mean this
-        self.stderr_tail = limits.Tail()
-        self._lines: list[list[str]] = []
-        self._line_bytes = 0  # of the streamed lines held for the next flush
-        self._dropped = 0
-        self._noise = AbortNoise()
+        self.output = TaskOutput(log_file, emit, Shown(streamed=stream, tf_logs=cfg.train.show_tf_logs))
         self._names = limits.MetricNames(cfg.metrics.max_names)  # a script writing its events pipe itself too
         self._lock = threading.Lock()
-        self._active = False  # output since the last heartbeat
         self._last_beat = time.monotonic()
         self._position = {"epoch": 0, "step": 0}
         self._uploader: Uploader | None = None
@@ -165,7 +156,7 @@ class ScriptHost:
             "gpu_memory_growth": c.cluster.gpu_memory_growth, "every_steps": c.metrics.every_steps,
             "max_names": c.metrics.max_names,
             # The step-time breakdown (raytf/_task/timing.py): not under ParameterServerStrategy (remote steps).
-            "timing": c.cluster.strategy is not Strategy.parameter_server,
+            "timing": c.cluster.strategy is not Strategy.parameter_server and c.metrics.breakdown,
             "heartbeat_s": c.failure.heartbeat_s, "is_chief": self.is_chief, "checkpoint_dir": self.checkpoint_dir,
             "scratch": self.scratch, **self._position,
         }
@@ -191,7 +182,8 @@ class ScriptHost:
         threads = [threading.Thread(target=self._read_output, args=(self.proc.stdout, "out"), daemon=True),
                    threading.Thread(target=self._read_output, args=(self.proc.stderr, "err"), daemon=True),
                    threading.Thread(target=self._read_events, args=(read_fd,), daemon=True)]
-        ticker = threading.Thread(target=self._tick, daemon=True, name="raytf-script-ticker")
+        ticker = threading.Thread(target=self.output.tick, args=(self._done, self._beat_while_printing), daemon=True,
+                                  name="raytf-script-ticker")
         self._cluster = peers.cluster_endpoints(json.loads(env["TF_CONFIG"])) if "TF_CONFIG" in env else (None, set())
         watch = [threading.Thread(target=self._watch_peers, daemon=True, name="raytf-peer-watch")
                  ] if self._cluster[0] is not None else []
@@ -210,9 +202,7 @@ class ScriptHost:
                 t.join(max(0.0, deadline - time.monotonic()))
             self._done.set()
             ticker.join()
-            with self._lock:
-                self._stream_lines(self._noise.end(ok=self.proc.returncode == 0))
-            self._flush()
+            self.output.end(ok=self.proc.returncode == 0)
             role, index = self.spec.role, self.spec.index
             upload_outputs(self.run_dir, self.log_dir, task_log_dir(role, index, self.attempt), "$RAYTF_LOG_DIR")
             upload_outputs(self.run_dir, self.work_dir, task_workdir(role, index), "the script's working directory")
@@ -225,7 +215,7 @@ class ScriptHost:
             raise self.error
         if code == 0 and self.joined is False:
             raise ClusterNotUsed(self._not_spanning("never connected to another task of its cluster"))
-        return code, list(self.stderr_tail)
+        return code, list(self.output.stderr_tail)
 
     def _not_spanning(self, what: str) -> str:
         c = self.cfg.cluster
@@ -262,84 +252,15 @@ class ScriptHost:
 
     # -- the child's output ------------------------------------------------------------------
     def _read_output(self, pipe, stream: str) -> None:
-        """Chunks as they come, not lines: a progress bar redraws with carriage returns and ends its line
-        only at the end of an epoch, but each redraw is a sign of life. Memory stays bounded whatever the script
-        prints: the log gets the bytes as they come (a line at a time while lines are short, so that stdout's and
-        stderr's interleave by line), everything else sees each line cut at limits.MAX_LINE_BYTES."""
-        cutter = limits.LineCutter()
-        held = b""  # the log's bytes of the line under way, until it ends or passes limits.MAX_LINE_BYTES
-        while chunk := pipe.read1(_CHUNK):
-            with self._lock:
-                self._active = True
-            end = chunk.rfind(b"\n") + 1
-            if end:
-                self._log(held + chunk[:end])
-                held = chunk[end:]
-            else:
-                held += chunk
-            if len(held) > limits.MAX_LINE_BYTES:
-                self._log(held)
-                held = b""
-            for head, cut in cutter.feed(chunk):
-                self._line(head, cut, stream)
-        self._log(held)
-        for head, cut in cutter.end():
-            self._line(head, cut, stream)
+        self.output.read(lambda: pipe.read1(CHUNK), stream)
         pipe.close()
 
-    def _log(self, data: bytes) -> None:
-        """Into the task's log file; a log that fails (a full disk) is given up, with one line, and the pipes are
-        still drained (a pipe nobody reads would block the script)."""
-        if not data or self.log_file is None:
-            return
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[self.log_file.write(view):]
-        except (OSError, ValueError) as e:  # ValueError: the file was closed under us
-            log.warning("the script's output is no longer written to the task's log: %s", e)
-            self.log_file = None
-
-    def _line(self, head: bytes, cut: int, stream: str) -> None:
-        text = display(head) + (limits.cut_note(cut) if cut else "")
-        with self._lock:
-            if stream == "err" and not NOISE.match(text):
-                self.stderr_tail.append(text)
-            if self.stream:
-                self._stream_lines(self._noise.feed(stream, text))
-
-    def _stream_lines(self, lines: list[list[str]]) -> None:
-        """Held for the next flush, up to limits.MAX_FLUSH_LINES and MAX_FLUSH_BYTES; past them, counted."""
-        for line in lines:
-            size = len(line[1].encode(errors="replace")) + 16
-            if len(self._lines) < limits.MAX_FLUSH_LINES and self._line_bytes + size <= limits.MAX_FLUSH_BYTES:
-                self._lines.append(line)
-                self._line_bytes += size
-            else:
-                self._dropped += 1
-
-    def _flush(self) -> None:
-        with self._lock:
-            lines, self._lines, self._line_bytes = self._lines, [], 0
-            dropped, self._dropped = self._dropped, 0
-        if dropped:
-            lines.append(["err", f"[raytf: {dropped} lines not streamed (more than a push carries: too many, or too "
-                                 f"long); all are in the task's log]"])
-        if lines:
-            self.emit(ev.OUTPUT, {"lines": lines})
-
-    def _tick(self) -> None:
-        """Send streamed output every _FLUSH_S; turn printing into heartbeats (at most every heartbeat_s)."""
-        while not self._done.wait(_FLUSH_S):
-            self._flush()
-            now = time.monotonic()
-            with self._lock:
-                active = self._active
-            if active and now - self._last_beat >= self.cfg.failure.heartbeat_s:
-                with self._lock:
-                    self._active = False
-                self._last_beat = now
-                self.emit(ev.HEARTBEAT, {"epoch": self._position["epoch"] + 1, "step": self._position["step"]})
+    def _beat_while_printing(self) -> None:
+        """Printing is a sign of life: a heartbeat at most every failure.heartbeat_s while the script prints."""
+        now = time.monotonic()
+        if now - self._last_beat >= self.cfg.failure.heartbeat_s and self.output.take_active():
+            self._last_beat = now
+            self._beat()
 
     # -- the child's events ------------------------------------------------------------------
     def _read_events(self, fd: int) -> None:
