@@ -260,7 +260,9 @@ def keras_straggler(ctx: raytf.TrainContext) -> None:
         def call(self, inputs):
             if where != "compute" or not delay:
                 return inputs
-            return inputs + 0.0 * tf.py_function(lambda: wait(np.float32(0.0)), [], tf.float32)
+            waited = tf.py_function(lambda: wait(np.float32(0.0)), [], tf.float32)
+            waited.set_shape([])  # (py_function's output has no static shape: Dense needs the last dimension)
+            return inputs + 0.0 * waited
 
     with ctx.strategy.scope():
         model = tf.keras.Sequential([tf.keras.layers.Input(shape=(8,)), Slow(), tf.keras.layers.Dense(1)])
