@@ -47,6 +47,9 @@ def _not_a_run(run_path: str) -> str | None:
             "name is looked up under --storage, default ./runs)")
 
 
+_STANDS_OUT = 1.1  # `show` names the slowest rank when its own time a step is this far above the others'
+
+
 def _or_dash(value, unit: str = "") -> str:
     return "-" if value is None else f"{value}{unit}"
 
@@ -113,7 +116,12 @@ def _breakdown_lines(summary: dict, metrics: pa.Table) -> list[str]:
                      f"{_ms(r['compute_s']):>8} {_pct(r['input_share'], 100):>8}"
                      + (f" {_pct(r[ranks.GPU_UTIL]):>6}" if gpu else ""))
     slow = ranks.slowest_rank(table)
-    if slow is not None:
+    own = ranks.own_time(table).dropna() if "step_time_s" in table else None
+    close = own is not None and len(own) > 1 and own.max() <= _STANDS_OUT * own.drop(own.idxmax()).median()
+    if slow is not None and close:
+        lines.append(f"slowest: none stands out (each rank's own time a step, its all-reduce wait left out, is "
+                     f"{_ms(own.min())}-{_ms(own.max())} ms: within {round(100 * (_STANDS_OUT - 1))} % of the others')")
+    elif slow is not None:
         waits = slow.get("collective_s")
         own = "" if waits is None or waits != waits else f", {_ms(slow['step_time_s'] - waits)} of its own"
         lines.append(f"slowest: {slow['role']} {slow['rank']} ({_ms(slow['step_time_s'])} ms/step{own}: the rank the "

@@ -173,3 +173,13 @@ def test_result_breakdown_is_the_per_rank_table(tmp_path):
     assert latest["host"].tolist() == ["10.0.0.1", "10.0.0.2"]
     first = load_result(str(run)).breakdown(attempt=0)
     assert first["step_time_s"].tolist() == [0.12, 0.25] and first["host"].isna().all()  # placed before attempt 1
+
+
+def test_show_names_no_slowest_rank_when_none_stands_out(tmp_path, capsys):
+    """Ranks whose own time a step (step less all-reduce wait) is within 10 % of each other's: none is named."""
+    rows = _step_rows(step_times=((0.1, 0.1, 0.1), (0.13, 0.13, 0.13)))
+    for r in rows:  # both ranks' all-reduce timed: own times 75 and 78 ms
+        r["collective_s"] = r["step_time_s"] / 4 if r["rank"] == 0 else r["step_time_s"] - 0.078
+    lines = _show(tmp_path, capsys, metrics=rows, tasks=TASKS, stragglers=[])
+    assert lines[4] == ("slowest: none stands out (each rank's own time a step, its all-reduce wait left out, is "
+                        "75.0-78.0 ms: within 10 % of the others')")

@@ -25,6 +25,11 @@ def test_seed_style_mwms_script_runs_unmodified(script_cfg, tmp_path, no_leaks):
         assert list(epochs["epoch"]) == [1, 2] and list(epochs["step"]) == [10, 20]
         assert {"loss", "accuracy"} <= set(epochs.dropna(axis=1).columns)
     assert result.summary["num_replicas_in_sync"] == 2
+    # The step-time breakdown, measured in the script's own process (its Keras fit's get_next and all-reduce).
+    steps = df[(df["kind"] == "step")].dropna(subset=["step_time_s"])
+    assert set(steps["rank"]) == {0, 1}
+    assert steps[["input_wait_s", "collective_s", "compute_s"]].notna().all().all()
+    assert ((steps["input_wait_s"] + steps["collective_s"] + steps["compute_s"]) <= steps["step_time_s"] * 1.01).all()
     # The script's ModelCheckpoint files, synced after each epoch from the chief.
     names = [Path(c).name for c in result.checkpoints]
     assert names == ["ckpt-n00000001-e000001-s0000000010", "ckpt-n00000002-e000002-s0000000020"]
