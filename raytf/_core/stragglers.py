@@ -51,10 +51,15 @@ class Finding:
                 "step": self.step, "last_step": self.last_step}
 
     def line(self, ratio_key: float) -> str:
-        times = f"{self.ratio:.1f}x" if self.ratio != float("inf") else "far above"
-        return (f"straggler: {self.role} {self.rank} on {self.host or '?'} {WHAT[self.part]} {self.value_s:.3f} s per "
-                f"step, {times} the other ranks' {self.others_s:.3f} s (over its last rows since step {self.step}; "
-                f"metrics.straggler_ratio {ratio_key:g}); every rank waits for it")
+        times = f"{self.ratio:.1f}x" if self.ratio != float("inf") else "far more"
+        return (f"straggler: {self.role} {self.rank} on {self.host or '?'} {WHAT[self.part]} {_ms(self.value_s)} a "
+                f"step, the other ranks {_ms(self.others_s)} ({times}, since step {self.step}; "
+                f"metrics.straggler_ratio {ratio_key:g}): every rank waits for it")
+
+
+def _ms(seconds: float) -> str:
+    ms = 1000 * seconds
+    return f"{ms:.1f} ms" if ms >= 1 else f"{ms:.2f} ms"
 
 
 @dataclass

@@ -31,7 +31,9 @@ def test_slow_input_is_named_with_input_as_the_cause():
     found = s.to_json()[0]
     assert found["part"] == "input" and found["rank"] == 1 and found["step"] == 30 and found["last_step"] == 50
     assert found["ratio"] is not None and found["ratio"] > 100
-    assert "worker 1 on h1 waits for its input 0.120 s per step" in changes[0].line(1.3)
+    assert changes[0].line(1.3) == ("straggler: worker 1 on h1 waits for its input 120.0 ms a step, the other ranks "
+                                    "1.0 ms (120.0x, since step 30; metrics.straggler_ratio 1.3): every rank waits "
+                                    "for it")
 
 
 def test_slow_compute_is_named_with_compute_as_the_cause():
