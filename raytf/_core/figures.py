@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pyarrow as pa
 
-from raytf._core.breakdown import STEP_TIME, is_timing
+from raytf._core.breakdown import INPUT_WAIT, STEP_TIME, is_timing
 from raytf._core.metrics import BASE_COLUMNS
 
 CURVES_FILE = "learning_curves.png"
@@ -151,33 +151,44 @@ def fig_png(fig) -> bytes:
 
 
 def ranks_figure(times: pd.DataFrame, title: str = ""):
-    """Step time per rank over time (`ranks.rank_step_times`): one line per rank, broken between attempts (a
-    restart's gap is no step time), each attempt after the first a dotted vertical line where it starts."""
+    """Per rank over time (`ranks.rank_step_times`): the step time (top) and, below, each rank's own time a step
+    (its all-reduce wait left out: under synchronous training every rank's step is as long as the slowest's, so
+    this is where a slow rank shows) with its input wait dashed. One line per rank, broken between attempts (a
+    restart's gap is no step time); each attempt after the first a dotted vertical line where it starts."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 3.6))
-    for (role, rank), rows in times.groupby(["role", "rank"]):
-        xs: list[float] = []
-        ys: list[float] = []
-        for _, part in rows.groupby("attempt"):
-            if xs:
-                xs.append(float("nan"))
-                ys.append(float("nan"))
-            xs += part["t"].astype(float).tolist()
-            ys += (1000 * part[STEP_TIME].astype(float)).tolist()
-        ax.plot(xs, ys, marker=".", label=f"{role} {rank}")
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for i, ((role, rank), rows) in enumerate(times.groupby(["role", "rank"])):
+        color = f"C{i % 10}"
+        for ax, column, style, label in ((top, STEP_TIME, "-", f"{role} {rank}"),
+                                         (bottom, "own_s", "-", f"{role} {rank}: own time"),
+                                         (bottom, INPUT_WAIT, "--", f"{role} {rank}: input wait")):
+            if column not in rows or rows[column].isna().all():
+                continue
+            xs: list[float] = []
+            ys: list[float] = []
+            for _, part in rows.groupby("attempt"):
+                if xs:
+                    xs.append(float("nan"))
+                    ys.append(float("nan"))
+                xs += part["t"].astype(float).tolist()
+                ys += (1000 * part[column].astype(float)).tolist()
+            ax.plot(xs, ys, marker="." if style == "-" else None, linestyle=style, color=color, label=label)
     starts = times.groupby("attempt")["t"].min().sort_index()
-    for attempt, t in starts.iloc[1:].items():
-        ax.axvline(t, color="gray", linestyle=":", linewidth=1)
-        ax.text(t, 0.98, f" attempt {attempt}", transform=ax.get_xaxis_transform(), rotation=90, va="top",
-                ha="left", fontsize=8, color="gray")
-    ax.set_xlabel("seconds since the run's first row")
-    ax.set_ylabel("step time (ms)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    if not times.empty:
-        ax.legend()
+    for ax in (top, bottom):
+        for attempt, t in starts.iloc[1:].items():
+            ax.axvline(t, color="gray", linestyle=":", linewidth=1)
+            ax.text(t, 0.98, f" attempt {attempt}", transform=ax.get_xaxis_transform(), rotation=90, va="top",
+                    ha="left", fontsize=8, color="gray")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        if ax.get_lines():
+            ax.legend(fontsize=8)
+    top.set_ylabel("step time (ms)")
+    bottom.set_ylabel("ms per step")
+    bottom.set_title("each rank's own time (step less its all-reduce wait) and input wait", fontsize=9)
+    bottom.set_xlabel("seconds since the run's first row")
     if title:
-        ax.set_title(title)
+        top.set_title(title)
     fig.tight_layout()
     return fig
 

@@ -97,14 +97,17 @@ def slowest_rank(breakdown: pd.DataFrame) -> pd.Series | None:
 
 def rank_step_times(metrics: pa.Table | pd.DataFrame) -> pd.DataFrame:
     """Step time per rank over time, every attempt: columns attempt, role, rank, step, t (seconds since the run's
-    first row, any kind), step_time_s; rows with a step time, in time order. Empty (with these columns) when
-    there is no breakdown."""
-    columns = ["attempt", "role", "rank", "step", "t", bd.STEP_TIME]
+    first row, any kind), step_time_s, own_s (`own_time`: the step less its all-reduce wait, which tells the ranks
+    apart under synchronous training) and input_wait_s (NaN where not measured); rows with a step time, in time
+    order. Empty (with these columns) when there is no breakdown."""
+    columns = ["attempt", "role", "rank", "step", "t", bd.STEP_TIME, "own_s", bd.INPUT_WAIT]
     df = _frame(metrics)
     if no_breakdown(df):
         return pd.DataFrame(columns=columns)
     steps = _step_rows(df).dropna(subset=[bd.STEP_TIME])
-    out = steps.assign(t=steps["time"] - df["time"].min())[columns]
+    if bd.INPUT_WAIT not in steps:
+        steps = steps.assign(**{bd.INPUT_WAIT: float("nan")})
+    out = steps.assign(t=steps["time"] - df["time"].min(), own_s=own_time(steps))[columns]
     return out.sort_values("t", kind="stable", ignore_index=True)
 
 

@@ -109,9 +109,15 @@ def test_step_times_per_rank_run_from_the_runs_first_row():
 def test_the_ranks_figure_has_a_line_per_rank_broken_between_attempts():
     fig = figures.ranks_figure(ranks.rank_step_times(_table()), title="r")
     try:
-        (ax,) = fig.axes
+        ax, below = fig.axes
         lines = {line.get_label(): line for line in ax.lines if not line.get_label().startswith("_")}
         assert set(lines) == {"worker 0", "worker 1"}
+        # Below: each rank's own time a step (less its all-reduce wait) and its input wait.
+        own = {line.get_label(): line for line in below.lines if not line.get_label().startswith("_")}
+        assert {"worker 0: own time", "worker 1: own time", "worker 0: input wait"} <= set(own)
+        times = ranks.rank_step_times(_table())
+        w0 = times[times["rank"] == 0].dropna(subset=["own_s"])
+        assert (w0["own_s"] <= w0["step_time_s"]).all()
         ys = lines["worker 1"].get_ydata()
         assert len(ys) == 6 and math.isnan(ys[2])  # attempt 1's two rows, a break, attempt 2's three
         assert ys[3] == pytest.approx(2000.0)  # milliseconds

@@ -150,7 +150,7 @@ def test_plot_ranks_writes_a_png_of_each_ranks_step_time(tmp_path, capsys, monke
     assert capsys.readouterr().out.strip() == "exp1_ranks.png"
     assert (tmp_path / "exp1_ranks.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     fig = plot(str(run), ranks=True)
-    (ax,) = fig.axes
+    ax, _ = fig.axes  # step time above; own time and input wait below
     assert sorted(ln.get_label() for ln in ax.lines if not ln.get_label().startswith("_")) == ["worker 0", "worker 1"]
     assert [t.get_text().strip() for t in ax.texts] == ["attempt 1"]
 
