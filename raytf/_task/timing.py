@@ -123,11 +123,17 @@ def _wrap(total: _Total, original, *, in_graph_ok):
 
 
 def _graph_ok(args) -> bool:
+    from tensorflow.python.distribute import distribute_lib
     from tensorflow.python.framework import ops
     from tensorflow.python.ops import control_flow_util
 
     # XLA cannot compile the timestamp op (jit_compile=True models): leave those graphs as they are.
-    return not control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())
+    if control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph()):
+        return False
+    # A ParameterServerStrategy's functions run on its workers, where this process's total cannot be: a process
+    # that was instrumented for another strategy leaves them as they are.
+    strategy = distribute_lib.get_strategy() if distribute_lib.has_strategy() else None
+    return strategy is None or "ParameterServer" not in type(strategy).__name__
 
 
 def install() -> None:
