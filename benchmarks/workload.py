@@ -186,6 +186,23 @@ def train(ctx) -> None:
               verbose=0, callbacks=[timer(tf, out, ctx.rank, spent=spent), *timed(tf, ctx.keras_callbacks(), spent)])
 
 
+def train_killed_once(ctx) -> None:
+    """`train`, where rank 1 of attempt 1 SIGKILLs itself once the file train.params.kill_file exists (the recovery
+    benchmark, benchmarks/recovery.py, creates it when it wants the failure)."""
+    import signal
+    import threading
+    import time
+
+    if ctx.rank == 1 and ctx.attempt == 1:
+        def kill_when_told():
+            while not os.path.exists(ctx.params["kill_file"]):
+                time.sleep(0.05)  # polling for the benchmark's go, on a thread of its own
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        threading.Thread(target=kill_when_told, daemon=True).start()
+    train(ctx)
+
+
 def _train_ps(ctx, tf, out: str) -> None:
     x, y = _data()
     batch = ctx.batch_size  # one batch per step, on whichever worker runs it

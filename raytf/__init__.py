@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from raytf._core.events import Event
 from raytf._task.report import report
-from raytf.api.fit import fit
+from raytf.api.fit import fit, release_standbys
 from raytf.api.scaling import scaling
 from raytf.api.sweep import sweep
 from raytf.config import Config, load_config
@@ -60,6 +60,7 @@ __all__ = [
     "load_config",
     "load_result",
     "plot",
+    "release_standbys",
     "report",
     "scaling",
     "sweep",

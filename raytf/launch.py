@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raytf: {e}", file=sys.stderr)
         return 1
     finally:
+        from raytf._driver import standby
+
+        standby.release()  # this command's standbys: nothing for another command to take
         if started:
             import ray
 

@@ -64,6 +64,9 @@ def leftovers() -> dict:
 def no_leaks(ray_local):
     assert leftovers() == {"actors": [], "placement_groups": []}, "a previous test leaked"
     yield
+    import raytf
+
+    raytf.release_standbys()  # (kept for the session's next run otherwise: released, none may be left)
     assert leftovers() == {"actors": [], "placement_groups": []}
 
 
@@ -72,8 +75,10 @@ def _small(conf: str, tmp_path, defaults: list[str]):
     import raytf
 
     def make(*overrides: str):
+        # No standby processes unless a test asks (tests/ray/test_standby.py): each would import TensorFlow beside
+        # the test's own tasks on 2 cores.
         return raytf.load_config(ROOT / conf, [f"storage.path={tmp_path / 'runs'}", *defaults,
-                                               "metrics.flush_interval_s=0", *overrides])
+                                               "metrics.flush_interval_s=0", "cluster.standby=0", *overrides])
 
     return make
 

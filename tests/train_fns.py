@@ -270,3 +270,33 @@ def keras_straggler(ctx: raytf.TrainContext) -> None:
     ctx.restore(model=model, optimizer=model.optimizer)
     model.fit(ds, epochs=ctx.epochs, initial_epoch=ctx.initial_epoch, steps_per_epoch=ctx.steps_per_epoch,
               callbacks=ctx.keras_callbacks(), verbose=0)
+
+
+def fail_when_told(ctx: raytf.TrainContext) -> None:
+    """Steps of train.params.step_s seconds with an all-reduce each (every rank), a checkpoint each epoch; in attempt 1,
+    rank 1 SIGKILLs itself once the file train.params.fail_file exists (the test creates it when it is ready for
+    the failure). Reports the process id it ran in with its first step row (`pid`)."""
+    import os
+    import signal
+    import time
+
+    import tensorflow as tf
+
+    step_s = float(ctx.params.get("step_s", 0.05))
+    with ctx.strategy.scope():
+        weights = tf.Variable(0.0)
+    ctx.restore(weights=weights)
+
+    @tf.function
+    def step():
+        return ctx.strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("sum", tf.constant(1.0)))
+
+    for _ in ctx.epoch_range():
+        for _ in range(ctx.steps_per_epoch or 1):
+            step()
+            if ctx.rank == 1 and ctx.attempt == 1 and os.path.exists(ctx.params["fail_file"]):
+                os.kill(os.getpid(), signal.SIGKILL)  # a worker killed (OOM killer, a crash): a retried failure
+            time.sleep(step_s)  # the model's compute (the same on every rank: none is slower)
+            ctx.step_end({"pid": float(os.getpid())})
+        weights.assign_add(1.0)
+        ctx.epoch_end({"weights": weights})

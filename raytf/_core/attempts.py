@@ -27,6 +27,8 @@ class Attempt:
     # (capacity came back); None when it does not.
     num_workers: int | None = None
     resize: str | None = None
+    # Tasks a standby process took (TensorFlow already imported: raytf/_driver/standby.py), of this attempt's.
+    standby_tasks: int = 0
     started: float = field(default_factory=time.time)
     ended: float | None = None
     status: str = RUNNING

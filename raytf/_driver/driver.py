@@ -89,6 +89,8 @@ class Driver(RunRecord):
         self.stragglers = Stragglers(cfg.metrics.straggler_ratio, cfg.metrics.straggler_window)
         self.previous_stragglers: list[dict[str, Any]] = []
         self._hosts: dict[int, str] = {}  # rank -> host, of the attempt under way
+        self._refilled: int | None = None  # the attempt whose standbys were asked for
+        self.group: TaskGroup | None = None
         self.committed: set[str] = set()  # checkpoints committed during this launch
         self._verified: set[str] = set()  # checkpoints whose files this launch checked against their manifest
         self._refused: set[str] = set()  # and those that did not match (named once)
@@ -355,6 +357,10 @@ class Driver(RunRecord):
             try:
                 group.start(pg)
                 self.tasks = group.addresses()
+                attempt.standby_tasks = len(group.adopted)
+                if group.adopted:
+                    log.info("attempt %d: %d of %d tasks start in standby processes (TensorFlow imported already)",
+                             attempt.number, len(group.adopted), len(self.plan.tasks))
                 self._hosts = {t["rank"]: t["host"] for t in self.tasks}
                 self.ray_metrics.start_attempt(attempt.number, self.tasks,
                                                batch_size=None if script_mode(cfg) else cfg.train.batch_size)
@@ -475,6 +481,10 @@ class Driver(RunRecord):
             self.metrics.add(e)
             if e.kind == ev.STEP:
                 self._straggler_watch(e)
+                if self._refilled != attempt.number and self.group is not None:
+                    # The attempt trains: standbys may import TensorFlow now without delaying its start.
+                    self._refilled = attempt.number
+                    self.group.refill()
             self.progress(e)
             self.tensorboard(e)
             self.ray_metrics(e)

@@ -16,7 +16,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from raytf._core import events as ev
 from raytf._core import failure, topology
 from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_name, is_server, streamed, task_runtime_env
-from raytf._driver import placement
+from raytf._driver import placement, standby
 from raytf._storage import RunDir
 
 # The one task-side module the driver imports: Ray needs the class (and the sweep's function).
@@ -60,6 +60,7 @@ class TaskGroup:
         self.actors: list = []
         self.infos: list[dict[str, Any]] = []
         self.unavailable: set[int] = set()  # ranks whose actor Ray could not reach (ActorUnavailableError)
+        self.adopted: set[int] = set()  # ranks a standby process took (raytf/_driver/standby.py)
 
     def info(self, rank: int) -> dict[str, Any]:
         return next((i for i in self.infos if i["rank"] == rank), {})
@@ -78,12 +79,54 @@ class TaskGroup:
             max_concurrency=2 * len(self.plan.tasks) + 8,
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
         ).remote()
-        self.actors = [self._start_task(t, i) for i, t in enumerate(self.plan.tasks)]
+        standbys = self._standbys()
+        self.actors = [self._start_task(t, i, standbys.get(i)) for i, t in enumerate(self.plan.tasks)]
 
-    def _start_task(self, t: TaskSpec, bundle_index: int):
+    def _standby_slots(self) -> dict[tuple[str, str], list[int]]:
+        """(node, runtime_env key) -> the bundles (tasks) a standby could take there: those without GPUs."""
+        nodes = ray.util.placement_group_table(self.pg)["bundles_to_node_id"]
+        slots: dict[tuple[str, str], list[int]] = {}
+        for i, t in enumerate(self.plan.tasks):
+            if not t.gpus and nodes.get(i):
+                slots.setdefault((nodes[i], standby.env_key(task_runtime_env(self.cfg, t))), []).append(i)
+        return slots
+
+    def _standbys(self) -> dict[int, Any]:
+        """Bundle index -> a standby that takes its task (cluster.standby): none while the session has no pool."""
+        pool = standby.pool(create=False) if self.cfg.cluster.standby > 0 else None
+        if pool is None:
+            return {}
+        slots = self._standby_slots()
+        refs = {where: pool.take.remote(where[0], where[1], len(bundles)) for where, bundles in slots.items()}
+        out: dict[int, Any] = {}
+        for where, ref in refs.items():
+            try:
+                out.update(zip(slots[where], ray.get(ref, timeout=10)))
+            except RayError as e:  # no standby, then: the task starts afresh
+                log.debug("standby take: %s", e)
+        return out
+
+    def refill(self) -> None:
+        """Ask the pool (made now if the session has none) for standbys in place of this attempt's tasks: at most
+        cluster.standby per node. In the background: the pool starts them, they import TensorFlow."""
+        if self.cfg.cluster.standby <= 0 or self.pg is None:
+            return
+        try:
+            pool = standby.pool()
+            for (node, key), bundles in self._standby_slots().items():
+                runtime_env = task_runtime_env(self.cfg, self.plan.tasks[bundles[0]])
+                pool.fill.remote(node, key, runtime_env, min(self.cfg.cluster.standby, len(bundles)))
+        except RayError as e:  # a faster next attempt is a bonus, never a reason to fail this one
+            log.warning("cluster.standby: no standby processes made (%s)", e)
+
+    def _start_task(self, t: TaskSpec, bundle_index: int, standby_actor=None):
         cfg = self.cfg
         runtime_env = task_runtime_env(cfg, t)
         advertise = cfg.cluster.advertise_address or ("127.0.0.1" if self.embedded else None)
+        if standby_actor is not None:  # TensorFlow imported already; the task's bundle stays reserved for it
+            standby_actor.adopt.remote(t, advertise)
+            self.adopted.add(t.rank)
+            return standby_actor
         options: dict[str, Any] = dict(
             name=actor_name(cfg.run.name, t.role, t.rank), num_cpus=t.cpus, num_gpus=t.gpus,
             resources=t.custom or None, runtime_env=runtime_env, max_restarts=0,
@@ -223,7 +266,8 @@ class TaskGroup:
             except RayError as e:
                 log.debug("kill: %s", e)
         placement.release(self.pg)
-        names = [actor_name(self.cfg.run.name, t.role, t.rank) for t in self.plan.tasks[: len(self.actors)]]
+        names = [actor_name(self.cfg.run.name, t.role, t.rank) for t in self.plan.tasks[: len(self.actors)]
+                 if t.rank not in self.adopted]  # (a standby keeps the name it never had: none)
         deadline = time.monotonic() + 30
         for name in names:
             while time.monotonic() < deadline:

@@ -155,19 +155,51 @@ def sweep_scratch() -> list[str]:
 
 
 class TaskActor:
-    """One TF task. Lifecycle: __init__ (reserve the port) -> address() -> run(TF_CONFIG, ...)."""
+    """One TF task. Lifecycle: __init__ (reserve the port) -> address() -> run(TF_CONFIG, ...).
 
-    def __init__(self, spec: TaskSpec, advertise_address: str | None) -> None:
+    Or a standby (raytf/_driver/standby.py): made with no spec, `warm()` imports TensorFlow and tf-keras (no
+    strategy, no device touched: a process can build a collective strategy only once, and a GPU is only ever
+    touched by the task it is given), and `adopt(spec, ...)` later makes it a task, as __init__ would have."""
+
+    def __init__(self, spec: TaskSpec | None, advertise_address: str | None) -> None:
+        self._scratch: Scratch | None = None  # per run() / run_script(): see _task/scratch.py
+        self._server = None  # ParameterServerStrategy ps/worker: TF's in-process server
+        self._sock: socket.socket | None = None
+        if spec is not None:
+            self.adopt(spec, advertise_address)
+
+    def warm(self) -> dict[str, Any]:
+        """A standby's start: TensorFlow and tf-keras imported (the runtime_env's TF_USE_LEGACY_KERAS is set)."""
+        import time
+
+        began = time.monotonic()
+        # TensorFlow's start-up lines (oneDNN, CUDA drivers): no task's, so in no task's log; and never through
+        # Ray's log_to_driver to the user's terminal (raytf issue 21's quiet terminal).
+        saved = [os.dup(1), os.dup(2)]
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            for fd in (1, 2):
+                os.dup2(null, fd)
+            from raytf._task import tf_runtime  # imports TensorFlow
+
+            tf_runtime.import_keras()
+        finally:
+            for fd, was in zip((1, 2), saved):
+                os.dup2(was, fd)
+                os.close(was)
+            os.close(null)
+        return {"pid": os.getpid(), "import_s": time.monotonic() - began}
+
+    def adopt(self, spec: TaskSpec, advertise_address: str | None) -> None:
+        """Become the task `spec`: hold its port. Called by __init__, or on a standby given a task."""
         self.spec = spec
         self._host = advertise_address or ray.util.get_node_ip_address()
-        self._sock: socket.socket | None = reserve_port(spec.port_range)
+        self._sock = reserve_port(spec.port_range)
         self._port = self._sock.getsockname()[1] if self._sock is not None else None
         # Every port of cluster.port_range taken: address() says so and the driver fails the run. (Raised here, it
         # would kill the actor and reach the driver as a start-up failure, which it retries.)
         self._no_port = ports.none_free(spec.port_range, self._host) if self._sock is None else None
         self._node_id = ray.get_runtime_context().get_node_id()
-        self._scratch: Scratch | None = None  # per run() / run_script(): see _task/scratch.py
-        self._server = None  # ParameterServerStrategy ps/worker: TF's in-process server
 
     def _new_scratch(self, run_dir: RunDir, attempt: int) -> str:
         """This attempt's scratch directory; first, those of this node's tasks that were killed go."""

@@ -18,6 +18,12 @@ from raytf.config import Collective, Config, CrossDeviceOps, Strategy
 log = logging.getLogger(__name__)
 
 
+def import_keras() -> None:
+    """tf-keras imported (a standby's warm-up: its import is most of the rest of a first step's cost). Neither
+    import initialises TF's context: the task's thread caps are set later, by `configure`."""
+    import tf_keras  # noqa: F401
+
+
 def configure(threads: int, gpu_memory_growth: bool) -> None:
     """Before TF initialises its devices: cap its thread pools to the task's CPU share (two tasks on two
     cores otherwise thrash), and optionally let GPU memory grow instead of being taken whole at start."""

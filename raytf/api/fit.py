@@ -41,3 +41,12 @@ def fit(
         cfg = load_config(cfg, overrides)
     outcome = driver.run(cfg, quiet=quiet, on_event=on_event)
     return Result(**vars(outcome), storage=outcome.config.storage)  # the caller's own storage options
+
+
+def release_standbys() -> int:
+    """End the session's standby task processes now (cluster.standby: processes with TensorFlow imported, kept
+    for a retry's or the next run's tasks); returns how many there were. They also end with the session (the
+    process that ran `raytf.fit`), and raytf makes new ones when a run wants them."""
+    from raytf._driver import standby
+
+    return standby.release()

@@ -135,6 +135,11 @@ def sweep(
 
     sweep_name = name or f"sweep-{pd.Timestamp.now():%Y%m%d-%H%M%S}"
     ensure_ray(base_cfg)
+    if base_cfg.cluster.standby > 0:
+        from raytf._driver import standby
+
+        # Made (and owned) here: the trials' processes come and go, their standbys serve the trials after them.
+        standby.pool()
     tune_dir = tempfile.mkdtemp(prefix="raytf-tune-")
     trainable = tune.with_parameters(_trial, base=base, sweep_name=sweep_name)
     tuner = tune.Tuner(

@@ -54,6 +54,7 @@ RANGES: dict[str, Range] = {
     "cluster.placement_timeout_s": Range(0, f"{_SECONDS}, e.g. 60", above=True),
     "cluster.startup_timeout_s": Range(0, f"{_SECONDS}, e.g. 120", above=True),
     "cluster.threads": Range(1, "at least 1, or null for the CPU share", null=True),
+    "cluster.standby": Range(0, "0 or more (standby task processes per node), e.g. 2"),
     "train.epochs": Range(1, "at least 1"),
     "train.steps_per_epoch": Range(1, "at least 1, or null", null=True),
     "train.batch_size": Range(1, "at least 1 (it is per replica)"),

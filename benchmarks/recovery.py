@@ -1,0 +1,127 @@
+"""Recovery time with and without standby task processes (cluster.standby), side by side on one running Ray.
+
+Run:  python -m benchmarks.recovery [--rounds 3]
+      python -m benchmarks.recovery --smoke      (one short round: the CI check that it runs)
+
+The benchmark job (benchmarks/workload.py's CNN, 2 MWMS workers, a checkpoint every epoch) is launched with
+`raytf.fit`; once it trains (and, with standbys, once the pool holds them ready), rank 1 SIGKILLs itself. The table
+gives, per setting, the median over rounds of: detection (the kill -> the driver ending the attempt), recovery
+(`recovery_s` in result.json: the attempt's end -> the next attempt's first step, the issue's "failure detected ->
+next first step") and the run's wall time. Rounds interleave the settings (standby 0, 2, 0, 2, ...); the pool is
+released between runs, so each run with standbys starts from none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _wait_ready(count: int, timeout_s: float) -> bool:
+    import ray
+
+    from raytf._driver import standby
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pool = standby.pool(create=False)
+        if pool is not None and sum(c["ready"] for c in ray.get(pool.counts.remote()).values()) >= count:
+            return True
+        time.sleep(0.1)  # polling the pool, bounded by the deadline
+    return False
+
+
+def one(scratch: Path, n: int, standby_n: int, steps: int) -> dict:
+    import raytf
+
+    out = scratch / f"r{n}-s{standby_n}"
+    out.mkdir(parents=True)
+    kill_file = out / "kill"
+    cfg = raytf.load_config(ROOT / "conf/local.yaml", [
+        f"storage.path={scratch / 'runs'}", f"run.name=rec-{n}-{standby_n}", "train.epochs=3",
+        f"train.steps_per_epoch={steps}", "train.batch_size=64", "checkpoint.every_epochs=1",
+        "checkpoint.export_model=false", "metrics.every_steps=10", f"cluster.standby={standby_n}",
+        "train.entrypoint=benchmarks.workload:train_killed_once", f"train.params.out={out}",
+        f"train.params.kill_file={kill_file}"])
+    first_step = threading.Event()
+    done: dict = {}
+
+    def on_event(e):
+        if e.kind == "step":
+            first_step.set()
+
+    def run():
+        t = time.monotonic()
+        done["result"] = raytf.fit(cfg, quiet=True, on_event=on_event)
+        done["wall_s"] = time.monotonic() - t
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    first_step.wait(300)
+    # The failure comes once the standbys are ready (with standbys), the same time after the first step without.
+    t = time.monotonic()
+    ready = _wait_ready(2, 60) if standby_n else True
+    time.sleep(max(0.0, 6.0 - (time.monotonic() - t)))  # the same moment in the run for both settings
+    killed_at = time.time()
+    kill_file.write_text("now")
+    thread.join(600)
+    raytf.release_standbys()
+    result = done["result"]
+    attempts = result.summary["attempts"]
+    row = {"standby": standby_n, "ok": result.status == "succeeded" and len(attempts) == 2, "ready": ready,
+           "wall_s": done["wall_s"]}
+    if len(attempts) >= 2:
+        row.update(detect_s=attempts[0]["ended_at"] - killed_at, recovery_s=attempts[1]["recovery_s"],
+                   standby_tasks=attempts[1]["standby_tasks"])
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.recovery", description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=150, help="per epoch")
+    ap.add_argument("--smoke", action="store_true")
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.rounds, a.steps = 1, 60
+    os.chdir(ROOT)
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    scratch = Path(tempfile.mkdtemp(prefix="raytf-recovery-"))
+    rows = []
+    try:
+        for n in range(a.rounds):
+            for standby_n in (0, 2):
+                row = one(scratch, n, standby_n, a.steps)
+                rows.append(row)
+                print(f"round {n + 1}/{a.rounds} cluster.standby={standby_n}: " + " ".join(
+                    f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(scratch, ignore_errors=True)
+    print("\n| cluster.standby | runs ok | tasks in standbys (retry) | detection s | recovery s (median) | wall s |")
+    print("|---|---|---|---|---|---|")
+    for standby_n in (0, 2):
+        mine = [r for r in rows if r["standby"] == standby_n and r["ok"]]
+
+        def med(key, rows=mine):
+            values = [r[key] for r in rows if r.get(key) is not None]
+            return f"{statistics.median(values):.2f}" if values else "—"
+
+        print(f"| {standby_n} | {len(mine)}/{sum(r['standby'] == standby_n for r in rows)} | "
+              f"{med('standby_tasks')} | {med('detect_s')} | {med('recovery_s')} | {med('wall_s')} |")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

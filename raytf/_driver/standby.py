@@ -1,0 +1,157 @@
+"""Standby task processes: Ray actors with TensorFlow and tf-keras already imported, kept per node, that take the
+next attempt's or the next run's tasks (raytf issue 22: fast recovery and fast repeat runs).
+
+A task process costs ~1.3 s to start (a Ray worker with the task's runtime_env, which Ray cannot take from its
+pool of pre-started workers) and ~3 s to import TensorFlow before it can build its strategy. A standby has done
+both. It never builds a strategy (a process can build a collective strategy only once) and never touches a GPU
+(tasks with GPUs always start afresh: Ray gives a GPU's ids only to an actor that reserves it). A task a standby
+takes still has its placement-group bundle reserved (the standby itself reserves nothing: `num_cpus=0`), so the
+cluster's accounting is the same as for a fresh actor.
+
+The standbys belong to one pool actor per Ray job (`raytf:standby-pool`), made by the driver's process: Ray ends
+an actor with its owner, so the pool and its standbys go when the session that made them does (a notebook's
+kernel, a CLI run), and `release()` ends them at once. A sweep's trials, in processes of their own, use the
+driver's pool. Each attempt, once its first step is in, asks the pool to refill what it took: at most
+`cluster.standby` per node and runtime_env.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+import ray
+from ray.exceptions import RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+# The one task-side module the driver imports: Ray needs the actor's class.
+from raytf._task.actor import TaskActor
+
+log = logging.getLogger("raytf")
+
+POOL_NAME = "raytf:standby-pool"
+
+
+def env_key(runtime_env: dict[str, Any]) -> str:
+    """Standbys serve tasks of the same runtime_env only (its env vars are set before TensorFlow's import)."""
+    return hashlib.sha256(json.dumps(runtime_env, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class StandbyPool:
+    """The standbys of one Ray job, by (node, runtime_env key): those still importing TensorFlow and those ready."""
+
+    def __init__(self) -> None:
+        self._task = ray.remote(TaskActor)
+        self._warming: dict[tuple[str, str], list[tuple[Any, Any]]] = {}  # (node, key) -> [(actor, warm ref)]
+        self._ready: dict[tuple[str, str], list[Any]] = {}
+
+    def _harvest(self, where: tuple[str, str]) -> None:
+        pending = self._warming.get(where, [])
+        if not pending:
+            return
+        refs = [ref for _, ref in pending]
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        done = set(done)
+        still = []
+        for actor, ref in pending:
+            if ref not in done:
+                still.append((actor, ref))
+                continue
+            try:
+                ray.get(ref)
+                self._ready.setdefault(where, []).append(actor)
+            except RayError as e:  # a standby that could not import TensorFlow is no standby
+                log.warning("a standby on node %s failed to start: %s", where[0][:12], e)
+                ray.kill(actor, no_restart=True)
+        self._warming[where] = still
+
+    def fill(self, node_id: str, key: str, runtime_env: dict[str, Any], count: int) -> int:
+        """Start standbys on `node_id` until `count` are ready or warming there for `key`; how many it started."""
+        where = (node_id, key)
+        self._harvest(where)
+        have = len(self._ready.get(where, [])) + len(self._warming.get(where, []))
+        started = 0
+        for _ in range(max(0, count - have)):
+            actor = self._task.options(
+                num_cpus=0, runtime_env=runtime_env, max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(None, None)
+            self._warming.setdefault(where, []).append((actor, actor.warm.remote()))
+            started += 1
+        return started
+
+    def take(self, node_id: str, key: str, count: int) -> list[Any]:
+        """Up to `count` ready standbys of `key` on `node_id`, no longer the pool's (the caller kills them)."""
+        where = (node_id, key)
+        self._harvest(where)
+        ready = self._ready.get(where, [])
+        taken, self._ready[where] = ready[:count], ready[count:]
+        return taken
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """{node: {"ready": n, "warming": n}} (every key): what the pool holds."""
+        out: dict[str, dict[str, int]] = {}
+        for where in {*self._ready, *self._warming}:
+            self._harvest(where)
+            c = out.setdefault(where[0], {"ready": 0, "warming": 0})
+            c["ready"] += len(self._ready.get(where, []))
+            c["warming"] += len(self._warming.get(where, []))
+        return out
+
+    def release(self) -> int:
+        """End every standby; how many."""
+        actors = [a for v in self._ready.values() for a in v] + [a for v in self._warming.values() for a, _ in v]
+        for a in actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except RayError as e:
+                log.debug("kill: %s", e)
+        _wait_gone(actors)
+        self._ready, self._warming = {}, {}
+        return len(actors)
+
+
+def _wait_gone(actors: list, timeout_s: float = 10.0) -> None:
+    """Until Ray knows the killed `actors` dead (a call to one fails), at most `timeout_s` in all: whoever looks
+    next (a leak check, the next run) sees them gone."""
+    refs = [a.__ray_ready__.remote() for a in actors]
+    ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+
+
+_RemotePool = ray.remote(num_cpus=0)(StandbyPool)
+# The handle of the pool this process made. Ray ends an actor that is not detached once no handle to it is left,
+# named or not (seen here: made in a run's refill, it was gone when the run returned); this one lives as long as
+# the process (the session) does, or until release().
+_made: list = []
+
+
+def pool(create: bool = True):
+    """This job's pool actor (made, owned by this process, when `create` and there is none); None without one."""
+    try:
+        return ray.get_actor(POOL_NAME)
+    except ValueError:
+        if not create:
+            return None
+    handle = _RemotePool.options(name=POOL_NAME, get_if_exists=True, max_restarts=0).remote()
+    _made[:] = [handle]
+    return handle
+
+
+def release() -> int:
+    """End this job's standby task processes (and their pool) now; how many there were. raytf makes them again
+    when a run wants them (cluster.standby)."""
+    if not ray.is_initialized():
+        return 0
+    p = pool(create=False)
+    if p is None:
+        return 0
+    try:
+        n = ray.get(p.release.remote(), timeout=30)
+    except RayError as e:
+        log.debug("standby release: %s", e)
+        n = 0
+    ray.kill(p, no_restart=True)
+    _wait_gone([p])
+    _made.clear()
+    return n

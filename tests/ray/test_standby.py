@@ -1,0 +1,80 @@
+"""Standby task processes (cluster.standby, raytf/_driver/standby.py): a retry's tasks and a later run's start in
+processes that imported TensorFlow already; none is left once released (and the leak check releases them)."""
+
+import os
+import threading
+import time
+
+import pytest
+
+import raytf
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+
+def _wait_ready(count: int, timeout_s: float = 120.0) -> dict:
+    """Until the session's pool holds `count` ready standbys (they import TensorFlow in the background)."""
+    import ray
+
+    from raytf._driver import standby
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pool = standby.pool(create=False)
+        counts = ray.get(pool.counts.remote()) if pool is not None else {}
+        if sum(c["ready"] for c in counts.values()) >= count:
+            return counts
+        time.sleep(0.2)  # polling the pool's state, bounded by the deadline
+    raise AssertionError(f"no {count} standbys ready in {timeout_s}s: {counts}")
+
+
+def _pids(result) -> dict[tuple[int, int], float]:
+    steps = result.metrics[result.metrics["kind"] == "step"]
+    return {(a, r): p for (a, r), p in steps.groupby(["attempt", "rank"])["pid"].first().items()}
+
+
+def test_a_retry_and_the_next_run_start_in_standbys(fast_cfg, no_leaks, tmp_path):
+    import ray
+
+    fail_file = tmp_path / "fail"
+    cfg = fast_cfg("run.name=warm", "train.entrypoint=tests.train_fns:fail_when_told", "cluster.standby=2",
+                   "train.epochs=2", "train.steps_per_epoch=400", "metrics.every_steps=1",
+                   "checkpoint.every_epochs=1", f"train.params={{step_s: 0.02, fail_file: '{fail_file}'}}")
+    out = {}
+    run = threading.Thread(target=lambda: out.setdefault("result", raytf.fit(cfg, quiet=True)))
+    run.start()
+    try:
+        counts = _wait_ready(2)  # made once attempt 1 trains: one per task on this node
+        fail_file.write_text("now")
+    finally:
+        run.join(timeout=240)
+    result = out["result"]
+    assert result.status == "succeeded", result.error
+    first, second = result.summary["attempts"]
+    assert first["standby_tasks"] == 0 and second["standby_tasks"] == 2, result.summary["attempts"]
+    assert len(counts) == 1  # (one node)
+    pids = _pids(result)
+    assert {pids[(2, 0)], pids[(2, 1)]}.isdisjoint({pids[(1, 0)], pids[(1, 1)]})
+    retry_recovery = second["recovery_s"]
+
+    # The next run of the session: its tasks start in the standbys attempt 2 asked for.
+    _wait_ready(2)
+    again = raytf.fit(fast_cfg("run.name=warm2", "train.entrypoint=tests.train_fns:fail_when_told",
+                               "cluster.standby=2", "train.epochs=1", "train.steps_per_epoch=20",
+                               f"train.params={{fail_file: '{tmp_path / 'never'}'}}"), quiet=True)
+    assert again.status == "succeeded", again.error
+    assert again.summary["attempts"][0]["standby_tasks"] == 2
+    print(f"recovery_s of the retry in standbys: {retry_recovery}; first step of the warm run: "
+          f"{again.summary['first_step_s']}s")
+
+    # Released (the leak check does it too): the pool and its standbys are gone, processes included.
+    _wait_ready(2)
+    pids_before = [p["pid"] for p in ray.util.state.list_actors(
+        address=ray.get_runtime_context().gcs_address, filters=[("class_name", "=", "TaskActor"),
+                                                                ("state", "=", "ALIVE")], detail=True)]
+    assert len(pids_before) == 2
+    assert raytf.release_standbys() == 2
+    deadline = time.monotonic() + 15
+    while any(os.path.exists(f"/proc/{p}") for p in pids_before) and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling for the killed processes' exit, bounded
+    assert not [p for p in pids_before if os.path.exists(f"/proc/{p}")]
