@@ -69,8 +69,8 @@ def one(scratch: Path, n: int, standby_n: int, steps: int) -> dict:
     first_step.wait(300)
     # The failure comes once the standbys are ready (with standbys), the same time after the first step without.
     t = time.monotonic()
-    ready = _wait_ready(2, 60) if standby_n else True
-    time.sleep(max(0.0, 6.0 - (time.monotonic() - t)))  # the same moment in the run for both settings
+    ready = _wait_ready(2, 90) if standby_n else True
+    time.sleep(max(0.0, 12.0 - (time.monotonic() - t)))  # the same moment in the run for both settings
     killed_at = time.time()
     kill_file.write_text("now")
     thread.join(600)
@@ -88,13 +88,19 @@ def one(scratch: Path, n: int, standby_n: int, steps: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.recovery", description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=150, help="per epoch")
+    ap.add_argument("--steps", type=int, default=300, help="per epoch")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args(argv)
     if a.smoke:
         a.rounds, a.steps = 1, 60
     os.chdir(ROOT)
     import ray
+
+    from raytf._driver import standby
+
+    # A real job fails minutes in, long after its attempt asked for standbys (after REFILL_AFTER_S of training);
+    # this one is seconds long: ask sooner.
+    standby.REFILL_AFTER_S = 3.0
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     scratch = Path(tempfile.mkdtemp(prefix="raytf-recovery-"))

@@ -74,11 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2
-    from raytf._driver import connect
+    from raytf._driver import connect, standby
     from raytf.api.fit import fit
 
     signal.signal(signal.SIGTERM, _sigterm)
     started = False
+    standby.refill_at_end = False  # this command's session is its one run
     try:
         started = connect.ensure_ray(cfg)
         if cfg.sweep.space:
@@ -99,8 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raytf: {e}", file=sys.stderr)
         return 1
     finally:
-        from raytf._driver import standby
-
         standby.release()  # this command's standbys: nothing for another command to take
         if started:
             import ray

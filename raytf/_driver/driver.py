@@ -30,7 +30,7 @@ from raytf._core.plan import WORKER, Plan, make_plan, task_table
 from raytf._core.runloop import AttemptLoop, Phase, Timing, drive
 from raytf._core.stragglers import Stragglers
 from raytf._core.topology import TaskAddress
-from raytf._driver import connect, placement
+from raytf._driver import connect, placement, standby
 from raytf._driver.group import TaskGroup
 from raytf._driver.headwatch import HeadWatch
 from raytf._driver.port import BusUnresponsive, RayPort
@@ -198,6 +198,8 @@ class Driver(RunRecord):
         finally:
             if self.head_watch is not None:
                 self.head_watch.stop()
+            if standby.refill_at_end and self.group is not None:
+                self.group.refill()  # for the session's next run (a notebook's, a sweep's next trial)
             self._record_end(status, ended_by, closing=(self.progress.close, self.tensorboard.close,
                                                            self.ray_metrics.close))
         return self.outcome(status)
@@ -453,6 +455,12 @@ class Driver(RunRecord):
     def _poll(self) -> None:
         """Once per round of the attempt loop."""
         self._flush_metrics()
+        attempt = self.attempts[-1]
+        if (self._refilled != attempt.number and self.group is not None and attempt.first_step_at is not None
+                and time.time() - attempt.first_step_at >= standby.REFILL_AFTER_S):
+            # Trained long enough to be worth a faster retry (standby.REFILL_AFTER_S says why not sooner).
+            self._refilled = attempt.number
+            self.group.refill()
         self.ray_metrics.poll()  # (Ray drops a gauge not set for two export intervals)
 
     def _straggler_watch(self, e: ev.Event) -> None:
@@ -481,10 +489,6 @@ class Driver(RunRecord):
             self.metrics.add(e)
             if e.kind == ev.STEP:
                 self._straggler_watch(e)
-                if self._refilled != attempt.number and self.group is not None:
-                    # The attempt trains: standbys may import TensorFlow now without delaying its start.
-                    self._refilled = attempt.number
-                    self.group.refill()
             self.progress(e)
             self.tensorboard(e)
             self.ray_metrics(e)

@@ -61,6 +61,7 @@ class TaskGroup:
         self.infos: list[dict[str, Any]] = []
         self.unavailable: set[int] = set()  # ranks whose actor Ray could not reach (ActorUnavailableError)
         self.adopted: set[int] = set()  # ranks a standby process took (raytf/_driver/standby.py)
+        self._slots: dict[tuple[str, str], list[int]] = {}  # where standbys could take this group's tasks
 
     def info(self, rank: int) -> dict[str, Any]:
         return next((i for i in self.infos if i["rank"] == rank), {})
@@ -79,6 +80,7 @@ class TaskGroup:
             max_concurrency=2 * len(self.plan.tasks) + 8,
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
         ).remote()
+        self._slots = self._standby_slots() if cfg.cluster.standby > 0 else {}
         standbys = self._standbys()
         self.actors = [self._start_task(t, i, standbys.get(i)) for i, t in enumerate(self.plan.tasks)]
 
@@ -93,10 +95,10 @@ class TaskGroup:
 
     def _standbys(self) -> dict[int, Any]:
         """Bundle index -> a standby that takes its task (cluster.standby): none while the session has no pool."""
-        pool = standby.pool(create=False) if self.cfg.cluster.standby > 0 else None
+        pool = standby.pool(create=False) if self._slots else None
         if pool is None:
             return {}
-        slots = self._standby_slots()
+        slots = self._slots
         refs = {where: pool.take.remote(where[0], where[1], len(bundles)) for where, bundles in slots.items()}
         out: dict[int, Any] = {}
         for where, ref in refs.items():
@@ -107,13 +109,14 @@ class TaskGroup:
         return out
 
     def refill(self) -> None:
-        """Ask the pool (made now if the session has none) for standbys in place of this attempt's tasks: at most
-        cluster.standby per node. In the background: the pool starts them, they import TensorFlow."""
-        if self.cfg.cluster.standby <= 0 or self.pg is None:
+        """Ask the pool (made now if the session has none) for standbys in place of this attempt's tasks (on the
+        nodes it was placed on; also after its teardown): at most cluster.standby per node. In the background: the
+        pool starts them, they import TensorFlow."""
+        if not self._slots:
             return
         try:
             pool = standby.pool()
-            for (node, key), bundles in self._standby_slots().items():
+            for (node, key), bundles in self._slots.items():
                 runtime_env = task_runtime_env(self.cfg, self.plan.tasks[bundles[0]])
                 pool.fill.remote(node, key, runtime_env, min(self.cfg.cluster.standby, len(bundles)))
         except RayError as e:  # a faster next attempt is a bonus, never a reason to fail this one

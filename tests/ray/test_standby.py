@@ -33,8 +33,13 @@ def _pids(result) -> dict[tuple[int, int], float]:
     return {(a, r): p for (a, r), p in steps.groupby(["attempt", "rank"])["pid"].first().items()}
 
 
-def test_a_retry_and_the_next_run_start_in_standbys(fast_cfg, no_leaks, tmp_path):
+def test_a_retry_and_the_next_run_start_in_standbys(fast_cfg, no_leaks, tmp_path, monkeypatch):
     import ray
+
+    from raytf._driver import standby
+
+    # An attempt asks for standbys after REFILL_AFTER_S (20 s) of training: sooner here, the run is short.
+    monkeypatch.setattr(standby, "REFILL_AFTER_S", 2.0)
 
     fail_file = tmp_path / "fail"
     cfg = fast_cfg("run.name=warm", "train.entrypoint=tests.train_fns:fail_when_told", "cluster.standby=2",
@@ -57,7 +62,7 @@ def test_a_retry_and_the_next_run_start_in_standbys(fast_cfg, no_leaks, tmp_path
     assert {pids[(2, 0)], pids[(2, 1)]}.isdisjoint({pids[(1, 0)], pids[(1, 1)]})
     retry_recovery = second["recovery_s"]
 
-    # The next run of the session: its tasks start in the standbys attempt 2 asked for.
+    # The next run of the session: its tasks start in the standbys the first run asked for as it ended.
     _wait_ready(2)
     again = raytf.fit(fast_cfg("run.name=warm2", "train.entrypoint=tests.train_fns:fail_when_told",
                                "cluster.standby=2", "train.epochs=1", "train.steps_per_epoch=20",
