@@ -83,3 +83,41 @@ def test_a_retry_and_the_next_run_start_in_standbys(fast_cfg, no_leaks, tmp_path
     while any(os.path.exists(f"/proc/{p}") for p in pids_before) and time.monotonic() < deadline:
         time.sleep(0.1)  # polling for the killed processes' exit, bounded
     assert not [p for p in pids_before if os.path.exists(f"/proc/{p}")]
+
+
+def test_standbys_end_with_the_session_that_made_them(no_leaks):
+    """A session (another driver process on this cluster) makes standbys and exits without releasing them: Ray
+    ends them with their owner, nothing of them is left."""
+    import subprocess
+    import sys
+
+    import ray
+
+    from tests.conftest import ROOT, state_address
+
+    code = f"""
+import time, ray
+ray.init(address={ray.get_runtime_context().gcs_address!r}, configure_logging=False, log_to_driver=False)
+import raytf
+from raytf._core.plan import make_plan, task_runtime_env
+from raytf._driver import standby
+cfg = raytf.load_config("conf/local.yaml")
+env = task_runtime_env(cfg, make_plan(cfg).tasks[0])
+pool = standby.pool()
+ray.get(pool.fill.remote(ray.get_runtime_context().get_node_id(), standby.env_key(env), env, 2))
+while sum(c["ready"] for c in ray.get(pool.counts.remote()).values()) < 2:
+    time.sleep(0.2)
+print("ready", flush=True)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "ready" in proc.stdout, proc.stderr[-2000:]
+    from ray.util.state import list_actors
+
+    deadline = time.monotonic() + 30
+    alive = None
+    while time.monotonic() < deadline:
+        alive = [a.class_name for a in list_actors(address=state_address(), filters=[("state", "!=", "DEAD")])]
+        if not alive:
+            break
+        time.sleep(0.2)  # polling Ray's state for the owner's death to reach its actors, bounded
+    assert alive == []
