@@ -119,7 +119,7 @@ class TaskGroup:
             for (node, key), bundles in self._slots.items():
                 runtime_env = task_runtime_env(self.cfg, self.plan.tasks[bundles[0]])
                 pool.fill.remote(node, key, runtime_env, min(self.cfg.cluster.standby, len(bundles)))
-        except RayError as e:  # a faster next attempt is a bonus, never a reason to fail this one
+        except Exception as e:  # a faster next attempt is a bonus, never a reason to fail (or hide why) a run
             log.warning("cluster.standby: no standby processes made (%s)", e)
 
     def _start_task(self, t: TaskSpec, bundle_index: int, standby_actor=None):
