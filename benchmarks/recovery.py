@@ -40,7 +40,7 @@ def _wait_ready(count: int, timeout_s: float) -> bool:
     return False
 
 
-def one(scratch: Path, n: int, standby_n: int, steps: int) -> dict:
+def one(scratch: Path, n: int, standby_n: int, steps: int, after_s: float = 12.0) -> dict:
     import raytf
 
     out = scratch / f"r{n}-s{standby_n}"
@@ -70,7 +70,7 @@ def one(scratch: Path, n: int, standby_n: int, steps: int) -> dict:
     # The failure comes once the standbys are ready (with standbys), the same time after the first step without.
     t = time.monotonic()
     ready = _wait_ready(2, 90) if standby_n else True
-    time.sleep(max(0.0, 12.0 - (time.monotonic() - t)))  # the same moment in the run for both settings
+    time.sleep(max(0.0, after_s - (time.monotonic() - t)))  # the same moment in the run for both settings
     killed_at = time.time()
     kill_file.write_text("now")
     thread.join(600)
@@ -91,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=300, help="per epoch")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args(argv)
+    after_s = 12.0
     if a.smoke:
-        a.rounds, a.steps = 1, 60
+        a.rounds, a.steps, after_s = 1, 120, 2.0
     os.chdir(ROOT)
     import ray
 
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n in range(a.rounds):
             for standby_n in (0, 2):
-                row = one(scratch, n, standby_n, a.steps)
+                row = one(scratch, n, standby_n, a.steps, after_s)
                 rows.append(row)
                 print(f"round {n + 1}/{a.rounds} cluster.standby={standby_n}: " + " ".join(
                     f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)

@@ -22,6 +22,7 @@ from raytf._storage import RunDir
 # The one task-side module the driver imports: Ray needs the class (and the sweep's function).
 from raytf._task.actor import TaskActor, sweep_scratch
 from raytf.config import SINGLE_TASK_STRATEGIES, Config, script_mode, task_view
+from raytf.config.redact import secret_runtime_env
 from raytf.errors import RaytfError, StorageError, WorkerError
 
 log = logging.getLogger("raytf")
@@ -80,7 +81,10 @@ class TaskGroup:
             max_concurrency=2 * len(self.plan.tasks) + 8,
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
         ).remote()
-        self._slots = self._standby_slots() if cfg.cluster.standby > 0 else {}
+        # Standbys are made by the job's pool actor, which is sent their runtime_env: not one whose entries look like
+        # secrets (they would travel to and stay in one more process; raytf issue 19's rule).
+        self._slots = (self._standby_slots() if cfg.cluster.standby > 0 and not secret_runtime_env(cfg.ray.runtime_env)
+                       else {})
         standbys = self._standbys()
         self.actors = [self._start_task(t, i, standbys.get(i)) for i, t in enumerate(self.plan.tasks)]
 

@@ -162,7 +162,8 @@ class ClusterConfig:
     port_range: list[int] | None = None
     # Standby task processes (TensorFlow already imported, no strategy yet) kept per node for this run's
     # runtime_env, refilled once each attempt's first step is in; a retry's or a later run's tasks start in them
-    # (~4 s sooner). Each holds ~300 MB and reserves no CPU; tasks with GPUs never use them. 0: none.
+    # (~4 s sooner). Each holds ~300 MB and reserves no CPU; tasks with GPUs never use them, nor runs whose
+    # ray.runtime_env has secret-looking entries. 0: none.
     standby: int = 2
 
 

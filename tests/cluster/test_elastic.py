@@ -88,6 +88,7 @@ def test_shrink_when_a_node_is_lost_then_grow_back_losing_nothing(cluster, tmp_p
     assert set(steps["global_batch"]) == {18.0}  # keep_global_batch: 6 x 3 = 9 x 2 = 18
     on_disk = json.loads((Path(result.run_dir) / "result.json").read_text())
     assert [a["num_workers"] for a in on_disk["attempts"]] == [3, 2, 3]
+    raytf.release_standbys()  # (the session keeps them for its next run otherwise)
     assert leftovers() == {"actors": [], "placement_groups": []}
 
 
@@ -104,4 +105,5 @@ def test_min_workers_out_of_reach_waits_placement_timeout_then_names_what_is_mis
     message = str(info.value)
     assert "placement group for 5 tasks" in message and "cluster.placement_timeout_s=4s" in message, message
     assert "\n" not in message and waited >= 4 + 3  # wait_s for 6, then placement_timeout_s for 5
+    raytf.release_standbys()  # (the session keeps them for its next run otherwise)
     assert leftovers() == {"actors": [], "placement_groups": []}

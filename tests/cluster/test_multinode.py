@@ -31,6 +31,9 @@ def cluster():
 @pytest.fixture
 def clean(cluster):
     yield cluster
+    import raytf
+
+    raytf.release_standbys()  # (the session keeps them for its next run otherwise)
     assert leftovers() == {"actors": [], "placement_groups": []}
 
 

@@ -121,3 +121,20 @@ print("ready", flush=True)
             break
         time.sleep(0.2)  # polling Ray's state for the owner's death to reach its actors, bounded
     assert alive == []
+
+
+# slow, like benchmarks.run's smoke (tests/ray/test_scaling.py): ~1.5 min, past the default run's 20 minutes
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_recovery_benchmark_smoke_mode_runs():
+    """`python -m benchmarks.recovery --smoke`: one run each way (its own Ray); the retry with standbys took them."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    out = subprocess.run([sys.executable, "-m", "benchmarks.recovery", "--smoke"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=380)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| 2 |")]
+    assert rows and rows[0].split("|")[3].strip() == "2.00", out.stdout
