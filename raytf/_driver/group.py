@@ -90,7 +90,11 @@ class TaskGroup:
 
     def _standby_slots(self) -> dict[tuple[str, str], list[int]]:
         """(node, runtime_env key) -> the bundles (tasks) a standby could take there: those without GPUs."""
-        nodes = ray.util.placement_group_table(self.pg)["bundles_to_node_id"]
+        try:
+            nodes = ray.util.placement_group_table(self.pg)["bundles_to_node_id"]
+        except (RayError, KeyError) as e:  # no standbys then; the attempt goes on as without them
+            log.debug("standby slots: %s", e)
+            return {}
         slots: dict[tuple[str, str], list[int]] = {}
         for i, t in enumerate(self.plan.tasks):
             if not t.gpus and nodes.get(i):
