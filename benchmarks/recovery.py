@@ -26,22 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _wait_ready(count: int, timeout_s: float) -> bool:
-    import ray
-
-    from raytf._driver import standby
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        pool = standby.pool(create=False)
-        if pool is not None and sum(c["ready"] for c in ray.get(pool.counts.remote()).values()) >= count:
-            return True
-        time.sleep(0.1)  # polling the pool, bounded by the deadline
-    return False
-
-
 def one(scratch: Path, n: int, standby_n: int, steps: int, after_s: float = 12.0) -> dict:
     import raytf
+    from raytf._driver import standby
 
     out = scratch / f"r{n}-s{standby_n}"
     out.mkdir(parents=True)
@@ -69,7 +56,7 @@ def one(scratch: Path, n: int, standby_n: int, steps: int, after_s: float = 12.0
     first_step.wait(300)
     # The failure comes once the standbys are ready (with standbys), the same time after the first step without.
     t = time.monotonic()
-    ready = _wait_ready(2, 90) if standby_n else True
+    ready = standby.wait_ready(2, 90) if standby_n else True
     time.sleep(max(0.0, after_s - (time.monotonic() - t)))  # the same moment in the run for both settings
     killed_at = time.time()
     kill_file.write_text("now")

@@ -139,19 +139,12 @@ def _raytf(name: str, s: Setup, out: Path, conf: str, overrides: list[str], exam
     return _measure(name, t0, wall, out, examples_per_step)
 
 
-def _settle(timeout_s: float = 60.0) -> None:
+def _settle() -> None:
     """Outside the timed run: until the standbys the run asked for as it ended have imported TensorFlow, as they
     have by the time a notebook's next cell runs; else their import would land on the next contender's run."""
-    import ray
-
     from raytf._driver import standby
 
-    pool = standby.pool(create=False)
-    deadline = time.monotonic() + timeout_s
-    while pool is not None and time.monotonic() < deadline:
-        if not any(c["warming"] for c in ray.get(pool.counts.remote()).values()):
-            return
-        time.sleep(0.2)  # polling the pool, bounded by the deadline
+    standby.settle()
 
 
 _LEAN = ["checkpoint.every_epochs=0", "checkpoint.export_model=false", "metrics.every_steps=0"]

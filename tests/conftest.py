@@ -101,3 +101,14 @@ def ps_cfg(tmp_path):
     """A small ParameterServerStrategy config (chief, 2 workers, 1 ps on 2 CPUs) under tmp_path."""
     return _small("conf/ps_local.yaml", tmp_path, ["train.epochs=3", "train.steps_per_epoch=10",
                                                    "train.batch_size=16", "metrics.every_steps=5"])
+
+
+def benchmark_smoke(module: str, timeout_s: float):
+    """`python -m <module> --smoke` (a benchmark's smoke mode), which must succeed: its CompletedProcess."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", module, "--smoke"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=timeout_s)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out

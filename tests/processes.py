@@ -30,8 +30,15 @@ def leftover_script_processes(timeout_s: float = 15.0) -> list[int]:
     """_children() once they have had `timeout_s` to go: a torn-down task's processes die asynchronously
     (the actor's exit closes the pipe its script's sentinel waits on, which then kills the group). Waits on
     each one's pidfd, which becomes readable when the process exits."""
+    wait_exit(_children(), timeout_s)
+    return _children()
+
+
+def wait_exit(pids: list[int], timeout_s: float) -> list[int]:
+    """Those of `pids` still running after at most `timeout_s`: waits on each one's pidfd, which becomes readable
+    when the process exits."""
     deadline = time.monotonic() + timeout_s
-    for pid in _children():
+    for pid in pids:
         try:
             fd = os.pidfd_open(pid)
         except ProcessLookupError:  # gone already
@@ -40,4 +47,4 @@ def leftover_script_processes(timeout_s: float = 15.0) -> list[int]:
             select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
         finally:
             os.close(fd)
-    return _children()
+    return [p for p in pids if os.path.exists(f"/proc/{p}")]

@@ -95,6 +95,10 @@ class StandbyPool:
         taken, self._ready[where] = ready[:count], ready[count:]
         return taken
 
+    def warming(self) -> list[Any]:
+        """The warm-up calls of the standbys still importing TensorFlow: a caller may wait on them."""
+        return [ref for pending in self._warming.values() for _, ref in pending]
+
     def counts(self) -> dict[str, dict[str, int]]:
         """{node: {"ready": n, "warming": n}} (every key): what the pool holds."""
         out: dict[str, dict[str, int]] = {}
@@ -142,6 +146,34 @@ def pool(create: bool = True):
     handle = _RemotePool.options(name=POOL_NAME, get_if_exists=True, max_restarts=0).remote()
     _made[:] = [handle]
     return handle
+
+
+def wait_ready(count: int, timeout_s: float) -> bool:
+    """Whether the session's pool holds `count` ready standbys within `timeout_s`, waiting on their warm-up calls
+    (tests and benchmarks: a run asks for them in the background)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        p = pool(create=False)
+        if p is not None and sum(c["ready"] for c in ray.get(p.counts.remote()).values()) >= count:
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        refs = ray.get(p.warming.remote()) if p is not None else []
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=left)
+        else:  # none asked for yet (a run asks once it has trained a while): look again shortly
+            time.sleep(min(0.2, left))
+
+
+def settle(timeout_s: float = 60.0) -> None:
+    """Until the standbys being made have imported TensorFlow (at most `timeout_s`): benchmarks, between runs."""
+    p = pool(create=False)
+    refs = ray.get(p.warming.remote()) if p is not None else []
+    if refs:
+        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
 
 
 def release() -> int:

@@ -29,7 +29,7 @@ from raytf._task.lines import OWN_FORMAT, Shown
 from raytf._task.scratch import Scratch
 from raytf._task.tee import OutputCapture
 from raytf._task.upload import upload_outputs
-from raytf.config import Config, Strategy
+from raytf.config import Config
 from raytf.errors import WorkerError
 
 log = logging.getLogger(__name__)
@@ -136,28 +136,6 @@ class _WorkingDir:
         os.chdir(self._was)
 
 
-def _breakdown(cfg: Config):
-    """The step-time breakdown of this process's step rows (raytf/_task/timing.py). ParameterServerStrategy's steps
-    run on its workers, where the coordinator's process cannot time them: its rows carry step time only."""
-    from raytf._core.breakdown import Split
-    from raytf._task import timing
-
-    if cfg.cluster.strategy is Strategy.parameter_server or not cfg.metrics.breakdown:
-        return Split(dict)
-    timing.install()
-    return Split(timing.totals)
-
-
-def _may_raise_priority(nice: int) -> bool:
-    """Whether this process may go back to `nice` from 19 (root, or RLIMIT_NICE allows it: 20 - limit <= nice)."""
-    import resource
-
-    if os.geteuid() == 0:
-        return True
-    soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
-    return soft == resource.RLIM_INFINITY or 20 - soft <= nice
-
-
 @ray.remote(num_cpus=0)
 def sweep_scratch() -> list[str]:
     """Run on a node by the driver after an attempt's teardown: the scratch directories its killed tasks left."""
@@ -179,36 +157,10 @@ class TaskActor:
             self.adopt(spec, advertise_address)
 
     def warm(self) -> dict[str, Any]:
-        """A standby's start: TensorFlow and tf-keras imported (the runtime_env's TF_USE_LEGACY_KERAS is set)."""
-        import time
+        """A standby's start: TensorFlow and tf-keras imported (raytf/_task/warm.py)."""
+        from raytf._task import warm
 
-        began = time.monotonic()
-        # TensorFlow's start-up lines (oneDNN, CUDA drivers): no task's, so in no task's log; and never through
-        # Ray's log_to_driver to the user's terminal (raytf issue 21's quiet terminal).
-        saved = [os.dup(1), os.dup(2)]
-        null = os.open(os.devnull, os.O_WRONLY)
-        # The import runs beside training (the pool refills while an attempt trains): on idle CPU only. Measured on
-        # 2 cores, two standbys importing at normal priority made the running job's steps 1.8x slower. Linux's
-        # setpriority(PRIO_PROCESS, 0) is this thread's; back to normal afterwards, which needs the right to raise
-        # a priority (root, or RLIMIT_NICE): without it, no lowering either (a task must not run niced).
-        nice = os.getpriority(os.PRIO_PROCESS, 0)
-        lowered = _may_raise_priority(nice)
-        try:
-            if lowered:
-                os.setpriority(os.PRIO_PROCESS, 0, 19)
-            for fd in (1, 2):
-                os.dup2(null, fd)
-            from raytf._task import tf_runtime  # imports TensorFlow
-
-            tf_runtime.import_keras()
-        finally:
-            for fd, was in zip((1, 2), saved):
-                os.dup2(was, fd)
-                os.close(was)
-            os.close(null)
-            if lowered:
-                os.setpriority(os.PRIO_PROCESS, 0, nice)
-        return {"pid": os.getpid(), "import_s": time.monotonic() - began}
+        return {"pid": os.getpid(), "import_s": warm.import_tensorflow()}
 
     def adopt(self, spec: TaskSpec, advertise_address: str | None) -> None:
         """Become the task `spec`: hold its port. Called by __init__, or on a standby given a task."""
@@ -428,7 +380,9 @@ class TaskActor:
                 wait_stop=lambda timeout: ray.get(bus.wait_stop.remote(timeout)), bus=bus, max_workers=max_workers,
             )
             if not evaluator:
-                ctx.split = _breakdown(cfg)
+                from raytf._task import timing
+
+                ctx.split = timing.split(timing.measured(cfg))
             from raytf._task.gpu import GpuSampler
 
             gpus = GpuSampler.for_task(os.environ.get("CUDA_VISIBLE_DEVICES"))  # None without GPUs, silently

@@ -155,6 +155,25 @@ def install() -> None:
         _installed = True
 
 
+def measured(cfg) -> bool:
+    """Whether a run's steps are timed in its tasks' processes: not under ParameterServerStrategy (its steps run on
+    its workers, where the coordinator's process cannot time them), nor with metrics.breakdown=false."""
+    from raytf.config import Strategy
+
+    return cfg.cluster.strategy is not Strategy.parameter_server and cfg.metrics.breakdown
+
+
+def split(measure: bool):
+    """The breakdown of this process's step rows (a StepCounter's `split`), the instrumentation installed first
+    when `measure`; else the rows carry step time only."""
+    from raytf._core.breakdown import Split
+
+    if not measure:
+        return Split(dict)
+    install()
+    return Split(totals)
+
+
 def add_save(seconds: float) -> None:
     SAVES.eager += seconds
     SAVES.used = True

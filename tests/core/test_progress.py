@@ -161,3 +161,43 @@ def test_a_new_size_starts_a_new_bar():
         assert p._bar.desc == "epoch 1/2 · 2/3 workers" and p._bar.n == 3
     finally:
         p.close()
+
+
+def test_step_rows_carry_the_breakdown_of_their_own_interval(clock):
+    """The first row of a process carries none (its interval holds building and tracing); later rows split their
+    interval's time; an epoch's end starts the next interval (validation is in no row, its save in the next)."""
+    from raytf._core.breakdown import Split
+
+    spent = {"input_wait_s": 0.0, "save_s": 0.0}
+    sent = []
+    c = StepCounter(lambda kind, payload: sent.append((kind, payload)), every_steps=2, heartbeat_s=100.0,
+                    clock=clock)
+    c.split = Split(lambda: dict(spent))
+    clock.now += 5.0  # building the model, tracing the first step
+    spent["input_wait_s"] += 1.0
+    c.step_end()
+    for _ in range(2):  # 2 steps of 0.5 s, 0.1 s of each waiting for input
+        clock.now += 0.5
+        spent["input_wait_s"] += 0.1
+        c.step_end()
+    rows = [p["metrics"] for k, p in sent if k == "step"]
+    assert set(rows[0]) == {"steps_per_s"}  # the process's first row
+    assert rows[1] == pytest.approx({"steps_per_s": 2.0, "step_time_s": 0.5, "input_wait_s": 0.1, "save_s": 0.0,
+                                     "compute_s": 0.4})
+    clock.now += 30.0  # validation after the epoch's last step
+    c.epoch_end()
+    spent["save_s"] += 0.2  # the epoch's checkpoint, written after its row
+    clock.now += 0.2
+    clock.now += 0.5
+    c.step_end()  # step 4: a row, over the one step since the epoch's end
+    last = [p["metrics"] for k, p in sent if k == "step"][-1]
+    assert last == pytest.approx({"steps_per_s": 1 / 0.7, "step_time_s": 0.7, "input_wait_s": 0.0, "save_s": 0.2,
+                                  "compute_s": 0.5})
+
+
+def test_a_split_with_nothing_measured_gives_step_time_only():
+    """A step fed tensors (no get_next to wait in), or ParameterServerStrategy's: no part is guessed."""
+    from raytf._core.breakdown import Split
+
+    assert Split(dict).row(1.0, 10) == {"step_time_s": 0.1}
+    assert Split(dict).row(1.0, 0) == {}

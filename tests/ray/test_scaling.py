@@ -1,14 +1,12 @@
 """The scaling report (raytf.scaling / --scaling) and the benchmark's smoke mode."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import raytf
-from tests.conftest import ROOT
+from tests.conftest import benchmark_smoke
 
 
 @pytest.mark.ray
@@ -32,9 +30,7 @@ def test_scaling_report_runs_each_count(fast_cfg, no_leaks):
 @pytest.mark.timeout(900)
 def test_benchmark_smoke_mode_runs():
     """One short trial of every contender, so the benchmark cannot rot (its numbers are not checked here)."""
-    out = subprocess.run([sys.executable, "-m", "benchmarks.run", "--smoke"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=880)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    out = benchmark_smoke("benchmarks.run", timeout_s=880)
     for name in ("hand-launched TF", "raytf CLI, embedded Ray (cold)", "Ray Train TensorflowTrainer (cold)",
                  "raytf MWMS, train.script", "raytf MWMS, function", "Ray Train TensorflowTrainer |", "raytf PS"):
         assert f"| {name}" in out.stdout

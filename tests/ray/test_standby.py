@@ -1,31 +1,26 @@
 """Standby task processes (cluster.standby, raytf/_driver/standby.py): a retry's tasks and a later run's start in
 processes that imported TensorFlow already; none is left once released (and the leak check releases them)."""
 
-import os
 import threading
 import time
 
 import pytest
 
 import raytf
+from tests.conftest import benchmark_smoke
+from tests.processes import wait_exit
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
 
 def _wait_ready(count: int, timeout_s: float = 120.0) -> dict:
-    """Until the session's pool holds `count` ready standbys (they import TensorFlow in the background)."""
+    """Once the session's pool holds `count` ready standbys (they import TensorFlow in the background): its counts."""
     import ray
 
     from raytf._driver import standby
 
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        pool = standby.pool(create=False)
-        counts = ray.get(pool.counts.remote()) if pool is not None else {}
-        if sum(c["ready"] for c in counts.values()) >= count:
-            return counts
-        time.sleep(0.2)  # polling the pool's state, bounded by the deadline
-    raise AssertionError(f"no {count} standbys ready in {timeout_s}s: {counts}")
+    assert standby.wait_ready(count, timeout_s), f"no {count} standbys ready in {timeout_s}s"
+    return ray.get(standby.pool(create=False).counts.remote())
 
 
 def _pids(result) -> dict[tuple[int, int], float]:
@@ -79,10 +74,7 @@ def test_a_retry_and_the_next_run_start_in_standbys(fast_cfg, no_leaks, tmp_path
                                                                 ("state", "=", "ALIVE")], detail=True)]
     assert len(pids_before) == 2
     assert raytf.release_standbys() == 2
-    deadline = time.monotonic() + 15
-    while any(os.path.exists(f"/proc/{p}") for p in pids_before) and time.monotonic() < deadline:
-        time.sleep(0.1)  # polling for the killed processes' exit, bounded
-    assert not [p for p in pids_before if os.path.exists(f"/proc/{p}")]
+    assert wait_exit(pids_before, 15) == []
 
 
 def test_standbys_end_with_the_session_that_made_them(no_leaks):
@@ -96,7 +88,7 @@ def test_standbys_end_with_the_session_that_made_them(no_leaks):
     from tests.conftest import ROOT, state_address
 
     code = f"""
-import time, ray
+import ray
 ray.init(address={ray.get_runtime_context().gcs_address!r}, configure_logging=False, log_to_driver=False)
 import raytf
 from raytf._core.plan import make_plan, task_runtime_env
@@ -105,8 +97,7 @@ cfg = raytf.load_config("conf/local.yaml")
 env = task_runtime_env(cfg, make_plan(cfg).tasks[0])
 pool = standby.pool()
 ray.get(pool.fill.remote(ray.get_runtime_context().get_node_id(), standby.env_key(env), env, 2))
-while sum(c["ready"] for c in ray.get(pool.counts.remote()).values()) < 2:
-    time.sleep(0.2)
+assert standby.wait_ready(2, 90)
 print("ready", flush=True)
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -128,13 +119,6 @@ print("ready", flush=True)
 @pytest.mark.timeout(400)
 def test_recovery_benchmark_smoke_mode_runs():
     """`python -m benchmarks.recovery --smoke`: one run each way (its own Ray); the retry with standbys took them."""
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
-    out = subprocess.run([sys.executable, "-m", "benchmarks.recovery", "--smoke"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=380)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    out = benchmark_smoke("benchmarks.recovery", timeout_s=380)
     rows = [line for line in out.stdout.splitlines() if line.startswith("| 2 |")]
     assert rows and rows[0].split("|")[3].strip() == "2.00", out.stdout

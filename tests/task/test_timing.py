@@ -94,11 +94,3 @@ def test_keras_fit_input_wait_in_the_breakdown(tf):
     assert row[INPUT_WAIT] <= row[STEP_TIME], row
     assert row[COMPUTE] < row[INPUT_WAIT], row
 
-
-def test_a_function_without_an_iterator_has_no_input_part(tf):
-    """A step fed tensors directly waits in no get_next: nothing measured, so the row carries no input part."""
-    from raytf._core import breakdown
-
-    calls = []
-    split = Split(lambda: calls.append(1) or {})
-    assert split.row(1.0, 10) == {breakdown.STEP_TIME: 0.1}

@@ -200,12 +200,9 @@ def main() -> int:
     tf_runtime.keep_own_writes(spec["scratch"])
     _patch_keras_fit(reporter)
     _patch_checkpoint_manager(reporter)
-    from raytf._core.breakdown import Split
     from raytf._task import timing
 
-    if spec.get("timing"):
-        timing.install()  # before the script traces its step
-    reporter.split = Split(timing.totals if spec.get("timing") else dict)
+    reporter.split = timing.split(spec.get("timing", False))  # installed before the script traces its step
     code = 0
     try:
         _run(spec)

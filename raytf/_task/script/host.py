@@ -33,6 +33,7 @@ from raytf._core import checkpoints, limits, peers
 from raytf._core import events as ev
 from raytf._core.plan import TaskSpec
 from raytf._storage import RunDir, task_log_dir, task_workdir
+from raytf._task import timing
 from raytf._task.lines import Shown
 from raytf._task.script.child import SPEC_ENV
 from raytf._task.tee import CHUNK, TaskOutput
@@ -155,8 +156,7 @@ class ScriptHost:
             "threads": c.cluster.threads or self.spec.threads,
             "gpu_memory_growth": c.cluster.gpu_memory_growth, "every_steps": c.metrics.every_steps,
             "max_names": c.metrics.max_names,
-            # The step-time breakdown (raytf/_task/timing.py): not under ParameterServerStrategy (remote steps).
-            "timing": c.cluster.strategy is not Strategy.parameter_server and c.metrics.breakdown,
+            "timing": timing.measured(c),  # the step-time breakdown, measured in the script's process
             "heartbeat_s": c.failure.heartbeat_s, "is_chief": self.is_chief, "checkpoint_dir": self.checkpoint_dir,
             "scratch": self.scratch, **self._position,
         }
