@@ -300,3 +300,52 @@ def fail_when_told(ctx: raytf.TrainContext) -> None:
             ctx.step_end({"pid": float(os.getpid())})
         weights.assign_add(1.0)
         ctx.epoch_end({"weights": weights})
+
+
+def ray_data_loop(ctx: raytf.TrainContext) -> None:
+    """Ray Data input in a custom loop (datasets={"train": rows of id, x, y}): linear regression, every replica's
+    ids written per attempt and epoch to params.ids_dir (ids-a<attempt>-e<epoch>-r<rank>.json, with the
+    per-replica batch sizes seen). params.fail_at: [epoch, step] where rank 1 of attempt 1 exits (a lost task)."""
+    import json
+    import os
+
+    import numpy as np
+    import tensorflow as tf
+
+    strategy = ctx.strategy
+    with strategy.scope():
+        w = tf.Variable(tf.zeros([4, 1]), name="w")
+        b = tf.Variable(0.0, name="b")
+        opt = tf.keras.optimizers.SGD(0.05)
+    ctx.restore(w=w, b=b, optimizer=opt)
+    dist = strategy.experimental_distribute_dataset(ctx.dataset("train", ["id", "x"], "y"))
+    global_batch = ctx.global_batch_size
+
+    @tf.function
+    def step(features, y):
+        def replica(features, y):
+            with tf.GradientTape() as tape:
+                pred = tf.squeeze(tf.matmul(tf.cast(features["x"], tf.float32), w), 1) + b
+                loss = tf.reduce_sum(tf.square(pred - tf.cast(y, tf.float32))) / global_batch
+            grads = tape.gradient(loss, [w, b])
+            opt.apply_gradients(zip(grads, [w, b]))
+            return loss, features["id"]
+
+        loss, ids = strategy.run(replica, args=(features, y))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None), ids
+
+    fail_at = ctx.params.get("fail_at")
+    for epoch in ctx.epoch_range():
+        seen, sizes, losses = [], [], []
+        for features, y in dist:
+            loss, ids = step(features, y)
+            local = [t.numpy() for t in strategy.experimental_local_results(ids)]
+            seen += [int(i) for part in local for i in part]
+            sizes += [len(part) for part in local]
+            losses.append(float(loss))
+            ctx.step_end({"loss": losses[-1]})
+            if fail_at and ctx.attempt == 1 and ctx.rank == 1 and [epoch, len(losses)] == list(fail_at):
+                os._exit(3)
+        with open(os.path.join(ctx.params["ids_dir"], f"ids-a{ctx.attempt}-e{epoch}-r{ctx.rank}.json"), "w") as f:
+            json.dump({"ids": seen, "sizes": sizes, "replicas": ctx.num_replicas}, f)
+        ctx.epoch_end({"loss": float(np.mean(losses))})

@@ -15,7 +15,7 @@ import platform
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ray
@@ -31,6 +31,7 @@ from raytf._core.runloop import AttemptLoop, Phase, Timing, drive
 from raytf._core.stragglers import Stragglers
 from raytf._core.topology import TaskAddress
 from raytf._driver import connect, placement, standby
+from raytf._driver.data import Datasets
 from raytf._driver.group import TaskGroup
 from raytf._driver.headwatch import HeadWatch
 from raytf._driver.port import BusUnresponsive, RayPort
@@ -66,14 +67,16 @@ class Driver(RunRecord):
 
     poll_s = 0.5
 
-    def __init__(self, cfg: Config, *, quiet: bool = False,
-                 on_event: Callable[[ev.Event], None] | None = None) -> None:
+    def __init__(self, cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None,
+                 datasets: Mapping[str, Any] | None = None) -> None:
         cfg = copy.deepcopy(cfg)
         validate_run(validate(cfg))  # before anything starts: storage keys would travel to every task
         cfg.run.name = cfg.run.name or default_run_name()
         self.cfg = cfg
         self.quiet = quiet
         self.on_event = on_event
+        self._given_datasets = datasets  # raytf.fit's datasets=; checked once Ray is up (see run)
+        self.data: Datasets | None = None
         self.run_dir = storage.RunDir(cfg.storage, cfg.run.name)
         self.plan: Plan = make_plan(cfg)
         self.tasks: list[dict[str, Any]] = []
@@ -156,6 +159,14 @@ class Driver(RunRecord):
         # Only a Ray this process started is known to be one machine with no autoscaler (a notebook's
         # ray.init(address=<cluster>) before raytf.fit, with no ray.address in the config, is a cluster).
         self.embedded = started or connect.started_here()
+        try:  # Ray Data input: made (train.datasets' function needs Ray) and checked before anything is reserved
+            self.data = Datasets.of_run(cfg, self._given_datasets, python_path)
+            if self.data is not None:
+                self.data.check(cfg, self.plan, embedded=self.embedded)
+        except BaseException:
+            for close in (self.progress.close, self.tensorboard.close, self.ray_metrics.close):
+                close()
+            raise
         status = FAILED
         self._write_result(RUNNING)
         ended_by: BaseException | None = None
@@ -369,9 +380,10 @@ class Driver(RunRecord):
                 log.info("tasks of %s (%s):\n%s", cfg.run.name, cfg.cluster.strategy.value,
                          task_table(self.tasks, self.plan.tasks))
                 self._warn_exposed()
+                shares = self.data.split(cfg, self.plan.tasks, group.infos) if self.data is not None else {}
                 primary, background = group.launch(attempt=attempt.number, python_path=python_path,
                                                    resume_from=self.resumed_from,
-                                                   max_workers=self.cfg.cluster.num_workers)
+                                                   max_workers=self.cfg.cluster.num_workers, datasets=shares)
             except WorkerError as e:
                 raise self._fail(attempt, [e]) from None
             loop = AttemptLoop(
@@ -397,6 +409,8 @@ class Driver(RunRecord):
             attempt.status = SUCCEEDED  # trained: a head lost during the teardown does not undo that
         finally:
             group.teardown(skip=self.suspects)  # (their scratch sweep would wait on unreachable nodes)
+            if self.data is not None:
+                self.data.release()
 
     def _conclude(self, loop: AttemptLoop, port: RayPort, attempt: Attempt) -> None:
         """Turn the loop's end into the attempt's: return (done), raise TrainingFailedError (retried or not by
@@ -447,7 +461,8 @@ class Driver(RunRecord):
         attempt.rank, attempt.role, attempt.node_id = root.rank, root.role, root.node_id
         level = logging.WARNING if root.kind in (failure.PREEMPTED, failure.RESIZE) else logging.ERROR
         log.log(level, "attempt %d: %s failed: %s", attempt.number, root.role or "run", root)
-        if root.remote_traceback and root.remote_traceback.splitlines()[-1] not in root.message:
+        if (root.remote_traceback and root.kind != failure.CONFIG  # (a config error's line says all)
+                and root.remote_traceback.splitlines()[-1] not in root.message):
             log.error("remote traceback (%s %d):\n%s", root.role, root.rank, root.remote_traceback)
         return TrainingFailedError(f"run {self.cfg.run.name} failed: {root}",
                                    {(e.role, e.rank): e for e in sorted(errors, key=lambda e: e is not root)})
@@ -495,7 +510,9 @@ class Driver(RunRecord):
             if self.on_event is not None:
                 self.on_event(e)
 
-def run(cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None) -> Outcome:
+def run(cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None,
+        datasets: Mapping[str, Any] | None = None) -> Outcome:
     """Run `cfg` to completion; failures come back as status "failed" with `error` set.
-    `on_event` is called in the driver with every event the tasks send (metrics, checkpoints, ...)."""
-    return Driver(cfg, quiet=quiet, on_event=on_event).run()
+    `on_event` is called in the driver with every event the tasks send (metrics, checkpoints, ...); `datasets`:
+    {name: ray.data.Dataset} each worker reads its share of (ctx.dataset)."""
+    return Driver(cfg, quiet=quiet, on_event=on_event, datasets=datasets).run()

@@ -233,6 +233,7 @@ class TaskActor:
         return tf_runtime
 
     def _error(self, e: BaseException, kind: str = "user") -> dict[str, Any]:
+        kind = getattr(e, "failure_kind", kind)  # (raytf's own, e.g. ctx.dataset's for a name not given: config)
         if kind == "user" and type(e).__name__ in failure.PEER_ERRORS and type(e).__module__.startswith("tensorflow"):
             kind = "peer"  # a collective or RPC lost its peer: the symptom, not the cause
         advice = failure.hint(f"{e}")
@@ -350,12 +351,14 @@ class TaskActor:
         is_chief: bool,
         stream: bool = False,
         max_workers: int | None = None,
+        datasets: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Run the user's function: every MWMS worker, the PS chief (coordinator), or the evaluator.
         Returns an outcome dict; errors in user code come back as a WorkerError with the traceback.
         `stream`: the driver shows this rank's output (train.stream_output).
         `max_workers`: the run's cluster.num_workers when elastic training runs this attempt smaller
-        (ctx.max_workers; None: this attempt's size)."""
+        (ctx.max_workers; None: this attempt's size). `datasets`: {name: ray.data.DataIterator}, this task's
+        shares (ctx.dataset)."""
         spec = self.spec
         emit = _Emitter(bus, spec.role, spec.rank, attempt)
         self._capture(run_dir, attempt, emit, cfg, stream)
@@ -378,6 +381,7 @@ class TaskActor:
                 attempt=attempt, run_dir=run_dir, emit=emit, resume_from=None if evaluator else resume_from,
                 scratch_dir=scratch_dir,
                 wait_stop=lambda timeout: ray.get(bus.wait_stop.remote(timeout)), bus=bus, max_workers=max_workers,
+                datasets=datasets,
             )
             if not evaluator:
                 from raytf._task import timing

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from raytf._core import checkpoints, failure
+from raytf._core import checkpoints, data, failure
 from raytf._core import events as ev
 from raytf._core.progress import StepCounter
 from raytf._storage import RunDir
@@ -21,6 +21,15 @@ from raytf.config import Config
 log = logging.getLogger(__name__)
 
 CRASH_SEAM_ENV = "RAYTF_TEST_CRASH_BEFORE_COMMIT"
+
+
+class DatasetNotGiven(KeyError):
+    """ctx.dataset(name) for a name the run was not given: a configuration error (failure.CONFIG: not retried)."""
+
+    failure_kind = failure.CONFIG
+
+    def __str__(self) -> str:  # KeyError's own repr-quotes its message
+        return str(self.args[0]) if self.args else ""
 
 
 class TrainingStopped(BaseException):
@@ -65,6 +74,7 @@ class TrainContext(StepCounter):
         wait_stop: Callable[[float], bool] | None = None,
         bus=None,
         max_workers: int | None = None,
+        datasets: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(emit, every_steps=cfg.metrics.every_steps, heartbeat_s=cfg.failure.heartbeat_s,
                          epoch=resume_from.epoch if resume_from else 0, step=resume_from.step if resume_from else 0,
@@ -83,6 +93,7 @@ class TrainContext(StepCounter):
         self._scratch = scratch_dir
         self._wait_stop = wait_stop or (lambda timeout: False)
         self._coordinator = None
+        self._datasets = dict(datasets or {})  # name -> ray.data.DataIterator: this task's share (Ray Data input)
         self._writer = None
         self._uploader: Uploader | None = None
         self._control = None
@@ -174,6 +185,36 @@ class TrainContext(StepCounter):
     def epoch_range(self) -> range:
         """The epochs still to train: range(initial_epoch, epochs)."""
         return range(self.initial_epoch, self.epochs)
+
+    # -- Ray Data input ------------------------------------------------------------------------
+    def dataset_shard(self, name: str):
+        """This task's share of the run's dataset `name` (raytf.fit's datasets=, or train.datasets), as Ray Data's
+        DataIterator (iter_batches, iter_tf_batches, to_tf): an MWMS worker's equal share; the evaluator's (and a
+        single-task strategy's) whole dataset. Each iteration is one epoch of it."""
+        if name not in self._datasets:
+            raise DatasetNotGiven(data.missing(name, self._datasets))
+        return self._datasets[name]
+
+    def dataset(self, name: str, feature_columns: str | list[str], label_columns: str | list[str], *,
+                batch_size: int | None = None, **to_tf: Any):
+        """This task's share of the dataset `name` as a tf.data.Dataset of (features, labels), ready for
+        `model.fit` (leave steps_per_epoch out: an epoch is the whole share, the same on every worker) or
+        `strategy.experimental_distribute_dataset`.
+
+        `batch_size` is per replica (default: ctx.batch_size). Each element holds batch_size *
+        num_replicas_in_sync rows, the global batch that tf.distribute splits among the replicas; TF's
+        auto-sharding is off (the rows are shared out already), so each worker's replicas read every row of its
+        share once an epoch, batch_size rows per replica per step. Every new iteration (Keras: each epoch) reads
+        the share again. Other keywords go to Ray's DataIterator.to_tf (drop_last, local_shuffle_buffer_size,
+        prefetch_batches, feature_type_spec, ...)."""
+        import tensorflow as tf
+
+        per_replica = self.batch_size if batch_size is None else int(batch_size)
+        ds = self.dataset_shard(name).to_tf(feature_columns, label_columns,
+                                            batch_size=data.global_batch(per_replica, self.num_replicas), **to_tf)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return ds.with_options(options)
 
     # -- checkpoints -------------------------------------------------------------------------
     def restore(self, **trackables: Any) -> int:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from raytf.config import Config, load_config
 
@@ -18,6 +18,7 @@ def fit(
     *,
     quiet: bool = False,
     on_event: Callable[[Event], None] | None = None,
+    datasets: Mapping[str, Any] | None = None,
 ) -> Result:
     """Train as configured and return the Result (status, metrics DataFrame, checkpoints).
 
@@ -26,6 +27,9 @@ def fit(
         overrides: `key=value` strings or a {dotted key: value} mapping applied on top.
         quiet: no progress bars (log lines only).
         on_event: called on the driver with every Event the tasks send (kind, role, rank, payload).
+        datasets: Ray Data input, {name: ray.data.Dataset}: each MultiWorkerMirroredStrategy worker reads an equal
+            share of every one, `ctx.dataset(name)` in the training function (`raytf.dataset(name)` in a script).
+            Read and preprocessed by Ray Data with its own resources; a new share each epoch and each attempt.
 
     Returns:
         The Result; a failed run has status "failed" and `error` set (`result.raise_for_status()`).
@@ -39,7 +43,7 @@ def fit(
 
     if not isinstance(cfg, Config) or overrides:
         cfg = load_config(cfg, overrides)
-    outcome = driver.run(cfg, quiet=quiet, on_event=on_event)
+    outcome = driver.run(cfg, quiet=quiet, on_event=on_event, datasets=datasets)
     return Result(**vars(outcome), storage=outcome.config.storage)  # the caller's own storage options
 
 

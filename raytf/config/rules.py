@@ -172,6 +172,15 @@ def validate_run(cfg: Config) -> Config:
     return cfg
 
 
+# Why Ray Data input is refused with ParameterServerStrategy (also for raytf.fit(datasets=...)).
+PS_DATASETS = (
+    "train.datasets / datasets=: Ray Data input works with multi_worker_mirrored and the single-task strategies, "
+    "not parameter_server: its workers run the coordinator's per-worker tf.data graphs on remote TF servers, and "
+    "Ray Data reaches TensorFlow through Dataset.from_generator, which runs only in the process that made it. "
+    "Fix: cluster.strategy=multi_worker_mirrored, or read the data with tf.data inside the per-worker dataset "
+    "function")
+
+
 def _validate_program(cfg: Config) -> None:
     """Exactly one of train.entrypoint, train.script and train.module."""
     t = cfg.train
@@ -194,6 +203,11 @@ def _validate_program(cfg: Config) -> None:
     if t.args and not (t.script or t.module):
         raise ConfigError("train.args is set but train.script and train.module are not: args are command-line "
                           "arguments of a script; a training function reads train.params")
+    if t.datasets and not _ENTRYPOINT.match(t.datasets):
+        raise ConfigError(f"train.datasets ({t.datasets!r}) must look like package.module:function (a function "
+                          "returning {name: ray.data.Dataset})")
+    if t.datasets and cfg.cluster.strategy is Strategy.parameter_server:
+        raise ConfigError(PS_DATASETS)
     if (t.script or t.module) and cfg.cluster.evaluator.enabled:
         raise ConfigError("cluster.evaluator.enabled=true with train.script/train.module: the evaluator runs a "
                           "training function (train.eval_entrypoint). Fix: set cluster.evaluator.enabled=false, "

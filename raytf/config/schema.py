@@ -191,6 +191,10 @@ class TrainConfig:
     show_tf_logs: bool = False
     # The evaluator's function (cluster.evaluator.enabled), as "package.module:function".
     eval_entrypoint: str = ""
+    # Ray Data input, from the CLI: "package.module:function" returning {name: ray.data.Dataset}, called on the
+    # driver with the run's Config (or with nothing). Each worker reads its equal share of every dataset with
+    # `ctx.dataset(name)` (a script: `raytf.dataset(name)`); `raytf.fit(cfg, datasets={...})` takes them directly.
+    datasets: str = ""
     # Epochs in all: a relaunch that resumes trains the ones still missing.
     epochs: int = 1
     # `ctx.steps_per_epoch`; null: as many as the dataset has (Keras `fit`'s own default).

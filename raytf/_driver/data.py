@@ -1,0 +1,186 @@
+"""Ray Data input on the driver: the run's datasets (raytf.fit's `datasets=` or the train.datasets function), checked
+before anything starts, and split per attempt into each task's iterators (_core/data.py says who reads what).
+
+Imports Ray (ray.data only when a run has datasets), never TensorFlow.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import logging
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import ray
+
+from raytf._core import data as rules
+from raytf._core.plan import Plan, TaskSpec
+from raytf.config import Config
+from raytf.config.rules import PS_DATASETS
+from raytf.config.schema import Strategy
+from raytf.errors import ConfigError
+
+log = logging.getLogger("raytf")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def from_factory(cfg: Config, paths: list[str]) -> Mapping[str, Any]:
+    """Call train.datasets ("package.module:function") on the driver: with the run's Config when it takes an
+    argument, else with none. Every way it can fail is one ConfigError line."""
+    key = f"train.datasets ({cfg.train.datasets!r})"
+    module_name, _, fn_name = cfg.train.datasets.partition(":")
+    saved = list(sys.path)
+    sys.path[:0] = [p for p in paths if p not in sys.path]
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:
+        raise ConfigError(f"{key}: module {module_name!r} could not be imported on the driver ({_first_line(e)}). "
+                          "Fix: run from the directory that holds it, or add it with train.python_path=[...]") from None
+    finally:
+        sys.path[:] = saved
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise ConfigError(f"{key}: module {module_name!r} has no function {fn_name!r}")
+    try:
+        takes_config = bool(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        takes_config = True
+    try:
+        out = fn(cfg) if takes_config else fn()
+    except Exception as e:
+        raise ConfigError(f"{key} raised {_first_line(e)}. Fix: the function must return "
+                          "{name: ray.data.Dataset}; run it alone to see the whole traceback") from None
+    if not isinstance(out, Mapping):
+        raise ConfigError(f"{key} returned {type(out).__name__}, not a mapping. Fix: return "
+                          "{name: ray.data.Dataset}, e.g. {'train': ray.data.read_parquet(...)}")
+    return out
+
+
+class Datasets:
+    """The run's datasets, checked; `split` gives each attempt's tasks their iterators, `release` ends them."""
+
+    def __init__(self, datasets: Mapping[str, Any], where: str) -> None:
+        from ray.data import Dataset
+
+        names = rules.check_names(datasets, where)
+        for name in names:
+            ds = datasets[name]
+            if not isinstance(ds, Dataset):
+                raise ConfigError(f"{where}: datasets[{name!r}] is a {type(ds).__module__}.{type(ds).__name__}, not "
+                                  "a ray.data.Dataset. Fix: make it with Ray Data (ray.data.read_parquet, "
+                                  "ray.data.from_items, ray.data.from_pandas, ...); a tf.data pipeline belongs in "
+                                  "the training function")
+        self.where = where
+        self.datasets: dict[str, Any] = {name: datasets[name] for name in names}
+        self._coordinators: list = []  # the split coordinators (Ray actors) of the attempt under way
+
+    @classmethod
+    def of_run(cls, cfg: Config, given: Mapping[str, Any] | None, paths: list[str]) -> Datasets | None:
+        """The run's datasets: `given` (raytf.fit's datasets=), or train.datasets' function; None without any."""
+        if given is not None and cfg.train.datasets:
+            raise ConfigError(f"datasets= and train.datasets ({cfg.train.datasets!r}) are both set: use one")
+        if given is None and not cfg.train.datasets:
+            return None
+        if cfg.cluster.strategy is Strategy.parameter_server:
+            raise ConfigError(PS_DATASETS)
+        if given is not None:
+            if not isinstance(given, Mapping):
+                raise ConfigError(f"datasets= is a {type(given).__name__}: pass a mapping {{name: "
+                                  "ray.data.Dataset}, e.g. datasets={'train': ds}")
+            return cls(given, "datasets=") if given else None
+        made = from_factory(cfg, paths)
+        return cls(made, f"train.datasets ({cfg.train.datasets!r})") if made else None
+
+    def names(self) -> list[str]:
+        return list(self.datasets)
+
+    def check(self, cfg: Config, plan: Plan, *, embedded: bool) -> None:
+        """Before anything is reserved: each dataset splits equally among the workers (when its row count is known
+        without reading it), and the cluster keeps CPUs for Ray Data beside the tasks."""
+        workers = sum(1 for t in plan.tasks if t.role == "worker")
+        for name, ds in self.datasets.items():
+            problem = rules.split_problem(name, self.known_rows(ds), workers)
+            if problem is not None:
+                raise ConfigError(problem)
+        total = float(ray.cluster_resources().get("CPU", 0.0))
+        reserved = sum(t.cpus for t in plan.tasks)
+        if total - reserved < 1:
+            msg = (f"{self.where}: the tasks reserve {reserved:g} of the cluster's {total:g} CPUs, leaving none for "
+                   "Ray Data's reads and map_batches (they would wait for a CPU forever). Fix: cluster.worker.cpus="
+                   "0.5 (TensorFlow's threads follow it), more CPUs (ray.num_cpus, or CPU-only nodes), or fewer "
+                   "workers")
+            if embedded:
+                raise ConfigError(msg)
+            log.warning("%s; going on: an autoscaler may add nodes", msg)
+
+    @staticmethod
+    def known_rows(ds) -> int | None:
+        """The dataset's row count when Ray Data knows it without reading (Parquet metadata, from_items), else None.
+        Dataset._meta_count is Ray's own never-executing count (what Dataset.count tries first)."""
+        meta = getattr(ds, "_meta_count", None)
+        try:
+            rows = meta() if meta is not None else None
+        except Exception as e:  # an internal API: no count, no check before training
+            log.debug("datasets: row count unknown (%s)", e)
+            return None
+        return int(rows) if rows is not None else None
+
+    def split(self, cfg: Config, tasks: list[TaskSpec], infos: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+        """rank -> {name: ray.data.DataIterator} for this attempt's tasks (a new split each attempt: a retry reads
+        the current epoch from its start). Ray Data is told what the tasks reserve (Ray Train's data_config does
+        the same), and where each share is read (locality_hints: its blocks are made on that node when it can)."""
+        from ray.data import ExecutionResources
+
+        self.release()
+        n = sum(1 for t in tasks if t.role == "worker")
+        reading = {t.rank: rules.reads(t.role, n) for t in tasks}
+        workers = sorted((t for t in tasks if reading[t.rank] == rules.SHARE), key=lambda t: t.index)
+        nodes = {i["rank"]: i.get("node_id") for i in infos}
+        hints = [nodes.get(t.rank) for t in workers]
+        out: dict[int, dict[str, Any]] = {t.rank: {} for t in tasks if reading[t.rank] is not None}
+        for name, ds in self.datasets.items():
+            ds = ds.copy(ds)
+            options = copy.deepcopy(ds.context.execution_options)
+            # The tasks' CPUs and GPUs are held by their placement group: Ray Data would otherwise count them as
+            # its own and plan tasks that cannot start. (`_set_exclude_resources`: what Ray Train v1 sets, without
+            # the deprecation warning of the public setter; Ray 2.60.)
+            exclude = getattr(options, "_set_exclude_resources", None)
+            if exclude is not None:
+                exclude(ExecutionResources(cpu=sum(t.cpus for t in tasks), gpu=sum(t.gpus for t in tasks)))
+            ds.context.execution_options = options
+            # Ray Data's progress bars and start lines come from its split coordinator, every epoch of every
+            # dataset, to the driver's terminal through log_to_driver: raytf's own progress says how training goes.
+            ds.context.enable_progress_bars = False
+            ds.context.print_on_execution_start = False
+            if len(workers) > 1:
+                problem = rules.split_problem(name, self.known_rows(ds), len(workers))
+                if problem is not None:  # elastic training at a smaller size: said, not fatal (the full size was)
+                    log.warning("%s (this attempt's %d workers)", problem, len(workers))
+                shares = ds.streaming_split(len(workers), equal=True,
+                                            locality_hints=hints if all(hints) else None)
+                for t, it in zip(workers, shares):
+                    out[t.rank][name] = it
+                coordinator = getattr(shares[0], "_coord_actor", None)
+                if coordinator is not None:
+                    self._coordinators.append(coordinator)
+            for t in tasks:
+                if reading[t.rank] == rules.WHOLE:
+                    out[t.rank][name] = ds.iterator()
+        return out
+
+    def release(self) -> None:
+        """End the split coordinators of the attempt that ended (Ray would, once no handle is left; the leak
+        checks and a relaunch with the same actors' budget should not wait for that)."""
+        for actor in self._coordinators:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception as e:
+                log.debug("datasets: split coordinator: %s", e)
+        self._coordinators = []
