@@ -26,13 +26,14 @@ from raytf.errors import (
 
 if TYPE_CHECKING:
     from raytf._task.context import TrainContext
+    from raytf._task.script.data import dataset
     from raytf.api.plots import plot
     from raytf.api.result import Result, load_result
 
 # Imported on first use: they pull in pyarrow, pandas and matplotlib, which a script run by raytf (that
 # only calls raytf.report) and the CLI's start-up do not need.
 _LAZY = {"TrainContext": "raytf._task.context", "plot": "raytf.api.plots", "Result": "raytf.api.result",
-         "load_result": "raytf.api.result"}
+         "load_result": "raytf.api.result", "dataset": "raytf._task.script.data"}
 
 
 def __getattr__(name: str):
@@ -56,6 +57,7 @@ __all__ = [
     "TrainContext",
     "TrainingFailedError",
     "WorkerError",
+    "dataset",
     "fit",
     "load_config",
     "load_result",

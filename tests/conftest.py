@@ -49,12 +49,18 @@ def state_address() -> str:
     return ray.get_runtime_context().gcs_address
 
 
+# Ray Data's own actors for the driver's job, made on its first use and kept while the job lives (whoever uses Ray
+# Data, raytf or not): not a run's to end.
+RAY_DATA_SERVICES = {"datasets_stats_actor", "AutoscalingCoordinator"}
+
+
 def leftovers() -> dict:
     from ray.util.state import list_actors, list_placement_groups
 
     address = state_address()
     return {
-        "actors": [a.name or a.class_name for a in list_actors(address=address, filters=[("state", "!=", "DEAD")])],
+        "actors": [a.name or a.class_name for a in list_actors(address=address, filters=[("state", "!=", "DEAD")])
+                   if (a.name or a.class_name) not in RAY_DATA_SERVICES],
         "placement_groups": [p.name for p in list_placement_groups(
             address=address, filters=[("state", "!=", "REMOVED")])],
     }

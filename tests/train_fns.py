@@ -349,3 +349,21 @@ def ray_data_loop(ctx: raytf.TrainContext) -> None:
         with open(os.path.join(ctx.params["ids_dir"], f"ids-a{ctx.attempt}-e{epoch}-r{ctx.rank}.json"), "w") as f:
             json.dump({"ids": seen, "sizes": sizes, "replicas": ctx.num_replicas}, f)
         ctx.epoch_end({"loss": float(np.mean(losses))})
+
+
+def keras_on_train_dataset(ctx: raytf.TrainContext) -> None:
+    """Keras fit on ctx.dataset(ctx.params['dataset']) (what a run was given or not)."""
+    from examples.ray_data import train
+
+    if ctx.params.get("dataset", "train") != "train":
+        ctx.dataset(ctx.params["dataset"], "pixels", "label")
+    train(ctx)
+
+
+def datasets_that_raise(cfg) -> dict:
+    """A train.datasets function that fails (its source is missing)."""
+    raise FileNotFoundError("s3://bucket/missing/ does not exist")
+
+
+def datasets_not_a_mapping() -> list:
+    return []

@@ -81,8 +81,9 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
         # Like Ray Train's separate preemption budget: notice was given and the state saved, nothing is lost.
         return Verdict(Decision.RETRY, "preemption (does not count against failure.max_failures)")
     if kind == CONFIG:
-        return Verdict(Decision.RAISE, "the configuration does not fit the hosts the tasks were placed on: a retry "
-                                       "would place them the same way; change what the error names")
+        return Verdict(Decision.RAISE, "a configuration error (the run's settings or input, or how they fit the hosts "
+                                       "the tasks were placed on): a retry would fail the same way; change what the "
+                                       "error names")
     if trained:
         return Verdict(Decision.RAISE, "training had finished its last epoch: a retry would train it all again; "
                                        "the checkpoints committed stay, a relaunch resumes from the last")

@@ -293,12 +293,14 @@ class TaskActor:
         is_chief: bool,
         stream: bool,
         max_workers: int | None = None,
+        datasets: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Script mode: run the user's program (train.script / train.module) in a child process with this
         task's TF_CONFIG; its exit code is the outcome. The port stays held until the child exits: its TF
         server binds it whenever the script creates its strategy (TF_GRPC_REUSE_PORT is inherited).
         `max_workers`: the run's cluster.num_workers when elastic training runs this attempt smaller
-        ($RAYTF_MAX_WORKERS; None: this attempt's size)."""
+        ($RAYTF_MAX_WORKERS; None: this attempt's size). `datasets`: {name: ray.data.DataIterator}, this task's
+        shares, which the host serves to the script's raytf.dataset (script/feed.py)."""
         from raytf._task.script.host import ClusterNotUsed, ScriptHost, child_env
 
         spec = self.spec
@@ -306,13 +308,15 @@ class TaskActor:
         self._capture(run_dir, attempt, emit, cfg, stream)
         try:
             host = ScriptHost(cfg=cfg, spec=spec, run_dir=run_dir, emit=emit, attempt=attempt, is_chief=is_chief,
-                              scratch=self._new_scratch(run_dir, attempt), log_file=self._output.file, stream=stream)
+                              scratch=self._new_scratch(run_dir, attempt), log_file=self._output.file, stream=stream,
+                              datasets=datasets)
             host.restore(resume_from)
             num_workers = len((tf_config or {}).get("cluster", {}).get("worker", [])) or 1
             env = child_env(base=dict(os.environ), tf_config=tf_config, spec=spec, cfg=cfg, run_uri=run_dir.uri,
                             attempt=attempt, is_chief=is_chief, num_workers=num_workers, max_workers=max_workers,
                             checkpoint_dir=host.checkpoint_dir, resume_from=resume_from, python_path=python_path,
-                            log_dir=host.log_dir, launch_dir=host.launch_dir, work_dir=host.work_dir)
+                            log_dir=host.log_dir, launch_dir=host.launch_dir, work_dir=host.work_dir,
+                            data_socket=host.data_socket, datasets=list(host.datasets))
             self._on_sigterm(lambda: emit(ev.PREEMPTED, {"step": host._position["step"]}))
             code, tail = host.run(env)
             self._end_capture(ok=code == 0)

@@ -65,7 +65,8 @@ def check_sweep(cfg: Config, space: Mapping[str, Any], *, max_concurrent: int = 
                 raise ConfigError(f"sweep space key {key!r}: {e}") from None
 
 
-def _trial(config: dict[str, Any], *, base: dict[str, Any], sweep_name: str) -> None:
+def _trial(config: dict[str, Any], *, base: dict[str, Any], sweep_name: str,
+           datasets: Mapping[str, Any] | None = None) -> None:
     """One Tune trial: a raytf run of the base config with this trial's values; epoch metrics of rank 0 are
     reported to Tune as they come (so schedulers such as ASHA can stop a trial early)."""
     from ray import tune
@@ -81,7 +82,7 @@ def _trial(config: dict[str, Any], *, base: dict[str, Any], sweep_name: str) -> 
         if e.kind == events.EPOCH and e.rank == 0:
             tune.report({**e.payload.get("metrics", {}), "epoch": e.payload["epoch"], "step": e.payload["step"]})
 
-    result = fit(cfg, quiet=True, on_event=report)
+    result = fit(cfg, quiet=True, on_event=report, datasets=datasets)
     final = {k: v for k, v in result.final_metrics.items() if isinstance(v, (int, float))}
     tune.report({**final, "raytf_status": result.status, "run_dir": result.run_dir,
                  "error": str(result.error) if result.error else None, "done": True})
@@ -98,6 +99,7 @@ def sweep(
     scheduler: Any = None,
     search_alg: Any = None,
     name: str | None = None,
+    datasets: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """Run one raytf training per point of `space` through Ray Tune and return one row per trial.
 
@@ -110,6 +112,8 @@ def sweep(
         metric, mode: what schedulers and search algorithms optimise (e.g. "val_loss", "min").
         scheduler, search_alg: any Ray Tune scheduler (e.g. ASHAScheduler) or search algorithm.
         name: the sweep's name; trials' runs are `<storage.path>/<name>-<trial id>/`.
+        datasets: Ray Data input for every trial, {name: ray.data.Dataset} (see `raytf.fit`); each trial reads
+            them anew, its workers each an equal share.
 
     Returns:
         A DataFrame, one row per trial: the swept values, status ("succeeded"/"failed"/"stopped"), error,
@@ -135,13 +139,17 @@ def sweep(
 
     sweep_name = name or f"sweep-{pd.Timestamp.now():%Y%m%d-%H%M%S}"
     ensure_ray(base_cfg)
+    if datasets is not None:  # the same checks as each trial's, once and before any trial starts
+        from raytf._driver.data import Datasets
+
+        Datasets.of_run(base_cfg, datasets, [])
     if base_cfg.cluster.standby > 0:
         from raytf._driver import standby
 
         # Made (and owned) here: the trials' processes come and go, their standbys serve the trials after them.
         standby.pool()
     tune_dir = tempfile.mkdtemp(prefix="raytf-tune-")
-    trainable = tune.with_parameters(_trial, base=base, sweep_name=sweep_name)
+    trainable = tune.with_parameters(_trial, base=base, sweep_name=sweep_name, datasets=datasets)
     tuner = tune.Tuner(
         # The trial is only its run's driver: no CPU (its tasks reserve their own bundles), a token of memory
         # because Tune wants every trial to reserve something.

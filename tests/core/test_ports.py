@@ -41,7 +41,7 @@ def test_the_plan_gives_every_task_the_range():
 def test_no_free_port_is_a_config_failure_never_retried():
     verdict = failure.decide(kind=failure.CONFIG, error_type="", attempt=1, progressed=False, failures_so_far=0,
                              cfg=FailureConfig(max_failures=-1))
-    assert verdict.decision is failure.Decision.RAISE and "a retry would place them the same way" in verdict.reason
+    assert verdict.decision is failure.Decision.RAISE and "a retry would fail the same way" in verdict.reason
     assert failure.root_cause([failure.PEER, failure.STARTUP, failure.CONFIG]) == 2
 
 

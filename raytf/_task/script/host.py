@@ -8,6 +8,8 @@
   prints, so a script that only logs is not taken for a hung one;
 - its checkpoint snapshots (chief) uploaded to <run>/checkpoints/ like a training function's;
 - on resume, the latest committed checkpoint downloaded into its $RAYTF_CHECKPOINT_DIR first;
+- its task's Ray Data shares (raytf.fit's datasets=), served to `raytf.dataset` in the script by a `feed.DataFeed` on
+  a Unix socket in the scratch directory ($RAYTF_DATA_SOCKET) while it runs;
 - whatever it wrote under $RAYTF_LOG_DIR (TensorBoard logs, say) uploaded to <run>/logs/<role><index>-attempt<N>/
   when it ends, and whatever it wrote in its working directory (a directory of its own: tasks on one host would
   otherwise write the same relative paths) to <run>/workdir/<role><index>/.
@@ -35,6 +37,7 @@ from raytf._core.plan import TaskSpec
 from raytf._storage import RunDir, task_log_dir, task_workdir
 from raytf._task import timing
 from raytf._task.lines import Shown
+from raytf._task.script import feed
 from raytf._task.script.child import SPEC_ENV
 from raytf._task.tee import CHUNK, TaskOutput
 from raytf._task.upload import Uploader, upload_outputs
@@ -68,10 +71,16 @@ def expand_args(args: list, values: dict[str, str]) -> list[str]:
 def child_env(*, base: dict[str, str], tf_config: dict | None, spec: TaskSpec, cfg: Config, run_uri: str,
               attempt: int, is_chief: bool, num_workers: int, checkpoint_dir: str, resume_from,
               python_path: list[str], log_dir: str = "", launch_dir: str = "", work_dir: str = "",
-              max_workers: int | None = None) -> dict[str, str]:
+              max_workers: int | None = None, data_socket: str = "", datasets: list[str] | None = None
+              ) -> dict[str, str]:
     """The script's environment: the actor's (CUDA_VISIBLE_DEVICES, TF_USE_LEGACY_KERAS, ...) plus TF_CONFIG
-    and the RAYTF_* variables that tell it where it runs. Pure."""
+    and the RAYTF_* variables that tell it where it runs; with `datasets` (their names), where `raytf.dataset`
+    reads them (`data_socket`). Pure."""
     env = dict(base)
+    for key in (feed.SOCKET_ENV, feed.NAMES_ENV):
+        env.pop(key, None)
+    if datasets:
+        env.update({feed.SOCKET_ENV: data_socket, feed.NAMES_ENV: ",".join(datasets)})
     if tf_config is None:  # single-task strategies: no cluster
         env.pop("TF_CONFIG", None)
     else:
@@ -111,7 +120,7 @@ class ScriptHost:
     """Runs one task's child process to its end; `run()` returns its exit code and stderr tail."""
 
     def __init__(self, *, cfg: Config, spec: TaskSpec, run_dir: RunDir, emit, attempt: int, is_chief: bool,
-                 scratch: str, log_file, stream: bool) -> None:
+                 scratch: str, log_file, stream: bool, datasets: dict[str, Any] | None = None) -> None:
         self.cfg, self.spec, self.run_dir, self.emit = cfg, spec, run_dir, emit
         self.attempt, self.is_chief, self.scratch = attempt, is_chief, scratch
         self.checkpoint_dir = os.path.join(scratch, "checkpoints")
@@ -131,6 +140,9 @@ class ScriptHost:
         # Whether the script had a connection with another task of its cluster (None: not known, or no cluster).
         self.joined: bool | None = None
         self._cluster: tuple[int | None, set] = (None, set())  # this task's port and its peers', from TF_CONFIG
+        # Ray Data input: {name: ray.data.DataIterator}, served to the script while it runs (child_env's data_socket).
+        self.datasets = dict(datasets or {})
+        self.data_socket = feed.socket_path(scratch) if self.datasets else ""
 
     def restore(self, resume_from) -> None:
         """Every task starts from the latest committed checkpoint's files in its $RAYTF_CHECKPOINT_DIR
@@ -145,6 +157,13 @@ class ScriptHost:
             self._position = {"epoch": resume_from.epoch, "step": resume_from.step}
 
     def run(self, env: dict[str, str]) -> tuple[int, list[str]]:
+        """Run the script to its end; with datasets, their feed serves it from before it starts until it is gone."""
+        if not self.datasets:
+            return self._run(env)
+        with feed.DataFeed(self.datasets, self.data_socket):
+            return self._run(env)
+
+    def _run(self, env: dict[str, str]) -> tuple[int, list[str]]:
         c = self.cfg
         spec = {
             "parent_pid": os.getpid(), "module": c.train.module,
