@@ -109,6 +109,12 @@ class Datasets:
             problem = rules.split_problem(name, self.known_rows(ds), workers)
             if problem is not None:
                 raise ConfigError(problem)
+        if cfg.train.steps_per_epoch is not None and not cfg.train.script and not cfg.train.module:
+            # Keras fit keeps one iterator for all epochs when steps_per_epoch is set (tf-keras DataHandler): a
+            # share's one pass then runs out after its rows, and fit stops early ("Your input ran out of data").
+            log.warning("train.steps_per_epoch=%d with %s: an epoch of ctx.dataset(...) is the worker's whole share; "
+                        "Keras fit given steps_per_epoch reads one pass for all epochs and stops when it runs out. "
+                        "Fix: train.steps_per_epoch=null", cfg.train.steps_per_epoch, self.where)
         total = float(ray.cluster_resources().get("CPU", 0.0))
         reserved = sum(t.cpus for t in plan.tasks)
         if total - reserved < 1:

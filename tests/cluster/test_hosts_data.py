@@ -8,7 +8,7 @@ import pytest
 from tests import hosts
 from tests.cluster import hostrun
 
-# ~32 s (the bed's 3 Ray nodes ~12 s of it); 55-76 s on 2 cores shared with other test runs.
+# 32-43 s (the bed's 3 Ray nodes 12-20 s of it); 55-76 s on 2 cores shared with other test runs.
 pytestmark = [pytest.mark.timeout(600)]
 
 ROWS = 256

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import numbers
 import os
 import socket
 from collections.abc import Iterator
@@ -52,7 +53,7 @@ def dataset(name: str, feature_columns: str | list[str], label_columns: str | li
     given = [n for n in os.environ.get(feed.NAMES_ENV, "").split(",") if n]
     if name not in given:
         raise DatasetNotGiven(feed.missing(name, given))
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
         raise ValueError(f"raytf.dataset({name!r}): batch_size ({batch_size!r}) must be a positive integer (the "
                          "global batch: per-replica batch * num_replicas_in_sync)")
     import tensorflow as tf
@@ -63,7 +64,7 @@ def dataset(name: str, feature_columns: str | list[str], label_columns: str | li
     specs = {c: _spec(tf, name, schema, c) for c in columns}
     types = {c: schema.field(c).type for c in columns}
     dims = {c: tuple(specs[c].shape.as_list()[1:]) for c in columns}
-    request = {"op": "epoch", "name": name, "batch_size": batch_size, "columns": columns}
+    request = {"op": "epoch", "name": name, "batch_size": int(batch_size), "columns": columns}
 
     def pick(arrays: dict[str, Any], which: str | list[str], names: list[str]):
         return arrays[which] if isinstance(which, str) else {c: arrays[c] for c in names}
