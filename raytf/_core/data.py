@@ -9,9 +9,20 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from raytf._core.failure import CONFIG
 from raytf.errors import ConfigError
 
 _NAME = re.compile(r"^[A-Za-z_][\w.-]*$")
+
+class DatasetNotGiven(KeyError):
+    """ctx.dataset(name) / raytf.dataset(name) for a name the run was not given: a configuration error (not
+    retried: `failure_kind`, which the task reports it as)."""
+
+    failure_kind = CONFIG
+
+    def __str__(self) -> str:  # KeyError's own repr-quotes its message
+        return str(self.args[0]) if self.args else ""
+
 
 SHARE = "share"  # this task reads its equal share (streaming_split)
 WHOLE = "whole"  # this task reads the whole dataset (Dataset.iterator())

@@ -23,15 +23,6 @@ log = logging.getLogger(__name__)
 CRASH_SEAM_ENV = "RAYTF_TEST_CRASH_BEFORE_COMMIT"
 
 
-class DatasetNotGiven(KeyError):
-    """ctx.dataset(name) for a name the run was not given: a configuration error (failure.CONFIG: not retried)."""
-
-    failure_kind = failure.CONFIG
-
-    def __str__(self) -> str:  # KeyError's own repr-quotes its message
-        return str(self.args[0]) if self.args else ""
-
-
 class TrainingStopped(BaseException):
     """Raised out of step_end after a requested save when the driver asked to stop (Ctrl-C with
     checkpoint.on_interrupt, or a preemption notice). A BaseException so `except Exception` in user code
@@ -192,7 +183,7 @@ class TrainContext(StepCounter):
         DataIterator (iter_batches, iter_tf_batches, to_tf): an MWMS worker's equal share; the evaluator's (and a
         single-task strategy's) whole dataset. Each iteration is one epoch of it."""
         if name not in self._datasets:
-            raise DatasetNotGiven(data.missing(name, self._datasets))
+            raise data.DatasetNotGiven(data.missing(name, self._datasets))
         return self._datasets[name]
 
     def dataset(self, name: str, feature_columns: str | list[str], label_columns: str | list[str], *,

@@ -15,14 +15,8 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+from raytf._core.data import DatasetNotGiven
 from raytf._task.script import feed
-
-
-class DatasetNotGiven(KeyError):
-    """raytf.dataset(name) for a name the run was not given."""
-
-    def __str__(self) -> str:  # KeyError's own repr-quotes its message
-        return str(self.args[0]) if self.args else ""
 
 
 def dataset(name: str, feature_columns: str | list[str], label_columns: str | list[str], *, batch_size: int):
