@@ -1,24 +1,27 @@
 """Ray Data input against plain tf.data for an input-bound job, side by side on one running Ray (issue 23).
 
-Run:  python -m benchmarks.data [--rounds 3] [--preprocess-ms 8] [--rows 16384] [--epochs 3]
+Run:  python -m benchmarks.data [--rounds 3] [--preprocess-ms 20] [--rows 16384] [--epochs 3]
       python -m benchmarks.data --smoke      (one short round of each: the CI check that it runs)
 
 The job: synthetic 32x32x3 uint8 'images' made from each row's id (deterministic, no downloads), then a numpy
-preprocessing per batch (crop, flip, scale, `passes` 3x3 blurs, per-image standardisation) that costs about
---preprocess-ms per per-replica batch on one core, more than the small CNN's training step. 2 MWMS workers
-(cluster.worker.cpus=0.5, cluster.standby=0), the same rows, model, epochs and batch size in both contenders:
+preprocessing per batch (crop, flip, scale, `passes` 3x3 blurs, per-image standardisation), calibrated here to cost
+about --preprocess-ms per per-replica batch on one core: more than the small CNN's training step (~13 ms with
+the input cheap, most of it the all-reduce). 2 MWMS workers (cluster.worker.cpus=0.5, cluster.standby=0); the
+same rows, model, epochs and batch size in both contenders:
 
 - `tfdata`: tf.data inside each worker: `Dataset.range(rows)` sharded by hand per worker
   (distribute_datasets_from_function), batched, the preprocessing in `Dataset.map(tf.numpy_function(...),
-  num_parallel_calls=AUTOTUNE)`; no `datasets=`.
+  num_parallel_calls=AUTOTUNE)`, prefetched; no `datasets=`.
 - `raydata`: `ray.data.range(rows).map_batches(<the same function>, num_cpus=0.5,
   compute=TaskPoolStrategy(size=2))` in Ray Data's own processes, passed as `raytf.fit(datasets={"train": ...})`;
   the workers read `ctx.dataset("train", "image", "label")`.
 
 Rounds alternate the order (A B, B A, ...). Per contender, the median over rounds of: the wall time of
-`raytf.fit`, its first step (result.json's first_step_s), the steady step (median step_time_s of the step rows
-after the first epoch, every rank), the share of it spent waiting for input (input_wait_s), rows/s (global batch
-÷ steady step), and ratios raydata ÷ tfdata taken within each round.
+`raytf.fit`; its first step (result.json's first_step_s); a later epoch end to end (rank 0's epoch rows: its
+steps, their stalls, Ray Data's new pass) and the rows/s it gives; the steady step (median step_time_s of the step
+rows after the first epoch, every rank: a median, so it leaves out the stalls the epoch time has) and the median
+share of it spent waiting for input (input_wait_s); and the time from the last epoch's end to `fit` returning
+(teardown: TF's iterators, the tasks' end). Ratios raydata / tfdata are taken within each round, then their median.
 """
 
 from __future__ import annotations
@@ -38,7 +41,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE, CROP, CHANNELS, CLASSES = 32, 28, 3, 10
-CONTENDERS = ("tfdata", "raydata")
+# name -> (training function, its extra params)
+# tfdata_pool (not run unless asked, --only): tfdata with tf.data's own 2 threads (private_threadpool_size) instead
+# of the task's inter-op pool, which raytf caps at the task's CPUs (1 thread here); no faster here in a trial run.
+CONTENDERS = {"tfdata": ("train_tfdata", []), "raydata": ("train_raydata", []),
+              "tfdata_pool": ("train_tfdata", ["train.params.private_threads=2"])}
+DEFAULT = ("tfdata", "raydata")
 
 # The 'raw images': a pattern per class plus one of 97 noise images, both fixed, picked by the row's id.
 _rng = np.random.default_rng(0)
@@ -117,6 +125,7 @@ def train_tfdata(ctx) -> None:
     import tensorflow as tf
 
     rows, passes = int(ctx.params["rows"]), int(ctx.params["passes"])
+    private = int(ctx.params.get("private_threads", 0))
     strategy = ctx.strategy
 
     def dataset_fn(input_context):
@@ -129,8 +138,13 @@ def train_tfdata(ctx) -> None:
             return x, y
 
         ds = tf.data.Dataset.range(rows).shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-        ds = ds.batch(per_replica, drop_remainder=True).repeat()  # Keras keeps one iterator across epochs here
-        return ds.map(prep, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        ds = ds.batch(per_replica, drop_remainder=True).repeat()  # Keras keeps one iterator across the epochs here
+        ds = ds.map(prep, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        if private:
+            options = tf.data.Options()
+            options.threading.private_threadpool_size = private
+            ds = ds.with_options(options)
+        return ds
 
     with strategy.scope():
         model = build_model(tf)
@@ -167,8 +181,8 @@ def one(contender: str, a, scratch: Path, n: int, passes: int) -> dict:
         "train.steps_per_epoch=null", f"train.batch_size={a.batch}", "cluster.num_workers=2",
         f"cluster.worker.cpus={a.worker_cpus}", "cluster.standby=0", "checkpoint.every_epochs=0",
         "checkpoint.export_model=false", "checkpoint.resume=false", f"metrics.every_steps={a.every}",
-        f"train.entrypoint=benchmarks.data:train_{contender}", f"train.params.rows={a.rows}",
-        f"train.params.passes={passes}"])
+        f"train.entrypoint=benchmarks.data:{CONTENDERS[contender][0]}", f"train.params.rows={a.rows}",
+        f"train.params.passes={passes}", *CONTENDERS[contender][1]])
     row: dict = {"contender": contender, "round": n}
     t0 = time.monotonic()
     try:
@@ -180,6 +194,7 @@ def one(contender: str, a, scratch: Path, n: int, passes: int) -> dict:
         row.update(wall_s=time.monotonic() - t0, error=f"{type(e).__name__}: {e}"[:300])
         return row
     row["wall_s"] = time.monotonic() - t0
+    ended = time.time()
     if result.status != "succeeded":
         row["error"] = str(result.error)[:300]
         return row
@@ -191,12 +206,13 @@ def one(contender: str, a, scratch: Path, n: int, passes: int) -> dict:
     row["step_ms"] = 1000 * step_s
     if "input_wait_s" in steady and steady["input_wait_s"].notna().any():
         row["wait_share"] = float((steady["input_wait_s"] / steady["step_time_s"]).median())
-    row["rows_per_s"] = a.batch * 2 / step_s
     ends = sorted(df[(df["kind"] == "epoch") & (df["rank"] == 0)]["time"])
-    if len(ends) > 1:  # a later epoch end to end: its steps, and for raydata a new pass of the pipeline starting
+    if ends:
+        row["tail_s"] = ended - ends[-1]  # the last epoch's end -> fit returned: teardown
+    if len(ends) > 1:  # a later epoch end to end: its steps, their stalls, and for raydata a new pass of the pipeline
         row["epoch_s"] = statistics.mean(b - a for a, b in itertools.pairwise(ends))
+        row["rows_per_s"] = a.rows / row["epoch_s"]
     row["steps"] = int(df["step"].max()) // a.epochs  # per epoch, per worker (a.every may not divide it)
-    row["trained_rows_per_s"] = a.rows * a.epochs / row["wall_s"]
     return row
 
 
@@ -209,31 +225,39 @@ def _fmt(v, spec: str = ".2f") -> str:
     return "—" if v is None else format(v, spec)
 
 
-KEYS = (("wall_s", "wall s", ".1f"), ("first_step_s", "first step s", ".1f"), ("step_ms", "steady step ms", ".2f"),
-        ("epoch_s", "later epoch s", ".2f"),
-        ("wait_share", "input wait share", ".2f"), ("rows_per_s", "rows/s (steady)", ".0f"),
-        ("trained_rows_per_s", "rows/s end to end (rows x epochs / wall)", ".0f"))
+KEYS = (("wall_s", "wall s", ".1f"), ("first_step_s", "first step s", ".1f"), ("epoch_s", "later epoch s", ".1f"),
+        ("rows_per_s", "rows/s (later epochs)", ".0f"), ("step_ms", "steady step ms (median)", ".1f"),
+        ("wait_share", "input wait share", ".2f"), ("tail_s", "last epoch -> fit returned s", ".1f"))
 
 
 def table(rows: list[dict]) -> str:
     ok = [r for r in rows if "error" not in r]
+    names = [c for c in CONTENDERS if any(r["contender"] == c for r in rows)]
     lines = ["| contender | " + " | ".join(h for _, h, _ in KEYS) + " | steps/epoch/worker | runs ok |",
              "|---|" + "---|" * (len(KEYS) + 2)]
     med = {}
-    for c in CONTENDERS:
+    for c in names:
         mine = [r for r in ok if r["contender"] == c]
         med[c] = {k: _median([r.get(k) for r in mine]) for k, _, _ in KEYS}
         steps = ",".join(map(str, sorted({r["steps"] for r in mine}))) or "—"
         runs = f"{len(mine)}/{sum(r['contender'] == c for r in rows)}"
         lines.append(f"| {c} | " + " | ".join(_fmt(med[c][k], spec) for k, _, spec in KEYS) + f" | {steps} | {runs} |")
     by_round = {(r["contender"], r["round"]): r for r in ok}
-    ratios = []
-    for k, _, _ in KEYS:
-        paired = [by_round[("raydata", n)][k] / by_round[("tfdata", n)][k] for c, n in by_round
-                  if c == "raydata" and ("tfdata", n) in by_round and by_round[("raydata", n)].get(k)
-                  and by_round[("tfdata", n)].get(k)]
-        ratios.append(_fmt(_median(paired), ".2f"))
-    lines.append("| raydata ÷ tfdata (paired by round) | " + " | ".join(ratios) + " | | |")
+    for base in (c for c in names if c != "raydata"):
+        if "raydata" not in names:
+            break
+        ratios = []
+        for k, _, _ in KEYS:
+            paired = [by_round[("raydata", n)][k] / by_round[(base, n)][k] for c, n in by_round
+                      if c == "raydata" and (base, n) in by_round and by_round[("raydata", n)].get(k)
+                      and by_round[(base, n)].get(k)]
+            ratios.append(_fmt(_median(paired), ".2f"))
+        lines.append(f"| raydata ÷ {base} (paired by round) | " + " | ".join(ratios) + " | | |")
+    lines.append("")
+    for c in names:  # the spread behind the medians
+        mine = [r for r in ok if r["contender"] == c]
+        lines.append(f"{c} by round: later epoch s " + ", ".join(_fmt(r.get("epoch_s"), ".1f") for r in mine)
+                     + "; last epoch -> fit returned s " + ", ".join(_fmt(r.get("tail_s"), ".1f") for r in mine))
     return "\n".join(lines)
 
 
@@ -243,21 +267,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=16384)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32, help="per replica (global = 2 x batch)")
-    ap.add_argument("--preprocess-ms", type=float, default=8.0, help="per per-replica batch, one core")
+    ap.add_argument("--preprocess-ms", type=float, default=20.0,
+                    help="per per-replica batch on one core (the training step alone: ~13 ms here)")
     ap.add_argument("--worker-cpus", type=float, default=0.5, help="cluster.worker.cpus, both contenders")
     ap.add_argument("--ray-cpus", type=float, default=2, help="Ray's logical CPUs (this machine's cores: honest)")
     ap.add_argument("--tasks", type=int, default=2, help="raydata: map_batches tasks at once (TaskPoolStrategy)")
     ap.add_argument("--task-cpus", type=float, default=0.5, help="raydata: CPUs per map_batches task")
     ap.add_argument("--blocks", type=int, default=32, help="raydata: blocks of ray.data.range")
     ap.add_argument("--every", type=int, default=10, help="metrics.every_steps")
-    ap.add_argument("--only", default=",".join(CONTENDERS))
+    ap.add_argument("--only", default=",".join(DEFAULT), help=f"comma-separated, of {','.join(CONTENDERS)}")
     ap.add_argument("--smoke", action="store_true", help="one short round of each: checks the benchmark runs")
     a = ap.parse_args(argv)
     if a.smoke:
         a.rounds, a.rows, a.epochs, a.blocks, a.every = 1, 1024, 2, 4, 4
-    chosen = [c for c in CONTENDERS if c in a.only.split(",")]
+    chosen = [c.strip() for c in a.only.split(",") if c.strip()]
+    unknown = set(chosen) - set(CONTENDERS)
+    if unknown:
+        ap.error(f"--only: unknown contender(s) {sorted(unknown)}; choose from {','.join(CONTENDERS)}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.chdir(ROOT)  # raytf's tasks import benchmarks.data from the driver's working directory
+    load_before = os.getloadavg()[0]
     passes, cost_ms = calibrate(a.preprocess_ms, a.batch)
     import ray
 
@@ -286,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
           f"preprocessing {passes} blur passes = {cost_ms:.1f} ms per {a.batch}-row batch on one core (alone); "
           f"{a.rounds} rounds, order alternating; {os.cpu_count()} cores, Ray num_cpus={ray_cpus:g} "
           f"(workers {2 * a.worker_cpus:g}, left for Ray Data {left:g}: raydata runs {a.tasks} map_batches tasks "
-          f"of {a.task_cpus:g} CPU); Python {platform.python_version()}, TF {tf.__version__}, Ray {ray.__version__}\n")
+          f"of {a.task_cpus:g} CPU); Python {platform.python_version()}, TF {tf.__version__}, Ray {ray.__version__}; "
+          f"load average (1 min) {load_before:.1f} before, {os.getloadavg()[0]:.1f} after\n")
     print(table(rows))
     if ray_cpus > (os.cpu_count() or 1):
         print(f"\nRay was given {ray_cpus:g} logical CPUs on {os.cpu_count()} cores: Ray Data's tasks and the "

@@ -98,9 +98,6 @@ class Datasets:
         made = from_factory(cfg, paths)
         return cls(made, f"train.datasets ({cfg.train.datasets!r})") if made else None
 
-    def names(self) -> list[str]:
-        return list(self.datasets)
-
     def check(self, cfg: Config, plan: Plan, *, embedded: bool) -> None:
         """Before anything is reserved: each dataset splits equally among the workers (when its row count is known
         without reading it), and the cluster keeps CPUs for Ray Data beside the tasks."""

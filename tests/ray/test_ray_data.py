@@ -39,7 +39,7 @@ def test_every_row_once_an_epoch_through_a_retry_and_a_resume(fast_cfg, no_leaks
     import ray
 
     parquet = tmp_path / "rows"
-    ray.data.from_items(_rows()).write_parquet(str(parquet))
+    ray.data.from_items(_rows(), override_num_blocks=2).write_parquet(str(parquet))  # two files, two read tasks
     ids_dir = tmp_path / "ids"
     ids_dir.mkdir()
     overrides = ["run.name=data", "train.entrypoint=tests.train_fns:ray_data_loop", "train.steps_per_epoch=null",
