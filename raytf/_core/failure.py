@@ -153,6 +153,11 @@ def unreachable_nodes(reports: list[str], nodes: dict[tuple[str, int], str], ans
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt))(?::|$)")
 
 
+# raytf's own exceptions that are configuration errors, by name (a script's child reports only the name):
+# raytf.dataset(name) for a dataset the run was not given (_core/data.DatasetNotGiven).
+CONFIG_ERRORS = frozenset({"DatasetNotGiven"})
+
+
 def exit_failure(returncode: int, stderr_tail: list[str], raised: str | None = None) -> tuple[str, str]:
     """(kind, error_type) of a script that exited non-zero: a signal is a death ("system"); otherwise the
     exception it died of decides (`raised`, as the child reported it, else the last one named in its
@@ -160,6 +165,8 @@ def exit_failure(returncode: int, stderr_tail: list[str], raised: str | None = N
     "user" failure of type "exit <code>"."""
     if returncode < 0:
         return SYSTEM, ""
+    if raised in CONFIG_ERRORS:
+        return CONFIG, raised
     if raised and raised != "SystemExit":
         return (PEER if raised in PEER_ERRORS else USER), raised
     for line in reversed(stderr_tail):

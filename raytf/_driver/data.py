@@ -38,25 +38,27 @@ def from_factory(cfg: Config, paths: list[str]) -> Mapping[str, Any]:
     module_name, _, fn_name = cfg.train.datasets.partition(":")
     saved = list(sys.path)
     sys.path[:0] = [p for p in paths if p not in sys.path]
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as e:
-        raise ConfigError(f"{key}: module {module_name!r} could not be imported on the driver ({_first_line(e)}). "
-                          "Fix: run from the directory that holds it, or add it with train.python_path=[...]") from None
+    try:  # (the path stays while the function runs: its own imports may need it)
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as e:
+            raise ConfigError(f"{key}: module {module_name!r} could not be imported on the driver "
+                              f"({_first_line(e)}). Fix: run from the directory that holds it, or add it with "
+                              "train.python_path=[...]") from None
+        fn = getattr(module, fn_name, None)
+        if not callable(fn):
+            raise ConfigError(f"{key}: module {module_name!r} has no function {fn_name!r}")
+        try:
+            takes_config = bool(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            takes_config = True
+        try:
+            out = fn(cfg) if takes_config else fn()
+        except Exception as e:
+            raise ConfigError(f"{key} raised {_first_line(e)}. Fix: the function must return "
+                              "{name: ray.data.Dataset}; run it alone to see the whole traceback") from None
     finally:
         sys.path[:] = saved
-    fn = getattr(module, fn_name, None)
-    if not callable(fn):
-        raise ConfigError(f"{key}: module {module_name!r} has no function {fn_name!r}")
-    try:
-        takes_config = bool(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        takes_config = True
-    try:
-        out = fn(cfg) if takes_config else fn()
-    except Exception as e:
-        raise ConfigError(f"{key} raised {_first_line(e)}. Fix: the function must return "
-                          "{name: ray.data.Dataset}; run it alone to see the whole traceback") from None
     if not isinstance(out, Mapping):
         raise ConfigError(f"{key} returned {type(out).__name__}, not a mapping. Fix: return "
                           "{name: ray.data.Dataset}, e.g. {'train': ray.data.read_parquet(...)}")
@@ -149,7 +151,9 @@ class Datasets:
         hints = [nodes.get(t.rank) for t in workers]
         out: dict[int, dict[str, Any]] = {t.rank: {} for t in tasks if reading[t.rank] is not None}
         for name, ds in self.datasets.items():
-            ds = ds.copy(ds)
+            # A deep copy: its DataContext is its own, the caller's dataset keeps its options (a notebook's next
+            # ds.take() has its progress bars, and no trainers' CPUs excluded).
+            ds = ds.copy(ds, _deep_copy=True)
             options = copy.deepcopy(ds.context.execution_options)
             # The tasks' CPUs and GPUs are held by their placement group: Ray Data would otherwise count them as
             # its own and plan tasks that cannot start. (`_set_exclude_resources`: what Ray Train v1 sets, without

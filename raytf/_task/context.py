@@ -196,8 +196,9 @@ class TrainContext(StepCounter):
         num_replicas_in_sync rows, the global batch that tf.distribute splits among the replicas; TF's
         auto-sharding is off (the rows are shared out already), so each worker's replicas read every row of its
         share once an epoch, batch_size rows per replica per step. Every new iteration (Keras: each epoch) reads
-        the share again. Other keywords go to Ray's DataIterator.to_tf (drop_last, local_shuffle_buffer_size,
-        prefetch_batches, feature_type_spec, ...)."""
+        the share again, and every worker must iterate as often as the others (Ray Data starts a pass of a split
+        dataset once every worker asked for it). Other keywords go to Ray's DataIterator.to_tf (drop_last,
+        local_shuffle_buffer_size, prefetch_batches, feature_type_spec, ...)."""
         import tensorflow as tf
 
         per_replica = self.batch_size if batch_size is None else int(batch_size)

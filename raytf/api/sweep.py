@@ -139,7 +139,7 @@ def sweep(
 
     sweep_name = name or f"sweep-{pd.Timestamp.now():%Y%m%d-%H%M%S}"
     ensure_ray(base_cfg)
-    if datasets is not None:  # the same checks as each trial's, once and before any trial starts
+    if datasets is not None or base_cfg.train.datasets:  # what they are, checked once before any trial starts
         from raytf._driver.data import Datasets
 
         Datasets.of_run(base_cfg, datasets, [])

@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 
-@pytest.mark.slow  # ~45 s on 2 cores; a grid of four through the same path runs by default (test_cli_sweep_section)
+@pytest.mark.slow  # ~45 s on 2 cores; a grid through the same path runs by default (test_a_failing_trial_...)
 def test_grid_of_four(fast_cfg, no_leaks):
     cfg = fast_cfg("train.epochs=1", "train.steps_per_epoch=4")
     space = {"train.params.learning_rate": [0.01, 0.003], "cluster.num_workers": [1, 2]}
@@ -64,6 +64,9 @@ def test_example_notebook_executes(tmp_path):
     assert len(list(tmp_path.glob("nb-sweep-*/result.json"))) == 4
 
 
+# ~36 s (four trials in a CLI of its own) out of the default run's 20 minutes; the sweep's API path runs by default
+# (test_a_failing_trial_is_reported_and_the_others_run), and the section's parsing in tests/core.
+@pytest.mark.slow
 def test_cli_sweep_section(tmp_path):
     import subprocess
     import sys

@@ -81,7 +81,7 @@ def _names(columns: str | list[str]) -> list[str]:
 
 
 def _schema(path: str, name: str):
-    """The dataset's columns (pyarrow), asked of the feed: no rows read, no pass started."""
+    """The dataset's columns (pyarrow), asked of the feed: no pass started."""
     with _open(path, {"op": "schema", "name": name}) as reader:
         for _ in _batches(reader, name):
             pass

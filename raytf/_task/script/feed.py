@@ -5,7 +5,8 @@ to its script's child process, which is not a Ray worker and cannot iterate them
 A Unix socket in the task's scratch directory ($RAYTF_DATA_SOCKET); a thread per connection, so a Keras fit's
 train and validation datasets can be read at once. One connection is one request, a JSON line:
 
-- {"op": "schema", "name": ...}: the dataset's columns and types (no rows; no epoch started);
+- {"op": "schema", "name": ...}: the dataset's columns and types (no epoch started; Ray Data may run the pipeline to
+  its first block when the schema is not known before);
 - {"op": "epoch", "name": ..., "batch_size": n, "columns": [...]}: one pass over this task's share,
   `iter_batches(batch_size=n)` rows at a time;
 
@@ -24,6 +25,7 @@ import secrets
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -91,7 +93,8 @@ def plain_batch(batch):
 
 def schema_of(iterator) -> Any:
     """The dataset's columns as a pyarrow schema (plain types), from the iterator's schema() (ray.data's Schema, or
-    a pyarrow one): no rows read here. A column that cannot be sent gets the null type, its own type in the
+    a pyarrow one): no epoch started (Ray Data may run the pipeline to its first block if it does not know the
+    schema before). A column that cannot be sent gets the null type, its own type in the
     field's metadata, so that only a script asking for it fails."""
     import pyarrow as pa
 
@@ -223,8 +226,13 @@ class DataFeed:
         while True:
             try:
                 conn, _ = self._listener.accept()
-            except OSError:  # shut down by close()
-                return
+            except OSError as e:
+                with self._lock:
+                    if self._closed:  # shut down by close()
+                        return
+                log.warning("data feed: accept failed (%s); still serving", e)  # EMFILE, ECONNABORTED, ...
+                time.sleep(0.1)  # a back-off: EMFILE would fail every accept at once until an fd is freed
+                continue
             served += 1
             thread = threading.Thread(target=self._serve, args=(conn,), name=f"raytf-data-feed-{served}", daemon=True)
             with self._lock:
