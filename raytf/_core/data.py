@@ -52,12 +52,10 @@ def reads(role: str, workers: int) -> str | None:
 def split_problem(name: str, rows: int | None, workers: int) -> str | None:
     """Why `rows` rows cannot be split into `workers` equal shares without losing rows (None: they can, or the
     count is not known before reading). Ray Data's equal split drops the remainder every epoch."""
-    if rows is None or workers <= 1:
-        return None if rows != 0 else f"datasets[{name!r}] has no rows. Fix: check the dataset's source"
     if rows == 0:
         return f"datasets[{name!r}] has no rows. Fix: check the dataset's source"
-    extra = rows % workers
-    if not extra:
+    extra = rows % workers if rows is not None else 0
+    if not extra:  # (one worker: never)
         return None
     if rows < workers:
         return (f"datasets[{name!r}]: {rows} row(s) cannot be shared by {workers} workers (each must read as many "

@@ -164,8 +164,7 @@ class Driver(RunRecord):
             if self.data is not None:
                 self.data.check(cfg, self.plan, embedded=self.embedded)
         except BaseException:
-            for close in (self.progress.close, self.tensorboard.close, self.ray_metrics.close):
-                close()
+            self._close_sinks()
             raise
         status = FAILED
         self._write_result(RUNNING)
@@ -211,9 +210,15 @@ class Driver(RunRecord):
                 self.head_watch.stop()
             if standby.refill_at_end and self.group is not None:
                 self.group.refill()  # for the session's next run (a notebook's, a sweep's next trial)
-            self._record_end(status, ended_by, closing=(self.progress.close, self.tensorboard.close,
-                                                           self.ray_metrics.close))
+            self._record_end(status, ended_by, closing=self._sinks_closing())
         return self.outcome(status)
+
+    def _sinks_closing(self) -> tuple:
+        return self.progress.close, self.tensorboard.close, self.ray_metrics.close
+
+    def _close_sinks(self) -> None:
+        for close in self._sinks_closing():
+            close()
 
     def _watch_head(self) -> HeadWatch | None:
         try:

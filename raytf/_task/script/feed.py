@@ -42,6 +42,11 @@ _MAX_REQUEST = 64 * 1024
 _SUN_PATH = 100  # AF_UNIX paths hold 104 (macOS) to 108 (Linux) bytes
 
 
+def child_vars(path: str, names) -> dict[str, str]:
+    """The script's environment for its datasets: where to read ($RAYTF_DATA_SOCKET), what ($RAYTF_DATASETS)."""
+    return {SOCKET_ENV: path, NAMES_ENV: ",".join(names)}
+
+
 class Refused(Exception):
     """A request the feed answers with an error: `kind` (MISSING, or "error") and a one-line message."""
 
@@ -168,8 +173,8 @@ class DataFeed:
         self._closed = False
 
     def env(self) -> dict[str, str]:
-        """What tells the child where to read: $RAYTF_DATA_SOCKET and $RAYTF_DATASETS."""
-        return {SOCKET_ENV: self.path, NAMES_ENV: ",".join(self.iterators)}
+        """What tells the child where to read (child_vars)."""
+        return child_vars(self.path, self.iterators)
 
     def start(self) -> DataFeed:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

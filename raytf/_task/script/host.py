@@ -80,7 +80,7 @@ def child_env(*, base: dict[str, str], tf_config: dict | None, spec: TaskSpec, c
     for key in (feed.SOCKET_ENV, feed.NAMES_ENV):
         env.pop(key, None)
     if datasets:
-        env.update({feed.SOCKET_ENV: data_socket, feed.NAMES_ENV: ",".join(datasets)})
+        env.update(feed.child_vars(data_socket, datasets))
     if tf_config is None:  # single-task strategies: no cluster
         env.pop("TF_CONFIG", None)
     else:
