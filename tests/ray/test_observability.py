@@ -88,6 +88,9 @@ def test_driver_never_imports_tensorflow_and_its_terminal_stays_quiet(tmp_path):
         assert f"hello from worker {rank}" in logged and "absl::InitializeLog" in logged and _tf_lines(logged)
 
 
+# ~20 s (a CLI run of its own) out of the default run's 20 minutes; what --tf-logs shows is lines.Shown's rule, tested
+# in tests/core/test_output_lines.py, and a default CLI run's quiet terminal is the test above's.
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_the_cli_shows_every_ranks_tf_logs_on_request(tmp_path):
     """--tf-logs --all-ranks: every rank's lines, TF's among them, each under its own prefix, none de-duplicated."""
