@@ -1,4 +1,4 @@
-"""Shared fixtures: one local Ray per test module, and a leak check after every test that uses it; the tiers.
+"""Shared fixtures: one local Ray for the whole session, and a leak check after every test that uses it; the tiers.
 
 The tiers mirror the package (docs/architecture.md), one directory each, run in this order and marked by
 directory: `core` (pure: no Ray, no TensorFlow; seconds), `task` (TensorFlow in this process or a child of it,
@@ -29,21 +29,52 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("ray")
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    """A local Ray with 2 CPUs and the dashboard (ray.util.state needs it); shut down afterwards."""
-    import ray
+class SessionRay:
+    """The one local Ray of the whole test session (2 CPUs and the dashboard: ray.util.state needs it), started at
+    the first test that asks for it and shut down at the session's end: starting and stopping Ray costs ~5 s, once
+    per module it was ~1.5 minutes of the default run. A module that needs a Ray of its own (other settings, or a
+    simulated cluster: `ray.init` connects a process to one Ray at a time) calls `release()` first; the next test
+    that asks for the session's Ray starts it again."""
 
-    os.chdir(ROOT)  # the tasks import tests.* and examples.* from the driver's working directory
-    # address="local": always a fresh cluster of our own, even if another Ray runs on this machine.
-    ray.init(address="local", num_cpus=2, include_dashboard=True, configure_logging=False, log_to_driver=False)
+    def __init__(self) -> None:
+        self.starts = 0
+
+    def up(self):
+        import ray
+
+        if not ray.is_initialized():
+            os.chdir(ROOT)  # the tasks import tests.* and examples.* from the driver's working directory
+            # address="local": always a fresh cluster of our own, even if another Ray runs on this machine.
+            ray.init(address="local", num_cpus=2, include_dashboard=True, configure_logging=False,
+                     log_to_driver=False)
+            self.starts += 1
+        return ray
+
+    def release(self) -> None:
+        import sys
+
+        ray = sys.modules.get("ray")  # (never imported: nothing to stop, and the pure tier stays pure)
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def session_ray():
+    ray = SessionRay()
     yield ray
-    ray.shutdown()
+    ray.release()
+
+
+@pytest.fixture
+def ray_local(session_ray):
+    """The session's local Ray, connected (tests/ray's modules share it; see SessionRay)."""
+    return session_ray.up()
 
 
 def state_address() -> str:
-    """Our cluster's address for ray.util.state (which would otherwise guess, and fail when other Ray
-    instances run on this machine)."""
+    """Our cluster's address: for ray.util.state (which would otherwise guess, and fail when other Ray instances
+    run on this machine), and for a CLI run that joins the session's Ray (`ray.address=...`) instead of starting
+    its own."""
     import ray
 
     return ray.get_runtime_context().gcs_address
@@ -89,11 +120,70 @@ def _small(conf: str, tmp_path, defaults: list[str]):
     return make
 
 
+FAST = ["train.epochs=2", "train.steps_per_epoch=8", "train.batch_size=16", "metrics.every_steps=4"]
+
+
 @pytest.fixture
 def fast_cfg(tmp_path):
     """A small, quick 2-worker MWMS config writing under tmp_path."""
-    return _small("conf/local.yaml", tmp_path, ["train.epochs=2", "train.steps_per_epoch=8", "train.batch_size=16",
-                                                "metrics.every_steps=4"])
+    return _small("conf/local.yaml", tmp_path, FAST)
+
+
+# Runs that several tests look at, each trained once for the session (a 2-worker run costs ~15 s here; training
+# again per property was minutes of the default run). A test reads them and never changes them: one that must (a
+# relaunch, a damaged checkpoint) works on a copy (copy_run). A leak of theirs fails the next leak check.
+
+@pytest.fixture(scope="session")
+def keras_run(session_ray, tmp_path_factory):
+    """examples.keras_cnn on 2 workers for 3 epochs (fast_cfg's sizes), succeeded: its metrics, curves, TensorBoard
+    files, checkpoints and exported model."""
+    import raytf
+
+    session_ray.up()
+    cfg = _small("conf/local.yaml", tmp_path_factory.mktemp("keras-run"), FAST)("run.name=keras3", "train.epochs=3")
+    result = raytf.fit(cfg, quiet=True)
+    assert result.status == "succeeded", result.error
+    return result
+
+
+@pytest.fixture(scope="session")
+def rank1_fails_run(session_ray, tmp_path_factory):
+    """tests.train_fns:fail_on_rank1 on 2 workers: rank 1 raises ValueError before its first step."""
+    import raytf
+
+    session_ray.up()
+    cfg = _small("conf/local.yaml", tmp_path_factory.mktemp("boom-run"), FAST)(
+        "run.name=boom", "train.entrypoint=tests.train_fns:fail_on_rank1")
+    return raytf.fit(cfg, quiet=True)
+
+
+PS = ["train.epochs=3", "train.steps_per_epoch=10", "train.batch_size=16", "metrics.every_steps=5"]
+
+
+@pytest.fixture(scope="session")
+def ps_run(session_ray, tmp_path_factory):
+    """examples.ps_keras under ParameterServerStrategy (chief, 2 workers, 1 ps, and a side-car evaluator running
+    examples.ps_keras:evaluate) for 3 epochs of 10 steps, succeeded."""
+    import raytf
+
+    session_ray.up()
+    cfg = _small("conf/ps_local.yaml", tmp_path_factory.mktemp("ps-run"), PS)(
+        "run.name=psfit", "cluster.ps.cpus=0.25", "cluster.chief.cpus=0.25", "cluster.evaluator.enabled=true",
+        "cluster.evaluator.cpus=0.5", "train.eval_entrypoint=examples.ps_keras:evaluate",
+        "train.params.steps_per_execution=2")
+    result = raytf.fit(cfg, quiet=True)
+    assert result.status == "succeeded", result.error
+    return result
+
+
+def copy_run(result, storage: Path):
+    """A shared run's directory copied into `storage` (a tmp_path): the config of a relaunch of that copy."""
+    import shutil
+
+    import raytf
+
+    shutil.copytree(result.run_dir, storage / Path(result.run_dir).name)
+    return raytf.load_config(result.config, [f"storage.path={storage}"])
 
 
 @pytest.fixture
@@ -105,8 +195,7 @@ def script_cfg(tmp_path):
 @pytest.fixture
 def ps_cfg(tmp_path):
     """A small ParameterServerStrategy config (chief, 2 workers, 1 ps on 2 CPUs) under tmp_path."""
-    return _small("conf/ps_local.yaml", tmp_path, ["train.epochs=3", "train.steps_per_epoch=10",
-                                                   "train.batch_size=16", "metrics.every_steps=5"])
+    return _small("conf/ps_local.yaml", tmp_path, PS)
 
 
 def benchmark_smoke(module: str, timeout_s: float):

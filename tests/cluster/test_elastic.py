@@ -16,13 +16,14 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(session_ray):
     import os
     import socket
 
     import ray
     from ray.cluster_utils import Cluster
 
+    session_ray.release()  # this process joins the simulated cluster instead
     os.chdir(ROOT)
     with socket.socket() as probe:  # a free dashboard port (ray.util.state needs the dashboard)
         probe.bind(("127.0.0.1", 0))

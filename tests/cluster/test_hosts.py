@@ -10,7 +10,8 @@ import pytest
 from tests import hosts
 from tests.cluster import hostrun
 
-pytestmark = [pytest.mark.timeout(600)]
+# CI's second step (-m slow), as every host-bed test: each starts 3-5 Ray nodes (~40 s a test).
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def _assert_finished_elsewhere(bed, tmp_path, name: str, victim, code: int, resu
     return rest[0]
 
 
-@pytest.mark.parametrize("rank", [1, pytest.param(0, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("rank", [1, 0])
 def test_partitioned_worker_host_the_run_finishes_on_the_others(bed, tmp_path, rank):
     """Rank 1's host, or rank 0's (TF's coordination service, the chief's checkpoint copy)."""
     left = []
@@ -102,9 +103,6 @@ def test_partitioned_worker_host_the_run_finishes_on_the_others(bed, tmp_path, r
     assert recovered_after < 150
 
 
-# ~40 s each: slow; a lost host in the default run is the partitioned one above, and elastic training's
-# (tests/cluster/test_elastic.py).
-@pytest.mark.slow
 @pytest.mark.parametrize("rank", [0, 1])
 def test_killed_host_the_run_finishes_on_the_other(bed, tmp_path, rank):
     """Every process of rank 0's host (or rank 1's) SIGKILLed: a power cut."""
@@ -114,7 +112,6 @@ def test_killed_host_the_run_finishes_on_the_other(bed, tmp_path, rank):
     print(f"host killed -> the next attempt's first step: {second['first_step_at'] - killed_at:.1f}s")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("delay_ms", [2, 0], ids=["2ms-1gbit", "1gbit-only"])
 def test_slow_links_training_completes(bed, tmp_path, delay_ms):
     """2 ms each way and 1 Gbit/s on every host's link (tc netem): a LAN between racks, not one machine; or the

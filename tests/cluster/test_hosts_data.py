@@ -9,7 +9,8 @@ from tests import hosts
 from tests.cluster import hostrun
 
 # 32-43 s (the bed's 3 Ray nodes 12-20 s of it); 55-76 s on 2 cores shared with other test runs.
-pytestmark = [pytest.mark.timeout(600)]
+# CI's second step (-m slow), as every host-bed test: each starts 3-5 Ray nodes (~40 s a test).
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 ROWS = 256
 

@@ -12,7 +12,8 @@ import pytest
 from tests import hosts
 from tests.cluster import hostrun
 
-pytestmark = [pytest.mark.timeout(600)]
+# CI's second step (-m slow), as every host-bed test: each starts 3-5 Ray nodes (~40 s a test).
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 PORTS = (20000, 20009)
 

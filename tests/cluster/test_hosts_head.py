@@ -10,10 +10,10 @@ import pytest
 from tests import hosts
 from tests.cluster import hostrun
 
-pytestmark = [pytest.mark.timeout(600)]
+# CI's second step (-m slow), as every host-bed test: each starts 3-5 Ray nodes (~40 s a test).
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 
-@pytest.mark.slow
 def test_head_host_lost_the_driver_ends_in_one_line(tmp_path):
     """The driver on a host of its own; the Ray head's host (GCS) is killed mid-run. Without the GCS a Ray cluster
     is gone (its nodes exit once they cannot reach it): the run ends as failed, saying so, not with a traceback

@@ -11,7 +11,8 @@ import pytest
 from tests import hosts
 from tests.cluster.hostrun import Launch
 
-pytestmark = [pytest.mark.timeout(600)]
+# CI's second step (-m slow), as every host-bed test: each starts 3-5 Ray nodes (~40 s a test).
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

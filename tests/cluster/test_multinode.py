@@ -11,13 +11,14 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(session_ray):
     """Head (no GPU, drives only) + two nodes with 1 CPU and 1 fake GPU each, all on 127.0.0.1."""
     import os
 
     import ray
     from ray.cluster_utils import Cluster
 
+    session_ray.release()  # this process joins the simulated cluster instead
     os.chdir(ROOT)
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, "include_dashboard": True,
                                                        "resources": {"head": 1}})

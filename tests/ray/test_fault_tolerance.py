@@ -155,8 +155,8 @@ def test_other_user_errors_are_retried_only_when_asked(fast_cfg, no_leaks):
     assert yes.status == "succeeded" and len(yes.attempts) == 2, yes.error
 
 
-def test_first_step_failure_is_not_retried(fast_cfg, no_leaks):
-    result = raytf.fit(fast_cfg("run.name=early", "train.entrypoint=tests.train_fns:fail_on_rank1"), quiet=True)
+def test_first_step_failure_is_not_retried(rank1_fails_run, no_leaks):
+    result = rank1_fails_run
     assert result.status == "failed" and len(result.attempts) == 1
     assert result.attempts[0]["decision"] == "raise"
     on_disk = json.loads((Path(result.run_dir) / "result.json").read_text())

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-import raytf
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -24,9 +23,8 @@ print(json.dumps({"accuracy": acc, "loss": loss, "raytf_imported": "raytf" in sy
 """
 
 
-def test_exported_model_matches_the_reported_accuracy(fast_cfg, no_leaks):
-    result = raytf.fit(fast_cfg("run.name=export", "train.epochs=3"), quiet=True)
-    assert result.status == "succeeded", result.error
+def test_exported_model_matches_the_reported_accuracy(keras_run):
+    result = keras_run
     assert result.model_path == f"{result.run_dir}/model"
     assert (Path(result.run_dir) / "model" / "saved_model.pb").exists()
     assert result.best_checkpoint in result.checkpoints
@@ -40,9 +38,8 @@ def test_exported_model_matches_the_reported_accuracy(fast_cfg, no_leaks):
     assert scored["accuracy"] == pytest.approx(result.final_metrics["val_accuracy"], abs=1e-6)
 
 
-def test_result_load_model_in_and_out_of_a_strategy_scope(fast_cfg, no_leaks):
-    result = raytf.fit(fast_cfg("run.name=export2", "train.epochs=1"), quiet=True)
-    assert result.status == "succeeded", result.error
+def test_result_load_model_in_and_out_of_a_strategy_scope(keras_run):
+    result = keras_run
     code = f"""
 import raytf, tensorflow as tf
 r = raytf.load_result({result.run_dir!r})

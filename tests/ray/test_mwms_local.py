@@ -10,7 +10,7 @@ import pytest
 
 import raytf
 from raytf.errors import PlacementError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, copy_run, state_address
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
@@ -19,10 +19,8 @@ def _epoch_rows(df, rank):
     return df[(df["kind"] == "epoch") & (df["rank"] == rank)].sort_values("epoch")
 
 
-def test_keras_fit_two_workers_then_resume(fast_cfg, no_leaks, caplog):
-    cfg = fast_cfg("run.name=fit2", "train.epochs=3")
-    result = raytf.fit(cfg, quiet=True)
-    assert result.status == "succeeded", result.error
+def test_keras_fit_two_workers_then_resume(keras_run, no_leaks, caplog, tmp_path):
+    result = keras_run
     s = result.summary
     assert s["num_replicas_in_sync"] == 2
     assert s["strategy"] == "multi_worker_mirrored"
@@ -52,8 +50,10 @@ def test_keras_fit_two_workers_then_resume(fast_cfg, no_leaks, caplog):
     assert "train:" in (run_dir / "config.yaml").read_text()
 
     # The newest checkpoint's weights change on storage after its commit (one byte: same size): its manifest no
-    # longer matches, so the relaunch refuses it, naming it, and resumes from the one before.
-    newest = run_dir / "checkpoints" / Path(result.last_checkpoint).name
+    # longer matches, so the relaunch refuses it, naming it, and resumes from the one before. (On a copy of the
+    # run: other tests look at it too.)
+    cfg = copy_run(result, tmp_path / "runs")
+    newest = tmp_path / "runs" / run_dir.name / "checkpoints" / Path(result.last_checkpoint).name
     data = next(newest.glob("ckpt.data-*"))
     raw = bytearray(data.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
@@ -89,8 +89,8 @@ def test_custom_training_loop(fast_cfg, no_leaks):
     assert result.last_checkpoint is not None
 
 
-def test_failing_user_function_reports_rank_and_traceback(fast_cfg, no_leaks):
-    result = raytf.fit(fast_cfg("run.name=boom", "train.entrypoint=tests.train_fns:fail_on_rank1"), quiet=True)
+def test_failing_user_function_reports_rank_and_traceback(rank1_fails_run, no_leaks):
+    result = rank1_fails_run
     assert result.status == "failed"
     (key, err), = result.error.failures.items()
     assert key == ("worker", 1) and err.rank == 1 and err.role == "worker" and err.node_id
@@ -178,10 +178,12 @@ def test_cli_runs_conf_local_end_to_end(tmp_path):
     assert json.loads((run / "result.json").read_text())["status"] == "succeeded"
 
 
-def test_cli_failed_run_exits_1(tmp_path):
+def test_cli_failed_run_exits_1(tmp_path, no_leaks):
+    """(It joins the session's Ray, as a CLI run on a cluster does; the test above starts its own.)"""
     proc = subprocess.run(
         [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", "run.name=clifail",
-         f"storage.path={tmp_path}", "train.entrypoint=tests.train_fns:fail_on_rank1", "ray.num_cpus=2"],
+         f"storage.path={tmp_path}", "train.entrypoint=tests.train_fns:fail_on_rank1",
+         f"ray.address={state_address()}"],
         cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 1
     assert "worker 1" in proc.stderr and "rank 1 refuses to train" in proc.stderr
@@ -201,12 +203,13 @@ def test_interrupt_tears_everything_down(fast_cfg, no_leaks):
     assert result.attempts[-1]["status"] == "interrupted"
 
 
-def test_cli_sigint_exits_130_and_releases(tmp_path):
+def test_cli_sigint_exits_130_and_releases(tmp_path, no_leaks):
+    """(It joins the session's Ray: the leak check then sees that the interrupted run left nothing on it.)"""
     import signal
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", "run.name=sigint",
-         f"storage.path={tmp_path}", "train.epochs=1000", "ray.num_cpus=2"],
+         f"storage.path={tmp_path}", "train.epochs=1000", f"ray.address={state_address()}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         # A shell without job control starts background commands with SIGINT ignored, and children inherit that
         # (then Python installs no KeyboardInterrupt handler): the launch must see SIGINT as a terminal sends it.

@@ -14,9 +14,8 @@ from tests.conftest import ROOT
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
 
-def test_curves_tensorboard_and_runs_cli(fast_cfg, no_leaks, tmp_path):
-    result = raytf.fit(fast_cfg("run.name=obs", "train.epochs=3"), quiet=True)
-    assert result.status == "succeeded", result.error
+def test_curves_tensorboard_and_runs_cli(keras_run, tmp_path):
+    result = keras_run
     run_dir = Path(result.run_dir)
 
     # The curves' data: per epoch, the mean over ranks of the epoch rows.
@@ -48,8 +47,8 @@ def test_curves_tensorboard_and_runs_cli(fast_cfg, no_leaks, tmp_path):
     storage = str(run_dir.parent)
     out = subprocess.run([sys.executable, "-m", "raytf.runs", "ls", storage], capture_output=True, text=True,
                          cwd=ROOT, timeout=60)
-    assert out.returncode == 0 and "obs" in out.stdout and "succeeded" in out.stdout
-    show = subprocess.run([sys.executable, "-m", "raytf.runs", "show", "obs", "--storage", storage],
+    assert out.returncode == 0 and run_dir.name in out.stdout and "succeeded" in out.stdout
+    show = subprocess.run([sys.executable, "-m", "raytf.runs", "show", run_dir.name, "--storage", storage],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert show.returncode == 0 and "multi_worker_mirrored" in show.stdout and "rank 1" in show.stdout
     png_out = tmp_path / "c.png"
@@ -109,16 +108,14 @@ def test_the_cli_shows_every_ranks_tf_logs_on_request(tmp_path):
     assert "(TaskActor pid=" not in terminal and "[repeated" not in terminal
 
 
-def test_per_rank_logs_are_kept(fast_cfg, ps_cfg, no_leaks):
+def test_per_rank_logs_are_kept(fast_cfg, ps_run, no_leaks):
     result = raytf.fit(fast_cfg("run.name=logs", "train.entrypoint=tests.train_fns:print_rank"), quiet=True)
     assert result.status == "succeeded", result.error
     logs = Path(result.run_dir) / "logs"
     for rank in (0, 1):
         text = (logs / f"worker{rank}-attempt1.log").read_text()
         assert f"hello from worker {rank}" in text
-    ps = raytf.fit(ps_cfg("run.name=pslogs", "train.epochs=1"), quiet=True)
-    assert ps.status == "succeeded", ps.error
-    names = {p.name for p in (Path(ps.run_dir) / "logs").iterdir()}
+    names = {p.name for p in (Path(ps_run.run_dir) / "logs").iterdir()}
     # Named by role and task index, as TF names the tasks (/job:ps/task:0), not by raytf's global rank.
     assert {"chief0-attempt1.log", "worker0-attempt1.log", "worker1-attempt1.log", "ps0-attempt1.log"} <= names
 

@@ -14,12 +14,8 @@ def _chief_epochs(df):
     return df[(df["kind"] == "epoch") & (df["role"] == "chief")].sort_values("epoch")
 
 
-def test_keras_fit_with_evaluator_ends_by_itself(ps_cfg, no_leaks):
-    result = raytf.fit(ps_cfg("run.name=psfit", "cluster.ps.cpus=0.25", "cluster.chief.cpus=0.25",
-                              "cluster.evaluator.enabled=true", "cluster.evaluator.cpus=0.5",
-                              "train.eval_entrypoint=examples.ps_keras:evaluate",
-                              "train.params.steps_per_execution=2"), quiet=True)
-    assert result.status == "succeeded", result.error
+def test_keras_fit_with_evaluator_ends_by_itself(ps_run, no_leaks):
+    result = ps_run
     s = result.summary
     assert s["strategy"] == "parameter_server"
     assert s["roles"] == {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1}

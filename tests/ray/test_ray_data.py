@@ -11,7 +11,7 @@ import pytest
 
 import raytf
 from raytf.errors import ConfigError
-from tests.conftest import ROOT, leftovers
+from tests.conftest import ROOT, leftovers, state_address
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
@@ -109,9 +109,9 @@ def test_a_dataset_not_given_fails_the_run_once_with_its_name(fast_cfg, no_leaks
     assert "ctx.dataset('valid'): no dataset named 'valid' was given to this run (given: 'train')" in str(result.error)
 
 
-def test_cli_train_datasets_that_raise_exits_2_with_one_line(tmp_path):
+def test_cli_train_datasets_that_raise_exits_2_with_one_line(tmp_path, no_leaks):
     proc = subprocess.run([sys.executable, "-m", "raytf.launch", "conf/ray_data.yaml", f"storage.path={tmp_path}",
-                           "train.datasets=tests.train_fns:datasets_that_raise"],
+                           "train.datasets=tests.train_fns:datasets_that_raise", f"ray.address={state_address()}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("raytf:")]

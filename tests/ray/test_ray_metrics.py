@@ -16,10 +16,12 @@ INTERVAL = "RAY_metrics_report_interval_ms"
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    """conftest's local Ray, exporting metrics every second, as often as Ray does (its default is every 10 s)."""
+def ray_local(session_ray):
+    """A local Ray of this module's own, like the session's but exporting metrics every 500 ms (Ray's default is
+    every 10 s), which only the processes a new Ray starts read."""
     import ray
 
+    session_ray.release()
     os.chdir(ROOT)  # the tasks import tests.* from the driver's working directory
     was = os.environ.get(INTERVAL)
     os.environ[INTERVAL] = "500"  # read by the processes ray.init starts, and by this driver's own core worker

@@ -60,11 +60,12 @@ def s3():
 
 
 @pytest.fixture(scope="module")
-def ray_local(s3):
-    """Overrides conftest's: Ray starts after the credentials are in the environment, so the tasks
-    inherit them (credentials from the environment, as on a real cluster)."""
+def ray_local(s3, session_ray):
+    """Overrides conftest's: a Ray of this module's own, started after the credentials are in the environment, so
+    the tasks inherit them (credentials from the environment, as on a real cluster)."""
     import ray
 
+    session_ray.release()
     os.chdir(ROOT)
     ray.init(address="local", num_cpus=2, include_dashboard=True, configure_logging=False, log_to_driver=False)
     yield ray
