@@ -12,7 +12,9 @@ import raytf
 from raytf._core import events as ev
 from tests.conftest import ROOT, leftovers
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+# Step 2 (-m slow): a simulated cluster of its own, nodes removed and added (~90 s); the elastic rules are pure
+# (tests/core/test_elastic.py).
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

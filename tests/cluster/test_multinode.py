@@ -44,6 +44,7 @@ def two_node(tmp_path, *overrides):
         *overrides])
 
 
+@pytest.mark.slow  # step 2: training on the simulated cluster (its placement rules run here by default)
 def test_two_node_mwms_one_worker_per_gpu_node(clean, tmp_path):
     _, nodes = clean
     result = raytf.fit(two_node(tmp_path, "run.name=two"), quiet=True)
@@ -56,6 +57,7 @@ def test_two_node_mwms_one_worker_per_gpu_node(clean, tmp_path):
     assert result.last_checkpoint.endswith("-e000002-s0000000010")
 
 
+@pytest.mark.slow  # step 2: training on the simulated cluster (its placement rules run here by default)
 def test_two_node_parameter_server(clean, tmp_path):
     cfg = raytf.load_config(ROOT / "conf/two_node_ps.yaml", [
         f"storage.path={tmp_path}", "run.name=twops", "train.epochs=2", "train.steps_per_epoch=5",

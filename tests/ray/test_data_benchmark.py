@@ -5,8 +5,8 @@ import pytest
 from tests.conftest import benchmark_smoke
 
 
-# In the default run: ~32 s on an idle machine (its own Ray, two runs of 2 TensorFlow workers; ~60 s with other
-# test runs beside it), unlike the other benchmarks' smokes (slow: 1.5-3 min).
+# The slow step, with the other benchmarks' smokes: ~50 s here (its own Ray, two runs of 2 TensorFlow workers).
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_data_benchmark_smoke_mode_runs():
     """`python -m benchmarks.data --smoke`: one short run each way; both succeed and read the same steps."""

@@ -127,6 +127,7 @@ def test_hang_is_detected_dumped_and_recovered(fast_cfg, no_leaks):
     assert "Event.wait" in dumps["stacks-attempt1-worker1.txt"]
 
 
+@pytest.mark.slow  # step 2: the hang path runs by default (above); giving up is the pure policy's (tests/core)
 def test_hang_fails_the_run_when_no_retry_is_left(fast_cfg, no_leaks):
     cfg = fast_cfg("run.name=hang0", "train.entrypoint=tests.train_fns:hang_on_rank1_first_attempt",
                    "failure.hang_timeout_s=5", "failure.heartbeat_s=0.5", "failure.max_failures=0")
@@ -136,6 +137,7 @@ def test_hang_fails_the_run_when_no_retry_is_left(fast_cfg, no_leaks):
     assert "failure.hang_timeout_s" in str(result.error)
 
 
+@pytest.mark.slow  # step 2: a retry runs by default (chief killed mid-commit); transient or not: tests/core
 def test_transient_user_errors_are_retried(fast_cfg, no_leaks):
     ok = raytf.fit(fast_cfg("run.name=transient", "train.entrypoint=tests.train_fns:fail_once_after_progress"),
                    quiet=True)

@@ -9,7 +9,7 @@ import pytest
 
 import raytf
 from raytf._core import figures as plots
-from tests.conftest import ROOT
+from tests.conftest import ROOT, state_address
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
@@ -70,11 +70,12 @@ def _tf_lines(text: str) -> list[str]:
 
 
 @pytest.mark.timeout(180)
-def test_driver_never_imports_tensorflow_and_its_terminal_stays_quiet(tmp_path):
+def test_driver_never_imports_tensorflow_and_its_terminal_stays_quiet(tmp_path, no_leaks):
     """Ray's log_to_driver on (raytf.fit's default, and a user's own ray.init's): the terminal shows rank 0's print
-    prefixed, none of TF's start-up lines nor Ray's relay of them (raytf issue 21); the tasks' logs have them all."""
+    prefixed, none of TF's start-up lines nor Ray's relay of them (raytf issue 21); the tasks' logs have them all.
+    (The driver joins the session's Ray.)"""
     code = ("import sys, raytf; r = raytf.fit('conf/local.yaml', ['train.epochs=1', 'train.steps_per_epoch=3', "
-            f"'storage.path={tmp_path}', 'run.name=notf', 'ray.num_cpus=2', "
+            f"'storage.path={tmp_path}', 'run.name=notf', 'ray.address={state_address()}', "
             "'train.entrypoint=tests.train_fns:print_then_train'], quiet=True); "
             "print(r.status, 'tensorflow' in sys.modules, 'keras' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=240)

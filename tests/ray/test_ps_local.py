@@ -65,6 +65,7 @@ def test_lost_worker_is_tolerated(ps_cfg, no_leaks):
     assert _chief_epochs(result.metrics)["epoch"].tolist() == [1, 2, 3, 4]
 
 
+@pytest.mark.slow  # step 2: a variant of the tolerated loss above (~40 s)
 def test_elastic_ps_grows_back_at_the_next_checkpoint_after_a_tolerated_loss(ps_cfg, no_leaks):
     """Elastic: the coordinator goes on without a lost worker (its host is up); at the chief's next checkpoint
     the group restarts at full size, a resize, not a failure."""
@@ -88,6 +89,7 @@ def test_elastic_ps_grows_back_at_the_next_checkpoint_after_a_tolerated_loss(ps_
     assert _chief_epochs(result.metrics)["epoch"].tolist()[-1] == 4
 
 
+@pytest.mark.slow  # step 2: two ParameterServerStrategy runs (~50 s)
 def test_failing_chief_stops_the_servers(ps_cfg, no_leaks):
     result = raytf.fit(ps_cfg("run.name=psboom", "train.entrypoint=tests.train_fns:fail_on_rank1",
                               "cluster.num_workers=1"), quiet=True)

@@ -226,6 +226,7 @@ def test_one_secret_through_every_route(s3, no_leaks, tmp_path, monkeypatch, cap
     assert ray.is_initialized()
 
 
+@pytest.mark.slow  # step 2: a fault scenario (~30 s); a run and resume on S3 runs by default
 def test_endpoint_outage_mid_run(s3, no_leaks):
     """The endpoint stops during training and comes back 4 s later: training goes on meanwhile, the
     checkpoint lands after retries, and no partial checkpoint is ever visible."""

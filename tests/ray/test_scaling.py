@@ -9,6 +9,7 @@ import raytf
 from tests.conftest import benchmark_smoke
 
 
+@pytest.mark.slow  # step 2: three runs (~35 s)
 @pytest.mark.ray
 @pytest.mark.timeout(400)
 def test_scaling_report_runs_each_count(fast_cfg, no_leaks):

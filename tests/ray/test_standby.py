@@ -28,6 +28,7 @@ def _pids(result) -> dict[tuple[int, int], float]:
     return {(a, r): p for (a, r), p in steps.groupby(["attempt", "rank"])["pid"].first().items()}
 
 
+@pytest.mark.slow  # step 2: ~70 s, three runs; the session's standbys ending with it run by default
 def test_a_retry_and_the_next_run_start_in_standbys(fast_cfg, no_leaks, tmp_path, monkeypatch):
     import ray
 

@@ -14,6 +14,7 @@ def _rows(result, column):
     return df[df[column].notna()] if column in df else df.iloc[0:0]
 
 
+@pytest.mark.slow  # step 2: a kill and a resume of a script (~35 s)
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_every_replica_reads_the_same_latest_checkpoint_after_a_resume(script_cfg, no_leaks):
@@ -34,6 +35,7 @@ def test_every_replica_reads_the_same_latest_checkpoint_after_a_resume(script_cf
     assert sorted(final["rank"]) == [0, 1] and final["w_end"].nunique() == 1, final[["rank", "w_end"]]
 
 
+@pytest.mark.slow  # step 2: a kill, a retry and a failure of a script (~30 s)
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_several_fits_a_retry_then_an_error_after_training(script_cfg, no_leaks):
