@@ -31,13 +31,10 @@ def pytest_collection_modifyitems(config, items):
 
 class SessionRay:
     """The one local Ray of the whole test session (2 CPUs and the dashboard: ray.util.state needs it), started at
-    the first test that asks for it and shut down at the session's end: starting and stopping Ray costs ~5 s, once
-    per module it was ~1.5 minutes of the default run. A module that needs a Ray of its own (other settings, or a
-    simulated cluster: `ray.init` connects a process to one Ray at a time) calls `release()` first; the next test
+    the first test that asks for it and shut down at the session's end: starting and stopping Ray costs ~10 s here,
+    once per module it was ~2.5 minutes of the default run. A module that needs a Ray of its own (other settings, or
+    a simulated cluster: `ray.init` connects a process to one Ray at a time) calls `release()` first; the next test
     that asks for the session's Ray starts it again."""
-
-    def __init__(self) -> None:
-        self.starts = 0
 
     def up(self):
         import ray
@@ -47,7 +44,6 @@ class SessionRay:
             # address="local": always a fresh cluster of our own, even if another Ray runs on this machine.
             ray.init(address="local", num_cpus=2, include_dashboard=True, configure_logging=False,
                      log_to_driver=False)
-            self.starts += 1
         return ray
 
     def release(self) -> None:
@@ -133,15 +129,19 @@ def fast_cfg(tmp_path):
 # again per property was minutes of the default run). A test reads them and never changes them: one that must (a
 # relaunch, a damaged checkpoint) works on a copy (copy_run). A leak of theirs fails the next leak check.
 
+def _shared_run(session_ray, tmp_path_factory, conf: str, defaults: list[str], *overrides: str):
+    import raytf
+
+    session_ray.up()
+    cfg = _small(conf, tmp_path_factory.mktemp("shared-run"), defaults)(*overrides)
+    return raytf.fit(cfg, quiet=True)
+
+
 @pytest.fixture(scope="session")
 def keras_run(session_ray, tmp_path_factory):
     """examples.keras_cnn on 2 workers for 3 epochs (fast_cfg's sizes), succeeded: its metrics, curves, TensorBoard
     files, checkpoints and exported model."""
-    import raytf
-
-    session_ray.up()
-    cfg = _small("conf/local.yaml", tmp_path_factory.mktemp("keras-run"), FAST)("run.name=keras3", "train.epochs=3")
-    result = raytf.fit(cfg, quiet=True)
+    result = _shared_run(session_ray, tmp_path_factory, "conf/local.yaml", FAST, "run.name=keras3", "train.epochs=3")
     assert result.status == "succeeded", result.error
     return result
 
@@ -149,12 +149,8 @@ def keras_run(session_ray, tmp_path_factory):
 @pytest.fixture(scope="session")
 def rank1_fails_run(session_ray, tmp_path_factory):
     """tests.train_fns:fail_on_rank1 on 2 workers: rank 1 raises ValueError before its first step."""
-    import raytf
-
-    session_ray.up()
-    cfg = _small("conf/local.yaml", tmp_path_factory.mktemp("boom-run"), FAST)(
-        "run.name=boom", "train.entrypoint=tests.train_fns:fail_on_rank1")
-    return raytf.fit(cfg, quiet=True)
+    return _shared_run(session_ray, tmp_path_factory, "conf/local.yaml", FAST, "run.name=boom",
+                       "train.entrypoint=tests.train_fns:fail_on_rank1")
 
 
 PS = ["train.epochs=3", "train.steps_per_epoch=10", "train.batch_size=16", "metrics.every_steps=5"]
@@ -164,14 +160,10 @@ PS = ["train.epochs=3", "train.steps_per_epoch=10", "train.batch_size=16", "metr
 def ps_run(session_ray, tmp_path_factory):
     """examples.ps_keras under ParameterServerStrategy (chief, 2 workers, 1 ps, and a side-car evaluator running
     examples.ps_keras:evaluate) for 3 epochs of 10 steps, succeeded."""
-    import raytf
-
-    session_ray.up()
-    cfg = _small("conf/ps_local.yaml", tmp_path_factory.mktemp("ps-run"), PS)(
-        "run.name=psfit", "cluster.ps.cpus=0.25", "cluster.chief.cpus=0.25", "cluster.evaluator.enabled=true",
-        "cluster.evaluator.cpus=0.5", "train.eval_entrypoint=examples.ps_keras:evaluate",
-        "train.params.steps_per_execution=2")
-    result = raytf.fit(cfg, quiet=True)
+    result = _shared_run(session_ray, tmp_path_factory, "conf/ps_local.yaml", PS, "run.name=psfit",
+                         "cluster.ps.cpus=0.25", "cluster.chief.cpus=0.25", "cluster.evaluator.enabled=true",
+                         "cluster.evaluator.cpus=0.5", "train.eval_entrypoint=examples.ps_keras:evaluate",
+                         "train.params.steps_per_execution=2")
     assert result.status == "succeeded", result.error
     return result
 

@@ -133,7 +133,7 @@ def test_placement_timeout_on_a_cluster_that_could_grow(fast_cfg, no_leaks):
     assert "not ready after cluster.placement_timeout_s=1s" in msg and "lacks {CPU: 1}" in msg
 
 
-@pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
+@pytest.mark.parametrize("strategy", ["mirrored", pytest.param("central_storage", marks=pytest.mark.slow)])
 def test_single_task_strategies(fast_cfg, no_leaks, strategy):
     result = raytf.fit(fast_cfg(f"run.name={strategy}", f"cluster.strategy={strategy}", "cluster.num_workers=1",
                                 "cluster.worker.cpus=2"), quiet=True)
@@ -240,6 +240,7 @@ def _interrupt_once_at(step: int, seen: list[int]):
     return interrupt_once
 
 
+@pytest.mark.slow  # step 2: the agreed-step save and its relaunch run by default (Keras, below)
 def test_interrupt_saves_a_final_checkpoint_at_an_agreed_step(fast_cfg, no_leaks, caplog):
     import logging
     import re
@@ -266,6 +267,7 @@ def test_interrupt_saves_a_final_checkpoint_at_an_agreed_step(fast_cfg, no_leaks
     assert again.final_metrics["step"] == 24
 
 
+@pytest.mark.slow  # step 2: a variant of the Ctrl-C paths above
 def test_second_interrupt_skips_the_final_save(fast_cfg, no_leaks):
     interrupts = []
 

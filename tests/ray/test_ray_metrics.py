@@ -10,7 +10,9 @@ import pytest
 import raytf
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(150)]
+# Step 2 (-m slow): a Ray of its own (~30 s with the session's restart after it); the figures' pure parts are
+# tests/core/test_ray_metrics.py's.
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(150), pytest.mark.slow]
 
 INTERVAL = "RAY_metrics_report_interval_ms"
 

@@ -97,6 +97,7 @@ def test_the_ps_tutorials_in_process_cluster_is_refused(script_cfg, no_leaks):
     assert "started Model.fit without a connection to another task of its cluster" in str(result.error)
 
 
+@pytest.mark.slow  # step 2: one more message for a misused script
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_tensorflow_used_before_the_strategy_is_explained(script_cfg, no_leaks):
