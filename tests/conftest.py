@@ -29,6 +29,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("ray")
 
 
+# moto's S3 server accepts any keys; these are planted to be searched for (test_s3_storage.py).
+S3_TEST_ENV = {"AWS_ACCESS_KEY_ID": "AKIARAYTFTESTKEY", "AWS_SECRET_ACCESS_KEY": "raytf-test-secret-8c41f",
+               "AWS_DEFAULT_REGION": "us-east-1"}
+
+
 class SessionRay:
     """The one local Ray of the whole test session (2 CPUs and the dashboard: ray.util.state needs it), started at
     the first test that asks for it and shut down at the session's end: starting and stopping Ray costs ~10 s here,
@@ -41,9 +46,20 @@ class SessionRay:
 
         if not ray.is_initialized():
             os.chdir(ROOT)  # the tasks import tests.* and examples.* from the driver's working directory
-            # address="local": always a fresh cluster of our own, even if another Ray runs on this machine.
-            ray.init(address="local", num_cpus=2, include_dashboard=True, configure_logging=False,
-                     log_to_driver=False)
+            # The S3 tests' credentials in the environment of the processes Ray starts (the tasks inherit them, as
+            # on a real cluster's nodes), not in this process's: their module sets its own (test_s3_storage.py).
+            saved = {k: os.environ.get(k) for k in S3_TEST_ENV}
+            os.environ.update(S3_TEST_ENV)
+            try:
+                # address="local": always a fresh cluster of our own, even if another Ray runs on this machine.
+                ray.init(address="local", num_cpus=2, include_dashboard=True, configure_logging=False,
+                         log_to_driver=False)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k)
+                    else:
+                        os.environ[k] = v
         return ray
 
     def release(self) -> None:

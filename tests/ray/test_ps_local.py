@@ -48,6 +48,7 @@ def test_custom_loop_with_partitioned_variables(ps_cfg, no_leaks):
     assert _chief_epochs(again.metrics)["epoch"].tolist() == [1, 2, 3, 4]
 
 
+@pytest.mark.slow  # step 2: a PS worker lost, as in the elastic PS test below and the PS host beds
 def test_lost_worker_is_tolerated(ps_cfg, no_leaks):
     killed = threading.Event()
 

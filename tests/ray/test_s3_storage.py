@@ -15,11 +15,11 @@ import pytest
 import raytf
 from raytf._core import events as ev
 from raytf._storage import RunDir
-from tests.conftest import ROOT
+from tests.conftest import ROOT, S3_TEST_ENV
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
-KEY_ID, SECRET = "AKIARAYTFTESTKEY", "raytf-test-secret-8c41f"
+KEY_ID, SECRET = S3_TEST_ENV["AWS_ACCESS_KEY_ID"], S3_TEST_ENV["AWS_SECRET_ACCESS_KEY"]
 
 
 class Endpoint:
@@ -47,8 +47,10 @@ class Endpoint:
 
 @pytest.fixture(scope="module")
 def s3():
-    old = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
-    os.environ.update(AWS_ACCESS_KEY_ID=KEY_ID, AWS_SECRET_ACCESS_KEY=SECRET, AWS_DEFAULT_REGION="us-east-1")
+    """The endpoint, and the credentials in this (the driver's) environment; the session's Ray started its
+    processes with them (tests/conftest.py: SessionRay), so the tasks have them too, as on a real cluster."""
+    old = {k: os.environ.get(k) for k in S3_TEST_ENV}
+    os.environ.update(S3_TEST_ENV)
     endpoint = Endpoint()
     yield endpoint
     endpoint.stop()
@@ -57,19 +59,6 @@ def s3():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-
-
-@pytest.fixture(scope="module")
-def ray_local(s3, session_ray):
-    """Overrides conftest's: a Ray of this module's own, started after the credentials are in the environment, so
-    the tasks inherit them (credentials from the environment, as on a real cluster)."""
-    import ray
-
-    session_ray.release()
-    os.chdir(ROOT)
-    ray.init(address="local", num_cpus=2, include_dashboard=True, configure_logging=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
 
 
 def s3fs(endpoint: Endpoint) -> pafs.S3FileSystem:
