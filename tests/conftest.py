@@ -6,6 +6,7 @@ no Ray), `ray` (a local Ray with real TensorFlow workers on 127.0.0.1), `cluster
 several raylets). `pytest tests/core` is the inner loop while editing.
 """
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -34,6 +35,21 @@ S3_TEST_ENV = {"AWS_ACCESS_KEY_ID": "AKIARAYTFTESTKEY", "AWS_SECRET_ACCESS_KEY":
                "AWS_DEFAULT_REGION": "us-east-1"}
 
 
+@contextlib.contextmanager
+def environ(values: dict[str, str]):
+    """This process's environment with `values` set, as it was again afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 class SessionRay:
     """The one local Ray of the whole test session (2 CPUs and the dashboard: ray.util.state needs it), started at
     the first test that asks for it and shut down at the session's end: starting and stopping Ray costs ~10 s here,
@@ -48,18 +64,10 @@ class SessionRay:
             os.chdir(ROOT)  # the tasks import tests.* and examples.* from the driver's working directory
             # The S3 tests' credentials in the environment of the processes Ray starts (the tasks inherit them, as
             # on a real cluster's nodes), not in this process's: their module sets its own (test_s3_storage.py).
-            saved = {k: os.environ.get(k) for k in S3_TEST_ENV}
-            os.environ.update(S3_TEST_ENV)
-            try:
+            with environ(S3_TEST_ENV):
                 # address="local": always a fresh cluster of our own, even if another Ray runs on this machine.
                 ray.init(address="local", num_cpus=2, include_dashboard=True, configure_logging=False,
                          log_to_driver=False)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k)
-                    else:
-                        os.environ[k] = v
         return ray
 
     def release(self) -> None:

@@ -3,7 +3,6 @@
 import dataclasses
 import hashlib
 import logging
-import os
 import pickle
 import re
 import threading
@@ -15,7 +14,7 @@ import pytest
 import raytf
 from raytf._core import events as ev
 from raytf._storage import RunDir
-from tests.conftest import ROOT, S3_TEST_ENV
+from tests.conftest import ROOT, S3_TEST_ENV, environ
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
@@ -49,16 +48,10 @@ class Endpoint:
 def s3():
     """The endpoint, and the credentials in this (the driver's) environment; the session's Ray started its
     processes with them (tests/conftest.py: SessionRay), so the tasks have them too, as on a real cluster."""
-    old = {k: os.environ.get(k) for k in S3_TEST_ENV}
-    os.environ.update(S3_TEST_ENV)
-    endpoint = Endpoint()
-    yield endpoint
-    endpoint.stop()
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with environ(S3_TEST_ENV):
+        endpoint = Endpoint()
+        yield endpoint
+        endpoint.stop()
 
 
 def s3fs(endpoint: Endpoint) -> pafs.S3FileSystem:
