@@ -7,6 +7,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytf._core.tasks import TaskInfo
 from raytf.config import Config, Resources, Strategy, StreamOutput
 
 # Task types in TF's vocabulary; ranks are assigned in this order.
@@ -139,14 +140,14 @@ def actor_name(run: str, role: str, rank: int) -> str:
     return f"raytf:{run}:{role}:{rank}"
 
 
-def task_table(infos: list[dict[str, Any]], specs: tuple[TaskSpec, ...]) -> str:
+def task_table(infos: list[TaskInfo], specs: tuple[TaskSpec, ...]) -> str:
     """The start-up summary: one line per task with where it runs and what it holds."""
     by_rank = {t.rank: t for t in specs}
     rows = [("role", "rank", "node", "address", "cpus", "gpus", "CUDA_VISIBLE_DEVICES")]
     for i in infos:
-        t = by_rank[i["rank"]]
-        rows.append((i["role"], str(i["rank"]), i["node_id"][:12], f"{i['host']}:{i['port']}", f"{t.cpus:g}",
-                     f"{t.gpus:g}", i.get("cuda_visible_devices") or "-"))
+        t = by_rank[i.rank]
+        rows.append((i.role, str(i.rank), i.node_id[:12], i.address, f"{t.cpus:g}", f"{t.gpus:g}",
+                     i.cuda_visible_devices or "-"))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     return "\n".join("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
 

@@ -18,6 +18,7 @@ import ray
 
 from raytf._core import data as rules
 from raytf._core.plan import Plan, TaskSpec
+from raytf._core.tasks import TaskInfo
 from raytf.config import Config
 from raytf.config.rules import PS_DATASETS
 from raytf.config.schema import Strategy
@@ -137,7 +138,7 @@ class Datasets:
             return None
         return int(rows) if rows is not None else None
 
-    def split(self, cfg: Config, tasks: list[TaskSpec], infos: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    def split(self, cfg: Config, tasks: list[TaskSpec], infos: list[TaskInfo]) -> dict[int, dict[str, Any]]:
         """rank -> {name: ray.data.DataIterator} for this attempt's tasks (a new split each attempt: a retry reads
         the current epoch from its start). Ray Data is told what the tasks reserve (Ray Train's data_config does
         the same), and where each share is read (locality_hints: its blocks are made on that node when it can)."""
@@ -147,7 +148,7 @@ class Datasets:
         n = sum(1 for t in tasks if t.role == "worker")
         reading = {t.rank: rules.reads(t.role, n) for t in tasks}
         workers = sorted((t for t in tasks if reading[t.rank] == rules.SHARE), key=lambda t: t.index)
-        nodes = {i["rank"]: i.get("node_id") for i in infos}
+        nodes = {i.rank: i.node_id for i in infos}
         hints = [nodes.get(t.rank) for t in workers]
         out: dict[int, dict[str, Any]] = {t.rank: {} for t in tasks if reading[t.rank] is not None}
         for name, ds in self.datasets.items():

@@ -29,6 +29,7 @@ from raytf._core.metrics import MetricsTable
 from raytf._core.plan import WORKER, Plan, make_plan, task_table
 from raytf._core.runloop import AttemptLoop, Phase, Timing, drive
 from raytf._core.stragglers import Stragglers
+from raytf._core.tasks import TaskInfo
 from raytf._core.topology import TaskAddress
 from raytf._driver import connect, placement, standby
 from raytf._driver.data import Datasets
@@ -79,7 +80,7 @@ class Driver(RunRecord):
         self.data: Datasets | None = None
         self.run_dir = storage.RunDir(cfg.storage, cfg.run.name)
         self.plan: Plan = make_plan(cfg)
-        self.tasks: list[dict[str, Any]] = []
+        self.tasks: list[TaskInfo] = []
         self.attempts: list[Attempt] = []
         self.previous_attempts: list[dict[str, Any]] = []
         self.resumed_from = None
@@ -267,7 +268,7 @@ class Driver(RunRecord):
         if self.suspects:
             return True
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        return any(i.get("node_id") and i["node_id"] not in alive for i in self.group.infos)
+        return any(i.node_id and i.node_id not in alive for i in self.group.infos)
 
     def _trusted_checkpoint(self):
         """The checkpoint to resume from: the newest committed one whose files match its manifest. Each one
@@ -293,7 +294,7 @@ class Driver(RunRecord):
         """Name the TF servers' host:port pairs anyone on the network can reach: once, and again only if a retry
         moved them."""
         warning = ports.exposure_warning(
-            [TaskAddress(i["role"], i["index"], i["host"], i["port"]) for i in self.tasks],
+            [TaskAddress(i.role, i.index, i.host, i.port) for i in self.tasks],
             strategy=self.cfg.cluster.strategy, port_range=self.cfg.cluster.port_range)
         if warning is not None and warning != self._exposed:
             log.warning("%s", warning)
@@ -346,7 +347,7 @@ class Driver(RunRecord):
         full = make_plan(cfg)
         missing = [t.bundle for t in full.tasks if t.role == WORKER][: cfg.cluster.num_workers - self.size]
         spread = cfg.cluster.placement_strategy.value == "STRICT_SPREAD"
-        used = {i.get("node_id", "") for i in self.group.infos} - {""} if spread else set()
+        used = {i.node_id for i in self.group.infos} - {""} if spread else set()
         if not placement.capacity(missing, cfg.cluster.placement_strategy.value, avoid=used):
             return None
         return elastic.grows_by_saving_now(cfg, script_mode(cfg))
@@ -379,7 +380,7 @@ class Driver(RunRecord):
                 if group.adopted:
                     log.info("attempt %d: %d of %d tasks start in standby processes (TensorFlow imported already)",
                              attempt.number, len(group.adopted), len(self.plan.tasks))
-                self._hosts = {t["rank"]: t["host"] for t in self.tasks}
+                self._hosts = {t.rank: t.host for t in self.tasks}
                 self.ray_metrics.start_attempt(attempt.number, self.tasks,
                                                batch_size=None if script_mode(cfg) else cfg.train.batch_size)
                 log.info("tasks of %s (%s):\n%s", cfg.run.name, cfg.cluster.strategy.value,
@@ -437,13 +438,13 @@ class Driver(RunRecord):
             raise self._fail(attempt, [WorkerError(
                 f"preempted (SIGTERM) at step {e.payload.get('step')}; "
                 f"{'saved' if loop.saved else 'could not save'} before stopping",
-                role=e.role, rank=e.rank, node_id=self.group.info(e.rank).get("node_id", ""),
+                role=e.role, rank=e.rank, node_id=self.group.node_of(e.rank),
                 kind=failure.PREEMPTED)])
         if loop.hung:
             raise self._fail(attempt, [self.group.hang_error(rank, attempt.number, loop.busy.get(rank, (None,))[0])
                                        for rank in loop.hung])
         more, answered = port.also_failed()
-        answered |= {self.group.info(e.rank).get("node_id", "") for e in loop.errors
+        answered |= {self.group.node_of(e.rank) for e in loop.errors
                      if e.rank not in self.group.unavailable}
         errors = [*loop.errors, *more]
         self._suspect_unreachable(errors, answered)
@@ -453,7 +454,7 @@ class Driver(RunRecord):
     def _suspect_unreachable(self, errors: list[WorkerError], answered: set[str]) -> None:
         """The nodes TF says stopped heartbeating, and that gave no answer: the next attempt avoids them while
         Ray still counts them alive (it takes Ray ~30-60 s to declare a partitioned host dead)."""
-        nodes = {(i["role"], i["index"]): i["node_id"] for i in self.group.infos}
+        nodes = {(i.role, i.index): i.node_id for i in self.group.infos}
         self.suspects = failure.unreachable_nodes([f"{e.message}\n{e.remote_traceback}" for e in errors], nodes,
                                                   answered)
         if self.suspects:

@@ -5,6 +5,7 @@ Imports Ray, never TensorFlow.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -16,6 +17,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from raytf._core import events as ev
 from raytf._core import failure, topology
 from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_name, is_server, streamed, task_runtime_env
+from raytf._core.tasks import TaskInfo, TaskRun
 from raytf._driver import placement, standby
 from raytf._storage import RunDir
 
@@ -59,13 +61,18 @@ class TaskGroup:
         self.pg = None
         self.bus = None
         self.actors: list = []
-        self.infos: list[dict[str, Any]] = []
+        self.infos: list[TaskInfo] = []
         self.unavailable: set[int] = set()  # ranks whose actor Ray could not reach (ActorUnavailableError)
         self.adopted: set[int] = set()  # ranks a standby process took (raytf/_driver/standby.py)
         self._slots: dict[tuple[str, str], list[int]] = {}  # where standbys could take this group's tasks
 
-    def info(self, rank: int) -> dict[str, Any]:
-        return next((i for i in self.infos if i["rank"] == rank), {})
+    def info(self, rank: int) -> TaskInfo | None:
+        return next((i for i in self.infos if i.rank == rank), None)
+
+    def node_of(self, rank: int) -> str:
+        """The node a task of this attempt runs on ("" when not known)."""
+        info = self.info(rank)
+        return info.node_id if info is not None else ""
 
     def start(self, pg=None) -> None:
         """Reserve (or take `pg`, a group already reserved for this plan: elastic training's sizing) and start."""
@@ -147,7 +154,7 @@ class TaskGroup:
             options["memory"] = t.memory_bytes
         return _RemoteTask.options(**options).remote(t, advertise)
 
-    def addresses(self) -> list[dict[str, Any]]:
+    def addresses(self) -> list[TaskInfo]:
         """Each task's node, address and held port; also checks that every task holds a port (of
         cluster.port_range) and sees the run directory."""
         timeout = self.cfg.cluster.startup_timeout_s
@@ -161,13 +168,13 @@ class TaskGroup:
             raise WorkerError(f"a task failed to start: {e}", kind=failure.STARTUP) from None
         finally:
             self.run_dir.remove_storage_marker(marker)
-        portless = next((i for i in self.infos if i.get("port_error")), None)
+        portless = next((i for i in self.infos if i.port_error), None)
         if portless is not None:  # a "config" failure: never retried (see failure.CONFIG)
-            raise WorkerError(portless["port_error"], role=portless["role"], rank=portless["rank"],
-                              node_id=portless["node_id"], kind=failure.CONFIG)
-        blind = [i for i in self.infos if i["storage_visible"] is False]
+            raise WorkerError(portless.port_error, role=portless.role, rank=portless.rank, node_id=portless.node_id,
+                              kind=failure.CONFIG)
+        blind = [i for i in self.infos if i.storage_visible is False]
         if blind:
-            who = ", ".join(f"{i['role']} {i['rank']} on node {i['node_id'][:12]}" for i in blind)
+            who = ", ".join(f"{i.role} {i.rank} on node {i.node_id[:12]}" for i in blind)
             raise StorageError(
                 f"storage.path ({self.cfg.storage.path!r}) is not visible from {who}: the driver wrote "
                 f"{self.run_dir.uri} but those nodes cannot read it (a local path on one machine is not shared "
@@ -182,10 +189,10 @@ class TaskGroup:
         serve() and the evaluator's run(). `datasets`: rank -> {name: ray.data.DataIterator} (Ray Data input)."""
         datasets = datasets or {}
         cfg, bus = self.cfg, self.bus
-        spec = topology.cluster_spec(
-            [topology.TaskAddress(i["role"], i["index"], i["host"], i["port"]) for i in self.infos])
+        spec = topology.cluster_spec([topology.TaskAddress(i.role, i.index, i.host, i.port) for i in self.infos])
         # The tasks' view of the config: no `ray` section (runtime_env values: Ray sets them up), no storage keys.
-        common = dict(cfg=task_view(cfg), bus=bus, attempt=attempt, python_path=python_path)
+        common = TaskRun(cfg=task_view(cfg), run_dir=self.run_dir, bus=bus, attempt=attempt,
+                         python_path=tuple(python_path))
         primary: dict = {}
         background: dict = {}
         servers = [(a, t) for a, t in zip(self.actors, self.plan.tasks) if is_server(cfg.cluster.strategy, t.role)]
@@ -197,19 +204,20 @@ class TaskGroup:
         for a, t in zip(self.actors, self.plan.tasks):
             if is_server(cfg.cluster.strategy, t.role):
                 continue
-            kwargs = dict(tf_config=None if single else topology.tf_config(spec, t.role, t.index),
-                          run_dir=self.run_dir, resume_from=resume_from,
-                          is_chief=topology.is_chief(spec, t.role, t.index), max_workers=max_workers,
-                          stream=streamed(cfg.train.stream_output, t.rank), datasets=datasets.get(t.rank), **common)
-            ref = (a.run_script if script_mode(cfg) else a.run).remote(**kwargs)
+            run = dataclasses.replace(
+                common, tf_config=None if single else topology.tf_config(spec, t.role, t.index),
+                resume_from=resume_from, is_chief=topology.is_chief(spec, t.role, t.index), max_workers=max_workers,
+                stream=streamed(cfg.train.stream_output, t.rank), datasets=datasets.get(t.rank))
+            ref = (a.run_script if script_mode(cfg) else a.run).remote(run)
             (background if t.role == EVALUATOR else primary)[ref] = t
         return primary, background
 
-    def _start_servers(self, servers: list, spec: dict, common: dict) -> None:
+    def _start_servers(self, servers: list, spec: dict, common: TaskRun) -> None:
         """PS and worker servers must listen before the coordinator connects to them."""
         timeout = self.cfg.cluster.startup_timeout_s
-        refs = {a.start_server.remote(tf_config=topology.tf_config(spec, t.role, t.index), run_dir=self.run_dir,
-                                      stream=streamed(self.cfg.train.stream_output, t.rank), **common): t
+        refs = {a.start_server.remote(dataclasses.replace(
+                    common, tf_config=topology.tf_config(spec, t.role, t.index),
+                    stream=streamed(self.cfg.train.stream_output, t.rank))): t
                 for a, t in servers}
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         for ref in ready:
@@ -222,7 +230,7 @@ class TaskGroup:
 
     def outcome(self, ref, t: TaskSpec) -> WorkerError | None:
         """None when the task's call succeeded, else its WorkerError (a dead actor is a "system" failure)."""
-        node = self.info(t.rank).get("node_id", "")
+        node = self.node_of(t.rank)
         try:
             out = ray.get(ref)
         except RayActorError as e:
@@ -233,7 +241,7 @@ class TaskGroup:
         except RayError as e:
             return WorkerError(f"{type(e).__name__}: {e}", role=t.role, rank=t.rank, node_id=node,
                                remote_traceback=str(e), kind=failure.SYSTEM)
-        return None if out.get("ok") else out["error"]
+        return out.error
 
     @staticmethod
     def node_alive(node_id: str) -> bool:
@@ -243,19 +251,22 @@ class TaskGroup:
     def dump_stacks(self, rank: int) -> str:
         """py-spy the task's process from its own node."""
         info = self.info(rank)
+        if info is None:
+            return f"could not dump stacks: rank {rank} never reported where it runs"
         try:
             return ray.get(_py_spy_dump.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-                info["node_id"], soft=False)).remote(info["pid"]), timeout=60)
-        except (RayError, KeyError) as e:
+                info.node_id, soft=False)).remote(info.pid), timeout=60)
+        except RayError as e:
             return f"could not dump stacks: {e}"
 
     def hang_error(self, rank: int, attempt: int, busy_with: str | None = None) -> WorkerError:
         """A rank without progress for failure.hang_timeout_s: its stacks go to the log and the run
         directory, and the error says where."""
         info, timeout = self.info(rank), self.cfg.failure.hang_timeout_s
-        rel = f"logs/stacks-attempt{attempt}-{info.get('role')}{info.get('index', rank)}.txt"
+        role, index, pid = (info.role, info.index, info.pid) if info is not None else (None, rank, None)
+        rel = f"logs/stacks-attempt{attempt}-{role}{index}.txt"
         text = self.dump_stacks(rank)
-        log.error("stacks of %s %s (pid %s):\n%s", info.get("role"), rank, info.get("pid"), text)
+        log.error("stacks of %s %s (pid %s):\n%s", role, rank, pid, text)
         where = self.run_dir.uri_of(rel)
         try:
             self.run_dir.write_text(rel, text)
@@ -266,7 +277,7 @@ class TaskGroup:
                f"storage.min_upload_mib_s)" if busy_with else f"no progress for {timeout:g}s (failure.hang_timeout_s)")
         return WorkerError(
             f"{why}; stacks in {where}",
-            role=info.get("role", ""), rank=rank, node_id=info.get("node_id", ""), kind=failure.HANG)
+            role=role or "", rank=rank, node_id=self.node_of(rank), kind=failure.HANG)
 
     def teardown(self, skip: set[str] = frozenset()) -> None:
         """Kill every task and the bus, release the placement group, and wait until the tasks' names are
@@ -294,7 +305,7 @@ class TaskGroup:
     def _sweep_scratch(self, skip: set[str], timeout_s: float = 5.0) -> None:
         """The killed tasks' scratch directories (ray.kill skips their `finally`), on the nodes that are up and
         reachable; bounded, and never a reason to fail (the next task on the node sweeps too)."""
-        nodes = {i.get("node_id") for i in self.infos} - skip - {None, ""}
+        nodes = {i.node_id for i in self.infos} - skip - {None, ""}
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
         refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
                 for n in nodes & alive]

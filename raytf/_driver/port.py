@@ -98,6 +98,5 @@ class RayPort:
         pending = self.refs
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=grace_s) if pending else ([], [])
         errors = [e for e in (self.group.outcome(r, pending[r]) for r in ready) if e is not None]
-        answered = {self.group.info(pending[r].rank).get("node_id", "") for r in ready
-                    if pending[r].rank not in self.group.unavailable}
+        answered = {self.group.node_of(pending[r].rank) for r in ready if pending[r].rank not in self.group.unavailable}
         return errors, answered

@@ -11,6 +11,7 @@ from typing import Any
 
 from raytf._core import breakdown
 from raytf._core import events as ev
+from raytf._core.tasks import TaskInfo
 
 log = logging.getLogger("raytf")
 
@@ -117,12 +118,12 @@ class RayMetrics:
                         "the run", name, e)
             self._gauges, self._values = {}, {}
 
-    def start_attempt(self, number: int, tasks: Iterable[Mapping[str, Any]], *, batch_size: int | None) -> None:
+    def start_attempt(self, number: int, tasks: Iterable[TaskInfo], *, batch_size: int | None) -> None:
         """At each attempt's start, once its tasks are placed: its number, each rank's role and host, and its
         per-replica batch size (None: a script's, not known)."""
         if not self._ready():
             return
-        self._who = {int(t["rank"]): (str(t["role"]), str(t.get("host") or "")) for t in tasks}
+        self._who = {t.rank: (t.role, t.host or "") for t in tasks}
         self.batch_size, self.replicas = batch_size, 0
         # The last group's ranks are not training now, and a shrunk group's lost ones never will again: their
         # series are no longer set, and leave the endpoint.

@@ -79,9 +79,7 @@ class RunRecord:
             "status": status,
             "strategy": self.cfg.cluster.strategy.value,
             "num_replicas_in_sync": self.replicas,
-            "tasks": [{k: i[k] for k in ("role", "index", "rank", "node_id", "host", "port", "gpu_ids",
-                                         "cuda_visible_devices")}
-                      | {"address": f"{i['host']}:{i['port']}"} for i in self.tasks],
+            "tasks": [i.to_json() for i in self.tasks],
             "attempts": self.previous_attempts + [a.to_json() for a in self.attempts],
             "roles": {role: sum(1 for t in self.plan.tasks if t.role == role)
                       for role in dict.fromkeys(t.role for t in self.plan.tasks)},

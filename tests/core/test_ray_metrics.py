@@ -5,9 +5,11 @@ import logging
 import pytest
 
 from raytf._core import events as ev
+from raytf._core.tasks import TaskInfo
 from raytf._driver.raymetrics import GAUGES, RayMetrics
 
-TASKS = [{"rank": 0, "role": "worker", "host": "10.0.0.1"}, {"rank": 1, "role": "worker", "host": "10.0.0.2"}]
+TASKS = [TaskInfo(role="worker", index=i, rank=i, host=f"10.0.0.{i + 1}", port=None, node_id="n", pid=1)
+         for i in range(2)]
 
 
 class FakeGauge:

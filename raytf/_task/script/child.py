@@ -13,14 +13,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import inspect
-import json
 import os
 import runpy
 import signal
 import sys
 import traceback
 
-SPEC_ENV = "RAYTF_SCRIPT_SPEC"
+from raytf._task.script.protocol import ChildSpec
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -160,30 +160,30 @@ def _exit_code(code) -> int:
     return 1
 
 
-def _run(spec: dict) -> None:
-    if spec["module"]:
-        sys.argv = [spec["module"], *spec["args"]]
-        runpy.run_module(spec["module"], run_name="__main__", alter_sys=True)
+def _run(spec: ChildSpec) -> None:
+    if spec.module:
+        sys.argv = [spec.module, *spec.args]
+        runpy.run_module(spec.module, run_name="__main__", alter_sys=True)
     else:
-        script = spec["script"]
-        sys.argv = [script, *spec["args"]]
+        script = spec.script
+        sys.argv = [script, *spec.args]
         sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python script.py` does
         runpy.run_path(script, run_name="__main__")
 
 
 def main() -> int:
-    spec = json.loads(os.environ.pop(SPEC_ENV))
-    _die_with_parent(spec["parent_pid"])
-    _start_sentinel(spec["alive_fd"])
+    spec = ChildSpec.from_env()
+    _die_with_parent(spec.parent_pid)
+    _start_sentinel(spec.alive_fd)
     # The events pipe is ours: a process the script starts (os.system, a TensorBoard) must not hold it open.
-    os.set_inheritable(spec["events_fd"], False)
+    os.set_inheritable(spec.events_fd, False)
     from raytf._task import report
     from raytf._task.script.reporter import ScriptReporter
 
     reporter = ScriptReporter(
-        spec["events_fd"], every_steps=spec["every_steps"], heartbeat_s=spec["heartbeat_s"],
-        is_chief=spec["is_chief"], checkpoint_dir=spec["checkpoint_dir"], scratch=spec["scratch"],
-        epoch=spec["epoch"], step=spec["step"], max_names=spec.get("max_names"))
+        spec.events_fd, every_steps=spec.every_steps, heartbeat_s=spec.heartbeat_s, is_chief=spec.is_chief,
+        checkpoint_dir=spec.checkpoint_dir, scratch=spec.scratch, epoch=spec.epoch, step=spec.step,
+        max_names=spec.max_names)
     report.set_sink(reporter)
     from raytf._task.gpu import GpuSampler
 
@@ -196,13 +196,13 @@ def main() -> int:
         os.environ.__class__ = _GuardedEnviron
     from raytf._task import tf_runtime  # imports TensorFlow
 
-    tf_runtime.configure(spec["threads"], spec["gpu_memory_growth"])
-    tf_runtime.keep_own_writes(spec["scratch"])
+    tf_runtime.configure(spec.threads, spec.gpu_memory_growth)
+    tf_runtime.keep_own_writes(spec.scratch)
     _patch_keras_fit(reporter)
     _patch_checkpoint_manager(reporter)
     from raytf._task import timing
 
-    reporter.split = timing.split(spec.get("timing", False))  # installed before the script traces its step
+    reporter.split = timing.split(spec.timing)  # installed before the script traces its step
     code = 0
     try:
         _run(spec)

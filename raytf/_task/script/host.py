@@ -17,13 +17,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
-import re
 import shutil
 import signal
-import site
 import subprocess
 import sys
 import threading
@@ -31,18 +30,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raytf._core import checkpoints, limits, peers
+from raytf._core import checkpoints, failure, limits, peers
 from raytf._core import events as ev
 from raytf._core.plan import TaskSpec
-from raytf._storage import RunDir, task_log_dir, task_workdir
+from raytf._core.tasks import TaskRun
+from raytf._storage import RunDir, task_log, task_log_dir, task_workdir
 from raytf._task import timing
 from raytf._task.lines import Shown
-from raytf._task.script import feed
-from raytf._task.script.child import SPEC_ENV
+from raytf._task.script import feed, protocol
+from raytf._task.script.env import child_env, expand_args
 from raytf._task.tee import CHUNK, TaskOutput
 from raytf._task.upload import Uploader, upload_outputs
 from raytf.config import Config, Strategy
-from raytf.errors import RaytfError
+from raytf.errors import RaytfError, WorkerError
 
 log = logging.getLogger(__name__)
 
@@ -53,67 +53,6 @@ _TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 
 class ClusterNotUsed(RaytfError):
     """The script's strategy does not span the cluster raytf gave it: a bug in the script, never retried."""
-
-
-# The directory that holds the raytf package (raytf/_task/script/host.py is three levels below it).
-_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-_PLACEHOLDER = re.compile(r"\{(checkpoint_dir|log_dir|work_dir|launch_dir|rank|role|index|attempt|run_dir)\}")
-
-
-def expand_args(args: list, values: dict[str, str]) -> list[str]:
-    """train.args with this task's {checkpoint_dir}, {log_dir}, {work_dir}, {launch_dir}, {rank}, {role}, {index},
-    {attempt}, {run_dir} filled in, for scripts that take their directories as flags (`--model_dir
-    {checkpoint_dir}`, `--data {launch_dir}/data`). Pure."""
-    return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], str(a)) for a in args]
-
-
-def child_env(*, base: dict[str, str], tf_config: dict | None, spec: TaskSpec, cfg: Config, run_uri: str,
-              attempt: int, is_chief: bool, num_workers: int, checkpoint_dir: str, resume_from,
-              python_path: list[str], log_dir: str = "", launch_dir: str = "", work_dir: str = "",
-              max_workers: int | None = None, data_socket: str = "", datasets: list[str] | None = None
-              ) -> dict[str, str]:
-    """The script's environment: the actor's (CUDA_VISIBLE_DEVICES, TF_USE_LEGACY_KERAS, ...) plus TF_CONFIG
-    and the RAYTF_* variables that tell it where it runs; with `datasets` (their names), where `raytf.dataset`
-    reads them (`data_socket`). Pure."""
-    env = dict(base)
-    for key in (feed.SOCKET_ENV, feed.NAMES_ENV):
-        env.pop(key, None)
-    if datasets:
-        env.update(feed.child_vars(data_socket, datasets))
-    if tf_config is None:  # single-task strategies: no cluster
-        env.pop("TF_CONFIG", None)
-    else:
-        env["TF_CONFIG"] = json.dumps(tf_config)
-    # raytf itself, for the child's `-m raytf._task.script.child`, even when it is not installed (a checkout):
-    # last, so it shadows nothing of the user's, and not at all when it is site-packages, which on
-    # PYTHONPATH would come before the standard library.
-    here = _PACKAGE_PARENT
-    site_dirs = {os.path.abspath(p) for p in (*site.getsitepackages(), site.getusersitepackages())}
-    # The directory the task was started in comes after train.python_path: the script runs in a directory of its
-    # own, and its modules (train.module, its imports) must stay importable.
-    paths = [*python_path, *filter(None, [launch_dir]), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)),
-             *([] if here in site_dirs else [here])]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    env.update({
-        "RAYTF_RUN_NAME": cfg.run.name or "",
-        "RAYTF_RUN_DIR": run_uri,
-        "RAYTF_ROLE": spec.role,
-        "RAYTF_TASK_INDEX": str(spec.index),
-        "RAYTF_RANK": str(spec.rank),
-        "RAYTF_IS_CHIEF": "1" if is_chief else "0",
-        "RAYTF_NUM_WORKERS": str(num_workers),
-        "RAYTF_MAX_WORKERS": str(max_workers or num_workers),  # elastic training: the size wanted
-        "RAYTF_ATTEMPT": str(attempt),
-        "RAYTF_CHECKPOINT_DIR": checkpoint_dir,
-        "RAYTF_LOG_DIR": log_dir,
-        "RAYTF_WORK_DIR": work_dir,
-        "RAYTF_LAUNCH_DIR": launch_dir,
-        "RAYTF_RESUMED_FROM": resume_from.name if resume_from else "",
-        "RAYTF_INITIAL_EPOCH": str(resume_from.epoch if resume_from else 0),
-        "RAYTF_INITIAL_STEP": str(resume_from.step if resume_from else 0),
-    })
-    return env
 
 
 class ScriptHost:
@@ -131,7 +70,7 @@ class ScriptHost:
         self._names = limits.MetricNames(cfg.metrics.max_names)  # a script writing its events pipe itself too
         self._lock = threading.Lock()
         self._last_beat = time.monotonic()
-        self._position = {"epoch": 0, "step": 0}
+        self._position = (0, 0)  # (epochs completed, step): the events thread writes it, a SIGTERM's thread reads it
         self._uploader: Uploader | None = None
         self._done = threading.Event()
         self.proc: subprocess.Popen | None = None
@@ -154,7 +93,22 @@ class ScriptHost:
             marker = os.path.join(self.checkpoint_dir, checkpoints.COMMIT_MARKER)
             if os.path.exists(marker):
                 os.remove(marker)
-            self._position = {"epoch": resume_from.epoch, "step": resume_from.step}
+            self._position = (resume_from.epoch, resume_from.step)
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """(epochs completed, step) as the script last reported them."""
+        with self._lock:
+            return self._position
+
+    def environment(self, run: TaskRun, base: dict[str, str] | None = None) -> dict[str, str]:
+        """The child's environment for `run` (this task's call), over `base` (default: this process's)."""
+        return child_env(base=dict(os.environ) if base is None else base, tf_config=run.tf_config, spec=self.spec,
+                         cfg=self.cfg, run_uri=self.run_dir.uri, attempt=self.attempt, is_chief=self.is_chief,
+                         num_workers=run.num_workers, max_workers=run.max_workers,
+                         checkpoint_dir=self.checkpoint_dir, resume_from=run.resume_from,
+                         python_path=list(run.python_path), log_dir=self.log_dir, launch_dir=self.launch_dir,
+                         work_dir=self.work_dir, data_socket=self.data_socket, datasets=list(self.datasets))
 
     def run(self, env: dict[str, str]) -> tuple[int, list[str]]:
         """Run the script to its end; with datasets, their feed serves it from before it starts until it is gone."""
@@ -165,30 +119,28 @@ class ScriptHost:
 
     def _run(self, env: dict[str, str]) -> tuple[int, list[str]]:
         c = self.cfg
-        spec = {
-            "parent_pid": os.getpid(), "module": c.train.module,
-            "script": os.path.join(self.launch_dir, c.train.script) if c.train.script else c.train.script,
-            "args": expand_args(list(c.train.args), {
-                "checkpoint_dir": self.checkpoint_dir, "log_dir": self.log_dir, "work_dir": self.work_dir,
-                "launch_dir": self.launch_dir, "rank": str(self.spec.rank), "role": self.spec.role,
-                "index": str(self.spec.index), "attempt": str(self.attempt), "run_dir": self.run_dir.uri}),
-            "threads": c.cluster.threads or self.spec.threads,
-            "gpu_memory_growth": c.cluster.gpu_memory_growth, "every_steps": c.metrics.every_steps,
-            "max_names": c.metrics.max_names,
-            "timing": timing.measured(c),  # the step-time breakdown, measured in the script's process
-            "heartbeat_s": c.failure.heartbeat_s, "is_chief": self.is_chief, "checkpoint_dir": self.checkpoint_dir,
-            "scratch": self.scratch, **self._position,
-        }
+        epoch, step = self.position
         read_fd, write_fd = os.pipe()
         # The child's sentinel waits on alive_r: EOF once this process closes alive_w, or dies.
         alive_r, alive_w = os.pipe()
+        spec = protocol.ChildSpec(
+            parent_pid=os.getpid(), module=c.train.module,
+            script=os.path.join(self.launch_dir, c.train.script) if c.train.script else c.train.script,
+            args=expand_args(list(c.train.args), {
+                "checkpoint_dir": self.checkpoint_dir, "log_dir": self.log_dir, "work_dir": self.work_dir,
+                "launch_dir": self.launch_dir, "rank": str(self.spec.rank), "role": self.spec.role,
+                "index": str(self.spec.index), "attempt": str(self.attempt), "run_dir": self.run_dir.uri}),
+            threads=c.cluster.threads or self.spec.threads, gpu_memory_growth=c.cluster.gpu_memory_growth,
+            every_steps=c.metrics.every_steps, max_names=c.metrics.max_names,
+            timing=timing.measured(c),  # the step-time breakdown, measured in the script's process
+            heartbeat_s=c.failure.heartbeat_s, is_chief=self.is_chief, checkpoint_dir=self.checkpoint_dir,
+            scratch=self.scratch, epoch=epoch, step=step, events_fd=write_fd, alive_fd=alive_r)
         try:
-            spec.update(events_fd=write_fd, alive_fd=alive_r)
             # -u: the script's prints reach the driver as they happen, not when a buffer fills.
             # A session of its own: whatever the script starts (a TensorBoard, os.system, forked workers)
             # is in the child's process group, and goes with it.
             self.proc = subprocess.Popen(
-                [sys.executable, "-u", "-m", "raytf._task.script.child"], env={**env, SPEC_ENV: json.dumps(spec)},
+                [sys.executable, "-u", "-m", "raytf._task.script.child"], env={**env, **spec.to_env()},
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 pass_fds=(write_fd, alive_r), start_new_session=True, cwd=self.work_dir)
         except BaseException:
@@ -235,6 +187,17 @@ class ScriptHost:
         if code == 0 and self.joined is False:
             raise ClusterNotUsed(self._not_spanning("never connected to another task of its cluster"))
         return code, list(self.output.stderr_tail)
+
+    def exit_error(self, code: int, tail: list[str], node_id: str) -> WorkerError:
+        """The task's error for a script that exited `code` (non-zero), the last lines of its stderr `tail`."""
+        kind, error_type = failure.exit_failure(code, tail, self.raised)
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        log_uri = self.run_dir.uri_of(task_log(self.spec.role, self.spec.index, self.attempt))
+        last = "\n".join(f"  | {line}" for line in tail) or "  | (nothing on stderr)"
+        advice = failure.hint("\n".join(tail))
+        return WorkerError(f"the script {how}; the last lines of its stderr:\n{last}\n(all of it: {log_uri})"
+                           + (f"\nFix: {advice}" if advice else ""), role=self.spec.role, rank=self.spec.rank,
+                           node_id=node_id, remote_traceback="\n".join(tail), kind=kind, error_type=error_type)
 
     def _not_spanning(self, what: str) -> str:
         c = self.cfg.cluster
@@ -294,12 +257,14 @@ class ScriptHost:
                                 size + len(more), limits.MAX_EVENT_LINE_BYTES, raw[:100])
                     continue
                 try:
-                    msg = json.loads(raw)
+                    obj = json.loads(raw)
                 except (ValueError, RecursionError):
                     log.warning("unreadable event from the script: %r", raw[:200])
                     continue
                 try:
-                    self._on_event(msg)
+                    msg = protocol.decode(obj)
+                    if msg is not None:
+                        self._on_message(msg)
                 except Exception as e:  # keep draining the pipe, or the script blocks writing to it
                     self._give_up(e)
 
@@ -315,41 +280,39 @@ class ScriptHost:
         if self.proc is not None:
             self._kill_group()
 
-    def _on_event(self, msg: dict[str, Any]) -> None:
-        kind = msg.pop("kind")
-        if "step" in msg:
-            # Step rows and heartbeats carry the epoch under way (1-based); epoch ends and syncs, the
-            # number of epochs completed.
-            running = kind in (ev.STEP, ev.HEARTBEAT)
-            self._position = {"epoch": int(msg.get("epoch", 0)) - running, "step": int(msg["step"])}
+    def _on_message(self, msg: protocol.Message) -> None:
+        if (position := msg.position()) is not None:
+            with self._lock:
+                self._position = position
         self._last_beat = time.monotonic()
-        if kind == "exception":
-            self.raised = str(msg["type"])
-        elif kind == "fit":
-            self.emit(ev.STARTED, msg)
+        if isinstance(msg, protocol.Raised):
+            self.raised = str(msg.type)
+        elif isinstance(msg, protocol.FitStarted):
+            self.emit(ev.STARTED, dataclasses.asdict(msg))
             workers = self.cfg.cluster.num_workers
-            if self.cfg.cluster.strategy is Strategy.multi_worker_mirrored and int(msg["replicas"]) < workers:
+            if self.cfg.cluster.strategy is Strategy.multi_worker_mirrored and int(msg.replicas) < workers:
                 self._give_up(ClusterNotUsed(self._not_spanning(
-                    f"trains with {msg['replicas']} replica(s) in sync on a cluster of {workers} workers")))
+                    f"trains with {msg.replicas} replica(s) in sync on a cluster of {workers} workers")))
             elif self._look_for_peers() is False:
                 # A strategy of the cluster has connected to it by the time Model.fit runs (MWMS: to the
                 # coordination service at its construction; ParameterServerStrategy: to the ps and workers).
                 self._give_up(ClusterNotUsed(self._not_spanning("started Model.fit without a connection to "
                                                                 "another task of its cluster")))
-        elif kind == "sync":
+        elif isinstance(msg, protocol.Sync):
             if self._uploader is None:
                 self._uploader = Uploader(self.run_dir, self.cfg, self.emit, self._beat, None,
                                           on_error=self._give_up)
             try:
-                self._uploader.submit(msg["path"], int(msg["epoch"]), int(msg["step"]),
+                self._uploader.submit(msg.path, int(msg.epoch), int(msg.step),
                                       {"attempt": self.attempt, "rank": self.spec.rank, "source": "script"})
             except BaseException:
-                shutil.rmtree(msg["path"], ignore_errors=True)  # not uploaded, and nobody else removes it
+                shutil.rmtree(msg.path, ignore_errors=True)  # not uploaded, and nobody else removes it
                 raise
-        elif kind in (ev.STEP, ev.EPOCH, ev.HEARTBEAT):
-            if kind != ev.HEARTBEAT:  # ScriptReporter checked them; a script writing its events pipe itself did not
-                self._names.check(msg.get("metrics") or {})
-            self.emit(kind, msg)
+        else:
+            if msg.kind != ev.HEARTBEAT:  # ScriptReporter checked them; a script writing its events pipe itself did not
+                self._names.check(msg.payload.get("metrics") or {})
+            self.emit(msg.kind, msg.payload)
 
     def _beat(self) -> None:
-        self.emit(ev.HEARTBEAT, {"epoch": self._position["epoch"] + 1, "step": self._position["step"]})
+        epoch, step = self.position
+        self.emit(ev.HEARTBEAT, {"epoch": epoch + 1, "step": step})

@@ -5,7 +5,6 @@ checkpoint directory for upload. No TensorFlow here: the Keras callback (keras_c
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
@@ -15,6 +14,7 @@ from typing import Any
 
 from raytf._core.events import EPOCH, STEP
 from raytf._core.progress import StepCounter, scalars
+from raytf._task.script import protocol
 
 
 def _tree_signature(root: str) -> tuple:
@@ -55,15 +55,15 @@ class ScriptReporter(StepCounter):
         self._fit_epochs: int | None = None
         self._fit_begun = False
 
-    def _send(self, obj: dict[str, Any]) -> None:
-        data = (json.dumps(obj) + "\n").encode()
+    def _send(self, msg: protocol.Message) -> None:
+        data = protocol.encode(msg)
         with self._lock:  # one line at a time (Keras callbacks and user threads may both report)
             view = memoryview(data)
             while view:
                 view = view[os.write(self._fd, view):]
 
     def _event(self, kind: str, payload: dict[str, Any]) -> None:
-        self._send({"kind": kind, **payload})
+        self._send(protocol.Row(kind, payload))
 
     # -- what keras_callback.ScriptCallback calls -------------------------------------------------------
     def fit_started(self, *, replicas: int, epochs: int | None, steps_per_epoch: int | None) -> None:
@@ -80,9 +80,9 @@ class ScriptReporter(StepCounter):
             # checkpoints are the newest; one with initial_epoch set (fit one epoch at a time) says where it is.
             self._base = (self.epoch, self.step) if self.fit > 1 and epoch == 0 else (0, 0)
             # Told once the base is known: the driver shows this fit's epochs as 1..epochs, not the run's count.
-            self._send({"kind": "fit", "replicas": self.num_replicas, "epochs": self._fit_epochs,
-                        "steps_per_epoch": self.steps_per_epoch, "fit": self.fit, "base_epoch": self._base[0],
-                        "base_step": self._base[1]})
+            self._send(protocol.FitStarted(replicas=self.num_replicas, epochs=self._fit_epochs,
+                                           steps_per_epoch=self.steps_per_epoch, fit=self.fit,
+                                           base_epoch=self._base[0], base_step=self._base[1]))
         base_epoch, base_step = self._base
         self.epoch = base_epoch + epoch
         if self.steps_per_epoch:
@@ -127,7 +127,7 @@ class ScriptReporter(StepCounter):
 
         timing.add_save(time.perf_counter() - began)  # save_s: the copy the script waits for (the upload does not)
         self._synced = sig
-        self._send({"kind": "sync", "path": snap, "epoch": self.epoch, "step": self.step})
+        self._send(protocol.Sync(path=snap, epoch=self.epoch, step=self.step))
         return True
 
     def owns(self, path: str) -> bool:
@@ -138,7 +138,7 @@ class ScriptReporter(StepCounter):
     def exception(self, name: str) -> None:
         """The script ended with an uncaught exception of this type."""
         try:
-            self._send({"kind": "exception", "type": name})
+            self._send(protocol.Raised(type=name))
         except OSError:  # the host is gone: nobody to tell
             pass
 

@@ -1,0 +1,79 @@
+"""What crosses the boundary between the driver's process and a task's actor, as typed records: what a task is
+asked to run for an attempt (`TaskRun`), where it runs (`TaskInfo`, its answer to `address()`) and how its call
+ended (`TaskOutcome`). Pure: plain dataclasses, which Ray pickles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from raytf._core.checkpoints import CheckpointEntry
+from raytf.config import Config
+from raytf.errors import WorkerError
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A started task: where it runs, the port it holds for TF's server, and what it found there."""
+
+    role: str
+    index: int
+    rank: int
+    host: str
+    port: int | None
+    node_id: str
+    pid: int
+    gpu_ids: tuple[str, ...] = ()
+    cuda_visible_devices: str | None = None
+    # Every port of cluster.port_range was taken on its host: the line saying so (the run fails: failure.CONFIG).
+    port_error: str | None = None
+    # Whether it reads the driver's storage marker (the run directory is shared); None when not asked.
+    storage_visible: bool | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def to_json(self) -> dict[str, Any]:
+        """As result.json's `tasks` list it."""
+        return {"role": self.role, "index": self.index, "rank": self.rank, "node_id": self.node_id,
+                "host": self.host, "port": self.port, "gpu_ids": list(self.gpu_ids),
+                "cuda_visible_devices": self.cuda_visible_devices, "address": self.address}
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """What the driver hands one task for an attempt: the same record for a training function, a script and a
+    ParameterServerStrategy server (which uses the first five)."""
+
+    cfg: Config  # the tasks' view of the run's config (config.task_view: no `ray` section, no storage keys)
+    run_dir: Any  # _storage.RunDir (pickled without keys; each node opens it with its own credentials)
+    bus: Any  # the attempt's event bus (its actor handle)
+    attempt: int
+    python_path: tuple[str, ...] = ()
+    tf_config: dict[str, Any] | None = None  # None: a single-task strategy, no cluster
+    resume_from: CheckpointEntry | None = None
+    is_chief: bool = False
+    stream: bool = False  # the driver shows this rank's output (train.stream_output)
+    # Elastic training: the run's cluster.num_workers while this attempt runs smaller (None: this attempt's size).
+    max_workers: int | None = None
+    datasets: dict[str, Any] | None = None  # Ray Data input: {name: ray.data.DataIterator}, this task's shares
+
+    @property
+    def num_workers(self) -> int:
+        """The workers of this attempt's cluster (TF_CONFIG's `worker` tasks; 1 without a cluster)."""
+        return len((self.tf_config or {}).get("cluster", {}).get("worker", [])) or 1
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """How a task's call ended: `error` None when it succeeded; a training program's position at its end."""
+
+    error: WorkerError | None = None
+    stopped: bool = False  # it stopped at the driver's request (a save-and-stop), not at the end of training
+    epoch: int | None = None
+    step: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None

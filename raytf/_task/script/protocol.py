@@ -1,0 +1,133 @@
+"""Script mode's wire protocol, defined once for both sides: what the host (in the task's actor) hands the child
+(`ChildSpec`, JSON in its environment) and the messages the child's `ScriptReporter` sends back on the events
+pipe (one JSON object a line, told apart by its `kind`). No TensorFlow, no Ray: the child imports it first.
+
+A script may write the events pipe itself: a line is read as the same messages (a `Row` of the kinds below), and
+one that is not one of them is the script's error (the host stops it)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from raytf._core.events import EPOCH, HEARTBEAT, STEP
+
+SPEC_ENV = "RAYTF_SCRIPT_SPEC"
+
+# The kinds of the child's messages besides the rows (STEP, EPOCH, HEARTBEAT: a StepCounter's).
+FIT = "fit"  # a Model.fit began
+SYNC = "sync"  # the chief's checkpoint directory copied aside, to upload
+EXCEPTION = "exception"  # the uncaught exception the script died of
+ROWS = (STEP, EPOCH, HEARTBEAT)
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """What the child needs to know before the script runs (its environment tells the script the rest)."""
+
+    parent_pid: int
+    module: str | None
+    script: str | None  # absolute
+    args: list[str]
+    threads: int
+    gpu_memory_growth: bool
+    every_steps: int
+    heartbeat_s: float
+    is_chief: bool
+    checkpoint_dir: str
+    scratch: str
+    epoch: int = 0  # where a resumed attempt starts counting
+    step: int = 0
+    max_names: int | None = None
+    timing: bool = False  # the step-time breakdown, measured in the script's process
+    events_fd: int = -1  # the events pipe's write end
+    alive_fd: int = -1  # the host's liveness pipe's read end (see child._start_sentinel)
+
+    def to_env(self) -> dict[str, str]:
+        return {SPEC_ENV: json.dumps(asdict(self))}
+
+    @classmethod
+    def from_env(cls) -> ChildSpec:
+        return cls(**json.loads(os.environ.pop(SPEC_ENV)))
+
+
+@dataclass(frozen=True)
+class Row:
+    """A StepCounter's row or heartbeat (kind STEP, EPOCH or HEARTBEAT): epoch, step, metrics, ..."""
+
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    def position(self) -> tuple[int, int] | None:
+        """(epochs completed, step): step rows and heartbeats carry the epoch under way (1-based), epoch rows the
+        epochs completed."""
+        if "step" not in self.payload:
+            return None
+        running = self.kind in (STEP, HEARTBEAT)
+        return int(self.payload.get("epoch", 0)) - running, int(self.payload["step"])
+
+
+@dataclass(frozen=True)
+class FitStarted:
+    """A Model.fit began: its replicas in sync, epochs and steps, its number, and what earlier fits counted."""
+
+    replicas: int
+    epochs: int | None
+    steps_per_epoch: int | None
+    fit: int
+    base_epoch: int = 0
+    base_step: int = 0
+
+    def position(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Sync:
+    """The chief's checkpoint directory, copied to `path`, is checkpoint (epoch, step): the host uploads it."""
+
+    path: str
+    epoch: int
+    step: int
+
+    def position(self) -> tuple[int, int]:
+        return int(self.epoch), int(self.step)
+
+
+@dataclass(frozen=True)
+class Raised:
+    """The script ended with an uncaught exception of this type (it decides retries)."""
+
+    type: str
+
+    def position(self) -> None:
+        return None
+
+
+Message = Row | FitStarted | Sync | Raised
+
+
+def encode(msg: Message) -> bytes:
+    """One line of the events pipe."""
+    fields_ = msg.payload if isinstance(msg, Row) else asdict(msg)
+    kind = msg.kind if isinstance(msg, Row) else _KINDS[type(msg)]
+    return (json.dumps({"kind": kind, **fields_}) + "\n").encode()
+
+
+_KINDS = {FitStarted: FIT, Sync: SYNC, Raised: EXCEPTION}
+_TYPES = {kind: cls for cls, kind in _KINDS.items()}
+
+
+def decode(obj: dict[str, Any]) -> Message | None:
+    """A line's object as its message; None for a kind nobody acts on. Raises KeyError or TypeError for one that
+    is not a message (no kind, a missing or unknown field)."""
+    obj = dict(obj)
+    kind = obj.pop("kind")
+    if kind in ROWS:
+        return Row(kind, obj)
+    cls = _TYPES.get(kind)
+    if cls is None:
+        return None
+    return cls(**{f.name: obj[f.name] for f in fields(cls) if f.name in obj})  # (extra fields: ignored)
