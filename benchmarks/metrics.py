@@ -52,10 +52,10 @@ def measure(size: int, new_rows: int, repeats: int) -> dict:
             t = time.perf_counter()
             for e in batch:
                 table.add(e)
-            rd.append_metrics(table.take_new(), f"bench-{r:06d}")
+            rd.metrics.append(table.take_new(), f"bench-{r:06d}")
             new.append(time.perf_counter() - t)
         t = time.perf_counter()
-        rd.write_metrics(table.to_arrow())
+        rd.metrics.write(table.to_arrow())
         compact = time.perf_counter() - t
         size_mib = rd.fs.get_file_info(rd.path(METRICS_FILE)).size / 2**20
     return {"rows": size, "old_s": statistics.median(old), "new_s": statistics.median(new), "compact_s": compact,

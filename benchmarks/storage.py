@@ -44,7 +44,7 @@ def main() -> None:
         times: dict[str, list[float]] = {"raytf upload_checkpoint": [], "pyarrow copy_files": []}
         for i in range(args.repeats):
             t = time.perf_counter()
-            rd.upload_checkpoint(local, i + 1, i + 1, {})
+            rd.checkpoints.upload(local, i + 1, i + 1, {})
             times["raytf upload_checkpoint"].append(time.perf_counter() - t)
             t = time.perf_counter()
             pafs.copy_files(local, f"bench/plain/{i}", source_filesystem=pafs.LocalFileSystem(),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import posixpath
 import sys
 
@@ -21,7 +22,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from raytf import _storage as storage
-from raytf.errors import RaytfError
+from raytf.errors import RaytfError, StorageError
+
+log = logging.getLogger("raytf")
 
 
 def _run_path(run: str, storage_path: str) -> str:
@@ -36,14 +39,13 @@ def _run_path(run: str, storage_path: str) -> str:
 def _not_a_run(run_path: str) -> str | None:
     """None when run_path holds a run (its result.json); else one line naming the directory looked at and
     how to find the runs there."""
-    fs, inner, uri = storage.resolve(run_path)
-    if fs.get_file_info(posixpath.join(inner, storage.RESULT_FILE)).type == pafs.FileType.File:
+    rd = storage.RunDir.at(run_path)
+    if rd.kind(storage.RESULT_FILE) == pafs.FileType.File:
         return None
     query = run_path.partition("?")[2]
-    parent = posixpath.dirname(uri) + (f"?{query}" if query else "")
-    what = ("no such directory" if fs.get_file_info(inner).type == pafs.FileType.NotFound
-            else f"no {storage.RESULT_FILE} in it")
-    return (f"no run at {uri} ({what}): list the runs there with `python -m raytf.runs ls {parent}` (a run "
+    parent = posixpath.dirname(rd.uri) + (f"?{query}" if query else "")
+    what = "no such directory" if not rd.exists("") else f"no {storage.RESULT_FILE} in it"
+    return (f"no run at {rd.uri} ({what}): list the runs there with `python -m raytf.runs ls {parent}` (a run "
             "name is looked up under --storage, default ./runs)")
 
 
@@ -58,11 +60,11 @@ def _fmt_metrics(metrics: dict) -> str:
     return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(metrics.items()))
 
 
-def _summary(fs: pafs.FileSystem, run_inner: str, uri: str = "") -> dict:
-    """A run's result.json; ValueError naming the file when it is not a JSON object (cut short, or not raytf's)."""
-    path = posixpath.join(run_inner, storage.RESULT_FILE)
-    with fs.open_input_stream(path) as f:
-        data = f.read()
+def _summary(rd: storage.RunDir, run: str = "") -> dict:
+    """The result.json of `rd` (or of its subdirectory `run`); ValueError naming the file when it is not a JSON
+    object (cut short, or not raytf's)."""
+    rel = posixpath.join(run, storage.RESULT_FILE)
+    data = rd.read_bytes(rel)
     try:
         summary = json.loads(data.decode("utf-8"))
     except ValueError as e:  # UnicodeDecodeError and JSONDecodeError both
@@ -70,8 +72,8 @@ def _summary(fs: pafs.FileSystem, run_inner: str, uri: str = "") -> dict:
     else:
         why = f"a JSON {type(summary).__name__}"
     if not isinstance(summary, dict):
-        raise ValueError(f"{posixpath.join(uri or run_inner, storage.RESULT_FILE)} is not a run summary ({why}): "
-                         "it was cut short or not written by raytf; point RUN at another run")
+        raise ValueError(f"{rd.uri_of(rel)} is not a run summary ({why}): it was cut short or not written by raytf; "
+                         "point RUN at another run")
     return summary
 
 
@@ -140,19 +142,20 @@ def _breakdown_lines(summary: dict, metrics: pa.Table) -> list[str]:
 
 
 def ls(storage_path: str) -> list[dict]:
-    fs, base, _ = storage.resolve(storage_path)
-    if fs.get_file_info(base).type == pafs.FileType.File:
+    root = storage.RunDir.at(storage_path)  # (the storage path, read as a directory of runs)
+    if root.kind() == pafs.FileType.File:
         raise NotADirectoryError(f"{storage_path} is a file, not a directory of runs: pass the directory the runs "
                                  "are in (storage.path), e.g. ./runs")
-    infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
     rows = []
-    for info in sorted(infos, key=lambda i: i.path):
+    for info in sorted(root.listing(), key=lambda i: i.path):
         if info.type != pafs.FileType.Directory:
             continue
         try:
-            rows.append(_summary(fs, info.path))
+            rows.append(_summary(root, info.base_name))
         except (OSError, ValueError):
             continue  # not a run directory
+        except StorageError as e:  # storage that failed every try: that run is not listed, and the line says so
+            log.warning("%s not listed: %s", root.uri_of(info.base_name), e)
     return rows
 
 
@@ -193,8 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             print(f"raytf.runs: {missing}", file=sys.stderr)
             return 2
-        fs, inner, uri = storage.resolve(run_path)
-        _summary(fs, inner, uri)  # a damaged result.json: name the file, not only the decoder's complaint
+        _summary(storage.RunDir.at(run_path))  # a damaged result.json: name the file, not only the decoder's complaint
         result = load_result(run_path)
         if args.cmd == "show":
             s = result.summary

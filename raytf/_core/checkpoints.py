@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 # is a partial write (the writer died mid-upload) and is never selected for resume.
 COMMIT_MARKER = "_COMMITTED.json"
 # The commit marker's record of every file of the checkpoint: {relative path: {"bytes": n, "sha256": hex}}.
-# Resume verifies it (RunDir.verify_checkpoint): a file changed, missing or added after the commit is refused.
+# Resume verifies it (CheckpointStore.verify): a file changed, missing or added after the commit is refused.
 MANIFEST_KEY = "files"
 # tf.train.Checkpoint file prefix inside a checkpoint directory.
 TF_PREFIX = "ckpt"

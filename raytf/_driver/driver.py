@@ -127,9 +127,9 @@ class Driver(RunRecord):
             self.previous_stragglers = list(before.get("stragglers") or [])
         if cfg.checkpoint.resume:
             self.resumed_from = self._trusted_checkpoint()
-            if rd.has_metrics():
-                previous_table = rd.read_metrics()
-        elif rd.exists(storage.CHECKPOINTS_DIR) and (old := rd.list_checkpoints()):
+            if rd.metrics.exists():
+                previous_table = rd.metrics.read()
+        elif rd.exists(storage.CHECKPOINTS_DIR) and (old := rd.checkpoints.list()):
             # One lineage per run directory: a second one there would be pruned by (epoch, step) against the
             # first, resumed from the first's newest on a retry and reported as the first's last checkpoint.
             raise ConfigError(
@@ -247,7 +247,7 @@ class Driver(RunRecord):
             self.failures += 1
         attempt.decision, attempt.reason = verdict.decision.value, verdict.reason
         # (With checkpoint.resume=false the run directory had no checkpoints: any here are this launch's.)
-        latest = self.run_dir.latest_checkpoint()
+        latest = self.run_dir.checkpoints.latest()
         attempt.account_loss(latest.step if latest else 0)
         if verdict.decision is failure.Decision.RAISE:
             log.error("attempt %d failed (%s): %s; not retrying", attempt.number, attempt.cause, verdict.reason)
@@ -274,7 +274,7 @@ class Driver(RunRecord):
         """The checkpoint to resume from: the newest committed one whose files match its manifest. Each one
         refused is named once, on one line; refusing the only ones there are ends the run (starting over would
         silently throw away their training)."""
-        entry, refused = self.run_dir.trusted_checkpoint(self._verified)
+        entry, refused = self.run_dir.checkpoints.trusted(self._verified)
         for bad, why in refused:
             if bad.dir in self._refused:
                 continue

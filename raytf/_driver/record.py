@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from raytf import _storage as storage
-from raytf._core import checkpoints, failure, figures
+from raytf._core import failure, figures
 from raytf._core.attempts import FAILED, RUNNING, SUCCEEDED
 from raytf._core.metrics import MetricsTable
 from raytf.config import Config, redacted, to_dict
@@ -64,11 +64,11 @@ class RunRecord:
     def _write_metrics(self, retry: bool = True) -> None:
         """metrics.parquet whole (the parts written so far folded in): at the run's end."""
         if len(self.metrics):
-            self.run_dir.write_metrics(self.metrics.to_arrow(), retry=retry)
+            self.run_dir.metrics.write(self.metrics.to_arrow(), retry=retry)
 
     def _checkpoint_uris(self) -> list[str]:
         return [self.run_dir.uri_of(storage.CHECKPOINTS_DIR, e.dir)
-                for e in self.run_dir.list_checkpoints() if e.committed]
+                for e in self.run_dir.checkpoints.list() if e.committed]
 
     def summary(self, status: str) -> dict[str, Any]:
         ckpts = self._checkpoint_uris()
@@ -89,8 +89,7 @@ class RunRecord:
                              if self.resumed_from else None),
             "final_metrics": self.metrics.final(),
             "last_checkpoint": ckpts[-1] if ckpts else None,
-            "model": (self.run_dir.uri_of(storage.MODEL_DIR)
-                      if self.run_dir.exists(f"{storage.MODEL_DIR}/{checkpoints.COMMIT_MARKER}") else None),
+            "model": self.run_dir.checkpoints.model_uri(),
             "checkpoints": ckpts,
             "versions": self.versions,
             "error": None if self.error is None else self.error.to_json(),
@@ -137,7 +136,7 @@ class RunRecord:
         self._parts_written += 1
         part = f"{self._launch_id}-{self._parts_written:06d}"
         try:
-            self.run_dir.append_metrics(self.metrics.take_new(), part, retry=False)
+            self.run_dir.metrics.append(self.metrics.take_new(), part, retry=False)
         except RaytfError as e:  # storage away for a while: the rows stay in memory for the run's end
             log.warning("metrics part %s not written: %s", part, e)
         self._last_flush = time.monotonic()
@@ -148,7 +147,7 @@ class RunRecord:
         1, or 0 when training had already succeeded and only the teardown was left."""
         attempt = self.attempts[-1] if self.attempts else None
         done = attempt is not None and attempt.status == SUCCEEDED
-        latest = self.run_dir.latest_checkpoint()
+        latest = self.run_dir.checkpoints.latest()
         resume = f"it resumes from {latest.name}" if latest is not None else "it starts from scratch"
         message = (f"run {self.cfg.run.name} {'succeeded, then' if done else 'failed:'} lost the Ray head at "
                    f"{self.head_watch.address if self.head_watch else '?'} ({why}); a Ray cluster does not "

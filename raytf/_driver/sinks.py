@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import time
-
-import pyarrow.fs as pafs
 
 from raytf._core import events as ev
 from raytf._core.breakdown import is_timing
@@ -167,8 +163,8 @@ class TensorBoardSink:
 
     def __init__(self, run_dir: RunDir) -> None:
         self.run_dir = run_dir
-        self.local = isinstance(run_dir.fs, pafs.LocalFileSystem)
-        self.root = run_dir.path(TENSORBOARD_DIR) if self.local else tempfile.mkdtemp(prefix="raytf-tb-")
+        self.files = run_dir.staged(TENSORBOARD_DIR, is_dir=True, prefix="raytf-tb-")
+        self.root = self.files.path
         self.writers: dict[str, object] = {}
         self._flushed = time.monotonic()
 
@@ -206,11 +202,5 @@ class TensorBoardSink:
     def close(self) -> None:
         for w in self.writers.values():
             w.close()
-        if not self.local and self.writers:
-            try:
-                pafs.copy_files(self.root, self.run_dir.path(TENSORBOARD_DIR),
-                                source_filesystem=pafs.LocalFileSystem(), destination_filesystem=self.run_dir.fs)
-            except OSError as e:
-                log.warning("TensorBoard files not uploaded to %s: %s", self.run_dir.uri, e)
-            shutil.rmtree(self.root, ignore_errors=True)
+        self.files.close(publish=bool(self.writers), what="TensorBoard files")
         self.writers = {}

@@ -218,7 +218,7 @@ class TrainContext(StepCounter):
                                                     scratch_root=self._scratch)
         if self._resume_from is not None:
             local = f"{self._scratch}/restore-{self._resume_from.name}"
-            prefix = self._run_dir.download_checkpoint(self._resume_from, local)
+            prefix = self._run_dir.checkpoints.download(self._resume_from, local)
             self._writer.restore(prefix)
             log.info("restored %s (epoch %d, step %d)", self._resume_from.name,
                      self._resume_from.epoch, self._resume_from.step)
@@ -258,7 +258,7 @@ class TrainContext(StepCounter):
             try:
                 local = self._writer.export_model()
                 if local is not None:
-                    uri = self._run_dir.upload_model(local)
+                    uri = self._run_dir.checkpoints.upload_model(local)
                     shutil.rmtree(os.path.dirname(local), ignore_errors=True)
                     log.info("model exported to %s", uri)
             finally:
@@ -286,11 +286,11 @@ class TrainContext(StepCounter):
         while True:
             # Read "done" before listing: a checkpoint committed before the end is then always seen.
             done = self._wait_stop(0)
-            latest = self._run_dir.latest_checkpoint()
+            latest = self._run_dir.checkpoints.latest()
             if latest is not None and latest != seen:
                 seen = latest
                 local = f"{self._scratch}/eval-{latest.name}"
-                self._writer.restore(self._run_dir.download_checkpoint(latest, local))
+                self._writer.restore(self._run_dir.checkpoints.download(latest, local))
                 shutil.rmtree(local, ignore_errors=True)
                 self.epoch, self.step = latest.epoch, latest.step
                 yield latest

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import threading
 from collections.abc import Callable
 from typing import BinaryIO
@@ -158,14 +156,10 @@ class OutputCapture:
     store it is written locally and uploaded by `close()`."""
 
     def __init__(self, run_dir: RunDir, rel: str, emit: Callable[[str, dict], None], shown: Shown) -> None:
-        import pyarrow.fs as pafs
-
         self.run_dir, self.rel = run_dir, rel
-        self.local = isinstance(run_dir.fs, pafs.LocalFileSystem)
-        path = run_dir.path(rel) if self.local else os.path.join(tempfile.mkdtemp(prefix="raytf-log-"), "task.log")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.path = path
-        self.file = open_log(path)
+        self.log = run_dir.staged(rel, is_dir=False, prefix="raytf-log-")
+        self.path = self.log.path
+        self.file = open_log(self.path)
         self.output = TaskOutput(self.file, emit, shown, log_name=f"the task's log {run_dir.uri_of(rel)}")
         self._originals: list[tuple[int, int]] = []
         self._readers: list[threading.Thread] = []
@@ -203,9 +197,5 @@ class OutputCapture:
         self._ticker.join()
         self.output.end(ok)
         self.file.close()
-        if not self.local:
-            try:  # streamed: the log may be far larger than this process should hold
-                self.run_dir.upload_file(self.path, self.rel, retry=False)
-            except (OSError, RaytfError) as e:
-                log.warning("task log not uploaded to %s: %s", self.run_dir.uri_of(self.rel), e)
-            shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
+        # Streamed (the log may be far larger than this process should hold); not retried: the task is ending.
+        self.log.close(retry=False, what="task log")

@@ -82,7 +82,7 @@ class Uploader:
             self.inflight_bytes += nbytes
         self.last_bytes = nbytes
         if self._seq is None:  # one uploader per run at a time (the chief's): numbering on from the listing is safe
-            self._seq = self.run_dir.next_checkpoint_seq()
+            self._seq = self.run_dir.checkpoints.next_seq()
         seq, self._seq = self._seq, self._seq + 1
         self._pending.append(self._pool.submit(self._upload, local, epoch, step, meta, nbytes, seq))
         return self.run_dir.uri_of(CHECKPOINTS_DIR, checkpoints.checkpoint_name(epoch, step, seq))
@@ -94,9 +94,9 @@ class Uploader:
             delay = float(os.environ.get(UPLOAD_DELAY_ENV) or 0)
             if delay:
                 time.sleep(delay)  # the test seam's slow storage
-            uri = self.run_dir.upload_checkpoint(local, epoch, step, meta, before_commit=self.before_commit, seq=seq)
+            uri = self.run_dir.checkpoints.upload(local, epoch, step, meta, before_commit=self.before_commit, seq=seq)
             self.emit(ev.CHECKPOINT, {"epoch": epoch, "step": step, "seq": seq, "uri": uri})
-            self.run_dir.prune_checkpoints(self.cfg.checkpoint.keep_last)
+            self.run_dir.checkpoints.prune(self.cfg.checkpoint.keep_last)
         except BaseException as e:
             self._error = e
             if self.on_error is not None:

@@ -153,8 +153,8 @@ def load_result(run_dir: str, storage_options: StorageConfig | None = None) -> R
     rd = storage.RunDir(options, name)
     summary = rd.read_json(storage.RESULT_FILE)
     cfg = load_config(_without_path_credentials(_yaml_dict(rd.read_text(storage.CONFIG_FILE))))
-    table = rd.read_metrics() if rd.has_metrics() else pa.table({})
-    ckpts = [rd.uri_of(storage.CHECKPOINTS_DIR, e.dir) for e in rd.list_checkpoints() if e.committed]
+    table = rd.metrics.read() if rd.metrics.exists() else pa.table({})
+    ckpts = [rd.uri_of(storage.CHECKPOINTS_DIR, e.dir) for e in rd.checkpoints.list() if e.committed]
     return Result(status=summary.get("status", RUNNING), run_dir=rd.uri, config=cfg, summary=summary,
                   metrics_table=table, checkpoints=ckpts, storage=rd.options)
 

@@ -22,7 +22,7 @@ def rd(tmp_path):
     run = storage.RunDir(str(tmp_path / "runs"), "exp")
     run.makedirs()
     for seq in (1, 2, 3):
-        run.upload_checkpoint(_local_ckpt(tmp_path, f"c{seq}", b"w%d" % seq), seq, seq * 10, {}, seq=seq)
+        run.checkpoints.upload(_local_ckpt(tmp_path, f"c{seq}", b"w%d" % seq), seq, seq * 10, {}, seq=seq)
     return run
 
 
@@ -36,9 +36,9 @@ def test_the_marker_records_every_file_and_an_untouched_checkpoint_verifies(rd, 
     files = marker[ck.MANIFEST_KEY]
     assert sorted(files) == ["ckpt.index", "sub/ckpt.data-00000-of-00001"]
     assert files["sub/ckpt.data-00000-of-00001"]["bytes"] == 200 and len(files["ckpt.index"]["sha256"]) == 64
-    assert rd.verify_checkpoint(rd.latest_checkpoint()) is None
+    assert rd.checkpoints.verify(rd.checkpoints.latest()) is None
     verified = set()
-    entry, refused = rd.trusted_checkpoint(verified)
+    entry, refused = rd.checkpoints.trusted(verified)
     assert (entry.seq, refused) == (3, []) and verified == {entry.dir}
 
 
@@ -52,19 +52,19 @@ def test_the_marker_records_every_file_and_an_untouched_checkpoint_verifies(rd, 
 ], ids=["content", "size", "missing", "added", "no-manifest", "marker-garbage"])
 def test_a_changed_checkpoint_is_refused_and_the_previous_one_used(rd, tmp_path, tamper, why):
     tamper(_ckpt(tmp_path, 3))
-    entry, refused = rd.trusted_checkpoint(set())
+    entry, refused = rd.checkpoints.trusted(set())
     assert entry.seq == 2
     assert [(r.seq, why in problem) for r, problem in refused] == [(3, True)], refused
 
 
 def test_verified_checkpoints_are_not_read_again_and_none_left_means_none(rd, tmp_path):
     verified = set()
-    rd.trusted_checkpoint(verified)
+    rd.checkpoints.trusted(verified)
     (_ckpt(tmp_path, 3) / "ckpt.index").write_bytes(b"index-w9")  # after this process verified it: not re-read
-    assert rd.trusted_checkpoint(verified)[0].seq == 3
+    assert rd.checkpoints.trusted(verified)[0].seq == 3
     for seq in (1, 2, 3):
         (_ckpt(tmp_path, seq) / "ckpt.index").write_bytes(b"index-zz")
-    entry, refused = rd.trusted_checkpoint(set())
+    entry, refused = rd.checkpoints.trusted(set())
     assert entry is None and [r.seq for r, _ in refused] == [3, 2, 1]
 
 

@@ -57,18 +57,18 @@ def test_rundir_upload_commit_list_download_prune(tmp_path):
     (src / "ckpt.index").write_bytes(b"index")
     (src / "ckpt.data-00000-of-00001").write_bytes(b"x" * 1000)
     for epoch in (1, 2, 3):
-        rd.upload_checkpoint(str(src), epoch, epoch * 10, {"attempt": 1})
+        rd.checkpoints.upload(str(src), epoch, epoch * 10, {"attempt": 1})
     # A partial upload newer than everything (writer died before the marker): never selected.
     partial = tmp_path / "runs" / "r1" / CHECKPOINTS_DIR / ck.checkpoint_name(4, 40)
     partial.mkdir()
     (partial / "ckpt.index").write_bytes(b"half")
-    latest = rd.latest_checkpoint()
+    latest = rd.checkpoints.latest()
     assert (latest.epoch, latest.step) == (3, 30)
     assert rd.read_json(f"{CHECKPOINTS_DIR}/{latest.name}/{ck.COMMIT_MARKER}")["attempt"] == 1
-    prefix = rd.download_checkpoint(latest, str(tmp_path / "dl"))
+    prefix = rd.checkpoints.download(latest, str(tmp_path / "dl"))
     with open(prefix + ".index", "rb") as f:
         assert f.read() == b"index"
-    assert rd.prune_checkpoints(keep_last=1) == [ck.checkpoint_name(1, 10), ck.checkpoint_name(2, 20)]
+    assert rd.checkpoints.prune(keep_last=1) == [ck.checkpoint_name(1, 10), ck.checkpoint_name(2, 20)]
     assert sorted(os.listdir(tmp_path / "runs" / "r1" / CHECKPOINTS_DIR)) == [
         ck.checkpoint_name(3, 30), ck.checkpoint_name(4, 40)]
 
@@ -131,7 +131,7 @@ def _local_checkpoint(path, content: bytes) -> str:
 def test_rundir_replacing_a_committed_checkpoint_keeps_it_until_the_new_copy_is_committed(tmp_path, monkeypatch):
     rd = RunDir(str(tmp_path / "runs"), "r1")
     rd.makedirs()
-    rd.upload_checkpoint(_local_checkpoint(tmp_path / "a", b"old" * 100), 1, 10, {"attempt": 1})
+    rd.checkpoints.upload(_local_checkpoint(tmp_path / "a", b"old" * 100), 1, 10, {"attempt": 1})
 
     def dies_mid_copy(*args, **kwargs) -> None:
         raise OSError("connection reset")
@@ -139,16 +139,16 @@ def test_rundir_replacing_a_committed_checkpoint_keeps_it_until_the_new_copy_is_
     monkeypatch.setattr(pafs, "copy_files", dies_mid_copy)  # storage gone mid-upload, every retry
     monkeypatch.setattr(rd.options, "upload_retries", 0)
     with pytest.raises(Exception, match="connection reset"):
-        rd.upload_checkpoint(_local_checkpoint(tmp_path / "b", b"new" * 100), 1, 10, {"attempt": 2})
-    latest = rd.latest_checkpoint()
+        rd.checkpoints.upload(_local_checkpoint(tmp_path / "b", b"new" * 100), 1, 10, {"attempt": 2})
+    latest = rd.checkpoints.latest()
     assert latest.dir == ck.checkpoint_name(1, 10)  # the committed copy is still there, and still the latest
     monkeypatch.undo()
-    rd.upload_checkpoint(_local_checkpoint(tmp_path / "c", b"new" * 100), 1, 10, {"attempt": 3})
-    prefix = rd.download_checkpoint(rd.latest_checkpoint(), str(tmp_path / "dl"))
+    rd.checkpoints.upload(_local_checkpoint(tmp_path / "c", b"new" * 100), 1, 10, {"attempt": 3})
+    prefix = rd.checkpoints.download(rd.checkpoints.latest(), str(tmp_path / "dl"))
     with open(prefix + ".data-00000-of-00001", "rb") as f:
         assert f.read() == b"new" * 100
     assert rd.read_json(f"{CHECKPOINTS_DIR}/{ck.checkpoint_name(1, 10)}/{ck.COMMIT_MARKER}")["attempt"] == 3
-    rd.prune_checkpoints(keep_last=3)  # the dead writer's staging directory goes
+    rd.checkpoints.prune(keep_last=3)  # the dead writer's staging directory goes
     assert sorted(os.listdir(tmp_path / "runs" / "r1" / CHECKPOINTS_DIR)) == [ck.checkpoint_name(1, 10)]
 
 
@@ -182,7 +182,7 @@ def test_uploader_numbers_checkpoints_on_from_the_run_directory(tmp_path):
     cfg = load_config({"train": {"entrypoint": "m:f"}, "storage": {"path": str(tmp_path)},
                        "checkpoint": {"keep_last": 2}})
     rd = RunDir(cfg.storage, "r1")
-    rd.upload_checkpoint(str(_local_checkpoint(tmp_path / "old", b"x")), 4, 40, {"attempt": 1}, seq=3)
+    rd.checkpoints.upload(str(_local_checkpoint(tmp_path / "old", b"x")), 4, 40, {"attempt": 1}, seq=3)
     events = []
     up = Uploader(rd, cfg, lambda kind, payload: events.append((kind, payload)), lambda: None, None)
     uris = [up.submit(str(_local_checkpoint(tmp_path / f"l{i}", b"y")), 1 + i, 10 * (1 + i), {"attempt": 2})
@@ -191,7 +191,7 @@ def test_uploader_numbers_checkpoints_on_from_the_run_directory(tmp_path):
     assert [u.rsplit("/", 1)[1] for u in uris] == [ck.checkpoint_name(1, 10, 4), ck.checkpoint_name(2, 20, 5)]
     assert [p["seq"] for k, p in events if k == "checkpoint"] == [4, 5]
     # Epoch 1 and 2 after epoch 4: the newest by lineage, and pruning kept them, not the old epoch 4.
-    assert [e.name for e in rd.list_checkpoints()] == [ck.checkpoint_name(1, 10, 4), ck.checkpoint_name(2, 20, 5)]
+    assert [e.name for e in rd.checkpoints.list()] == [ck.checkpoint_name(1, 10, 4), ck.checkpoint_name(2, 20, 5)]
 
 
 @pytest.mark.parametrize("path,endpoint,scheme,warned", [

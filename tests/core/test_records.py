@@ -109,22 +109,22 @@ def test_metrics_flush_in_parts_then_compact_without_losing_or_doubling_rows(tmp
     rd.makedirs()
     t = MetricsTable("r")
     t.add(ev.Event(ev.STEP, "worker", 0, 1, {"epoch": 1, "step": 1, "metrics": {"loss": 2.0}}, time=1.0))
-    rd.append_metrics(t.take_new(), "launch-000001")
+    rd.metrics.append(t.take_new(), "launch-000001")
     # A new metric column in the second part; and a row that reached the bus late (earlier time).
     t.add(ev.Event(ev.EPOCH, "worker", 0, 1, {"epoch": 1, "step": 2, "metrics": {"acc": 0.5}}, time=3.0))
     t.add(ev.Event(ev.STEP, "worker", 1, 1, {"epoch": 1, "step": 2, "metrics": {"loss": 1.0}}, time=2.0))
-    rd.append_metrics(t.take_new(), "launch-000002")
+    rd.metrics.append(t.take_new(), "launch-000002")
     assert not t.dirty and len(t) == 3
-    live = rd.read_metrics()  # a reader while the run goes: the parts
+    live = rd.metrics.read()  # a reader while the run goes: the parts
     assert live.column("time").to_pylist() == [1.0, 2.0, 3.0] and live.column("acc").to_pylist() == [None, None, 0.5]
-    rd.write_metrics(t.to_arrow())  # the run's end: one file, the parts gone
+    rd.metrics.write(t.to_arrow())  # the run's end: one file, the parts gone
     assert not (tmp_path / "r" / METRICS_PARTS_DIR).exists() or not list((tmp_path / "r" / METRICS_PARTS_DIR).iterdir())
-    assert rd.read_metrics().to_pylist() == live.to_pylist()
+    assert rd.metrics.read().to_pylist() == live.to_pylist()
     # A driver that died between the compaction and the parts' removal: metrics.parquet names them, no doubles.
-    rd.append_metrics(live.slice(0, 1), "launch-000001")
-    assert rd.read_metrics().num_rows == 3
+    rd.metrics.append(live.slice(0, 1), "launch-000001")
+    assert rd.metrics.read().num_rows == 3
     assert (tmp_path / "r" / METRICS_FILE).exists()
-    resumed = MetricsTable("r", previous=rd.read_metrics())
+    resumed = MetricsTable("r", previous=rd.metrics.read())
     assert resumed.final() == {"acc": 0.5, "epoch": 1, "step": 2}
 
 

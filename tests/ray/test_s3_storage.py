@@ -13,6 +13,7 @@ import pytest
 
 import raytf
 from raytf._core import events as ev
+from raytf._core.tasks import TaskRun
 from raytf._storage import RunDir
 from tests.conftest import ROOT, S3_TEST_ENV, environ
 
@@ -191,6 +192,7 @@ def test_one_secret_through_every_route(s3, no_leaks, tmp_path, monkeypatch, cap
     out, err = capfd.readouterr()
     assert PLANTED not in out + err + caplog.text + repr(result)
 
+    sent = [part for value, data in sent for part in _parts(value, data)]
     configs = [v for v, _ in sent if isinstance(v, raytf.Config)]
     assert configs and all(c.train.args == ["--api-key", PLANTED] and c.ray.runtime_env == {} for c in configs)
     for value, data in sent:
@@ -206,6 +208,16 @@ def test_one_secret_through_every_route(s3, no_leaks, tmp_path, monkeypatch, cap
         endpoint_override=s3.address, scheme="http", region="us-east-1", credentials_file=str(credentials)))
     assert loaded.status == "succeeded" and loaded.config.train.args == ["--api-key", "***"]
     assert ray.is_initialized()
+
+
+def _parts(value, data: bytes):
+    """A task's call gets one TaskRun: its config, its run directory and the rest are looked at one by one."""
+    if not isinstance(value, TaskRun):
+        yield value, data
+        return
+    rest = dataclasses.replace(value, cfg=None, run_dir=None, bus=None)
+    for part in (value.cfg, value.run_dir, rest):
+        yield part, pickle.dumps(part)
 
 
 @pytest.mark.slow  # step 2: a fault scenario (~30 s); a run and resume on S3 runs by default
@@ -231,7 +243,7 @@ def test_endpoint_outage_mid_run(s3, no_leaks):
     assert result.status == "succeeded", result.error
     assert "start" in outage
     assert len(steps_during) >= 2  # training did not wait for the storage
-    entries = RunDir(cfg.storage, "outage").list_checkpoints()
+    entries = RunDir(cfg.storage, "outage").checkpoints.list()
     assert entries and all(e.committed for e in entries)  # nothing partial visible
     assert entries[-1].name.endswith("-e000003-s0000000090")
 
@@ -248,10 +260,10 @@ def test_replacing_a_committed_checkpoint_on_s3(s3, tmp_path):
         local.mkdir()
         (local / "ckpt.index").write_bytes(b"index")
         (local / "ckpt.data-00000-of-00001").write_bytes(content)
-        rd.upload_checkpoint(str(local), 1, 10, {"attempt": i + 1})
-    (latest,) = rd.list_checkpoints()
+        rd.checkpoints.upload(str(local), 1, 10, {"attempt": i + 1})
+    (latest,) = rd.checkpoints.list()
     assert latest.dir == latest.name == "ckpt-e000001-s0000000010"
-    prefix = rd.download_checkpoint(latest, str(tmp_path / "dl"))
+    prefix = rd.checkpoints.download(latest, str(tmp_path / "dl"))
     with open(prefix + ".data-00000-of-00001", "rb") as f:
         assert f.read() == b"new" * 100
     names = {i.path.removeprefix("replace-bucket/runs/r/checkpoints/")

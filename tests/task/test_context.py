@@ -44,9 +44,9 @@ def test_custom_loop_commits_every_epoch_and_resumes_where_it_stopped(tf, tmp_pa
     assert [(p["epoch"], p["step"]) for k, p in events if k == "epoch"] == [(1, 4), (2, 8)]
     # Uploaded in order beside training, each announced once committed.
     assert [(p["epoch"], p["step"]) for k, p in events if k == "checkpoint"] == [(1, 4), (2, 8)]
-    assert [(e.epoch, e.step, e.committed) for e in run_dir.list_checkpoints()] == [(1, 4, True), (2, 8, True)]
+    assert [(e.epoch, e.step, e.committed) for e in run_dir.checkpoints.list()] == [(1, 4, True), (2, 8, True)]
 
-    latest = run_dir.latest_checkpoint()
+    latest = run_dir.checkpoints.latest()
     ctx2, _, events2 = _context(tf, tmp_path, epochs=3, resume_from=latest, attempt=2)
     restored = tf.Variable(0.0)
     assert ctx2.restore(weights=restored) == 2
@@ -100,14 +100,14 @@ def test_the_keras_example_scales_its_rate_with_the_attempts_size_also_after_a_r
     train(ctx)  # 1 of 2 workers
     ctx.finish()
     ctx.close()
-    smaller = run_dir.latest_checkpoint()
+    smaller = run_dir.checkpoints.latest()
     assert saved_rate(run_dir, smaller) == [pytest.approx(0.005)]
     ctx2, _, _ = _context(tf, tmp_path, epochs=2, resume_from=smaller, attempt=2, num_workers=2, max_workers=2,
                           params=params)
     train(ctx2)  # grown back: the full rate, not the one the checkpoint restored
     ctx2.finish()
     ctx2.close()
-    assert saved_rate(run_dir, run_dir.latest_checkpoint()) == [pytest.approx(0.01)]
+    assert saved_rate(run_dir, run_dir.checkpoints.latest()) == [pytest.approx(0.01)]
     ctx3, _, _ = _context(tf, tmp_path / "plain", epochs=1, params=params)
     assert ctx3.max_workers == ctx3.num_workers == 1  # not given: the attempt's size (learning rate x 1.0)
     ctx3.close()

@@ -24,14 +24,15 @@ class _FailingStorage:
 
     def __init__(self):
         self.tries = 0
+        self.checkpoints = self  # (RunDir.checkpoints: next_seq, upload)
 
     def uri_of(self, *parts):
         return "/".join([self.uri, *parts])
 
-    def next_checkpoint_seq(self):
+    def next_seq(self):
         return 1
 
-    def upload_checkpoint(self, local, epoch, step, meta, before_commit=None, seq=0):
+    def upload(self, local, epoch, step, meta, before_commit=None, seq=0):
         self.tries += 1
         raise OSError(f"upload of step {step} failed: connection refused")
 

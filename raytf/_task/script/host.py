@@ -89,7 +89,7 @@ class ScriptHost:
         for d in (self.checkpoint_dir, self.log_dir, self.work_dir):
             os.makedirs(d, exist_ok=True)
         if resume_from is not None:
-            self.run_dir.download_checkpoint(resume_from, self.checkpoint_dir)
+            self.run_dir.checkpoints.download(resume_from, self.checkpoint_dir)
             marker = os.path.join(self.checkpoint_dir, checkpoints.COMMIT_MARKER)
             if os.path.exists(marker):
                 os.remove(marker)

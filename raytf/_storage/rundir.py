@@ -1,0 +1,301 @@
+"""`RunDir`: one run's directory on shared storage, its paths and plain files (through pyarrow.fs), and the one
+retry rule every access to it goes through (`RunDir.retried`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import logging
+import os
+import posixpath
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from raytf._s3 import s3_credentials, s3_filesystem, with_query_options
+from raytf.config import StorageConfig
+from raytf.config.redact import redact_storage_path, redact_text, without_userinfo
+from raytf.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CONFIG_FILE = "config.yaml"
+RESULT_FILE = "result.json"
+CHECKPOINTS_DIR = "checkpoints"
+MODEL_DIR = "model"
+WORKDIR_DIR = "workdir"
+
+
+# A task's files in the run directory, named by role and task index (worker1, ps0: TF's names for it).
+def task_log(role: str, index: int, attempt: int) -> str:
+    """The task's captured stdout/stderr."""
+    return f"logs/{role}{index}-attempt{attempt}.log"
+
+
+def task_log_dir(role: str, index: int, attempt: int) -> str:
+    """What the task's program wrote into its own log directory ($RAYTF_LOG_DIR, ctx.log_dir)."""
+    return f"logs/{role}{index}-attempt{attempt}"
+
+
+def task_workdir(role: str, index: int) -> str:
+    """What the task's program wrote into its working directory (each attempt's over the last's)."""
+    return f"{WORKDIR_DIR}/{role}{index}"
+
+
+# Test seam: a one-machine test cluster cannot show a node whose local disk differs from the driver's. A raylet
+# started with this variable set makes its tasks see local paths under that root instead, as such a node would.
+NODE_LOCAL_ROOT_ENV = "RAYTF_TEST_NODE_LOCAL_ROOT"
+STORAGE_CHECK_PREFIX = ".storage-check-"
+
+
+def resolve(path: str, options: StorageConfig | None = None) -> tuple[pafs.FileSystem, str, str]:
+    """(filesystem, path inside it, canonical URI) for a local path or a pyarrow URI."""
+    if "://" not in path:
+        local = os.path.abspath(os.path.expanduser(path))
+        seen_as = os.environ.get(NODE_LOCAL_ROOT_ENV, "") + local
+        return pafs.LocalFileSystem(), seen_as, local
+    base, _, query = path.partition("?")
+    o = options or StorageConfig(path=path)
+    try:
+        credentials = s3_credentials(o) if path.startswith("s3://") else {}
+        if path.startswith("s3://") and (not query or credentials):
+            fs = s3_filesystem(with_query_options(o, query), credentials)
+            inner = base.removeprefix("s3://")
+        else:  # other schemes, or S3 options given in the URI's query (?endpoint_override=...&scheme=http)
+            fs, inner = pafs.FileSystem.from_uri(path)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+        # (a run's path holds no credentials: validate refuses them; a reader's may, and pyarrow echoes it)
+        raise StorageError(f"storage.path ({redact_storage_path(path)!r}) cannot be opened: "
+                           f"{redact_text(str(e))}") from None
+    return fs, inner.rstrip("/"), without_userinfo(base.rstrip("/"))
+
+
+# Answers, not failures: a retry would get the same (a file that is not there is not there).
+ANSWERS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError)
+
+
+def with_retries(what: str, fn: Callable[[], T], retries: int, backoff_s: float) -> T:
+    """Run fn, retrying OSError (storage unreachable, throttled, a full disk) with exponential back-off; what
+    fails every try is a StorageError naming `what`. An answer (ANSWERS: not found, ...) is raised as it is."""
+    for attempt in range(retries + 1):
+        try:
+            return fn()
+        except ANSWERS:
+            raise
+        except OSError as e:
+            if attempt == retries:
+                full = " (no space left on the device)" if e.errno == errno.ENOSPC else ""
+                raise StorageError(f"{what} failed after {retries + 1} tries{full}: {e}") from e
+            delay = backoff_s * 2**attempt
+            log.warning("%s failed (%s); retrying in %.1fs", what, e, delay)
+            time.sleep(delay)  # back-off between tries of a failing remote call
+    raise AssertionError("unreachable")
+
+
+class RunDir:
+    """`<storage.path>/<run.name>/`: config, result, logs, and (`checkpoints`, `metrics`) the run's checkpoints and
+    metrics table. Every access is retried by one rule (`retried`: storage.upload_retries with back-off)."""
+
+    def __init__(self, storage: str | StorageConfig, run_name: str) -> None:
+        from raytf._storage.checkpoints import CheckpointStore
+        from raytf._storage.metrics import MetricsStore
+
+        options = storage if isinstance(storage, StorageConfig) else StorageConfig(path=storage)
+        self.run_name = run_name
+        self.fs, base, base_uri = resolve(options.path, options)
+        # Canonical (absolute for local paths) so a task on another node resolves the same place; a URI
+        # keeps its query (S3 options) for the tasks, while `uri` (shown and recorded) drops it.
+        self.options = dataclasses.replace(options, path=base_uri if "://" not in options.path else options.path)
+        self.storage_path = base_uri
+        self.root = posixpath.join(base, run_name)
+        self.uri = posixpath.join(base_uri, run_name)
+        self._local = isinstance(self.fs, pafs.LocalFileSystem)
+        self.checkpoints = CheckpointStore(self)
+        self.metrics = MetricsStore(self)
+
+    @classmethod
+    def at(cls, run_path: str, options: StorageConfig | None = None) -> RunDir:
+        """The run directory at `run_path` (a path or URI, S3 options in its query kept), opened with `options`."""
+        base, _, query = run_path.partition("?")
+        parent, name = posixpath.split(base.rstrip("/"))
+        parent += f"?{query}" if query else ""
+        return cls(dataclasses.replace(options, path=parent) if options else parent, name)
+
+    def __reduce__(self):
+        # Filesystem handles are rebuilt from the URI on the other side, with that node's credentials (its
+        # environment, or storage.credentials_file read there): pyarrow's S3FileSystem pickles its keys, and
+        # storage keys given in this process never go into task arguments either.
+        return (RunDir, (dataclasses.replace(self.options, access_key=None, secret_key=None), self.run_name))
+
+    @property
+    def local(self) -> bool:
+        """A directory of this node's filesystem (written in place), not an object store's."""
+        return self._local
+
+    def path(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts) if any(parts) else self.root
+
+    def uri_of(self, *parts: str) -> str:
+        return posixpath.join(self.uri, *parts) if any(parts) else self.uri
+
+    # -- the retry rule ----------------------------------------------------------------------
+    def retried(self, what: str, fn: Callable[[], T], *, retry: bool = True) -> T:
+        """fn, retried storage.upload_retries times with back-off from storage.upload_backoff_s (once with
+        `retry` false: a periodic write the next one supersedes, housekeeping)."""
+        o = self.options
+        return with_retries(what, fn, o.upload_retries if retry else 0, o.upload_backoff_s)
+
+    # -- plain files -------------------------------------------------------------------------
+    def makedirs(self, rel: str = "") -> None:
+        try:
+            self.retried(f"creating {self.uri_of(rel)}", lambda: self.fs.create_dir(self.path(rel), recursive=True))
+        except (OSError, StorageError) as e:
+            raise StorageError(f"cannot create {self.uri_of(rel)} (storage.path={self.storage_path!r}): {e}") from None
+
+    def kind(self, rel: str = "") -> pafs.FileType:
+        """What is at `rel`: pafs.FileType.File, Directory or NotFound."""
+        return self.retried(f"looking at {self.uri_of(rel)}", lambda: self.fs.get_file_info(self.path(rel)).type)
+
+    def exists(self, rel: str) -> bool:
+        return self.kind(rel) != pafs.FileType.NotFound
+
+    def listing(self, rel: str = "", *, recursive: bool = False) -> list[pafs.FileInfo]:
+        """What is under `rel` (nothing when it is not there)."""
+        return self.retried(f"listing {self.uri_of(rel)}", lambda: self.fs.get_file_info(
+            pafs.FileSelector(self.path(rel), allow_not_found=True, recursive=recursive)))
+
+    def write_bytes(self, rel: str, data: bytes, *, retry: bool = True) -> None:
+        """Write a whole file so readers see the old content or the new one, never a part; retried with
+        back-off unless `retry` is false (a periodic write that the next one supersedes)."""
+        self.retried(f"writing {self.uri_of(rel)}", lambda: self._write_bytes(rel, data), retry=retry)
+
+    def _write_bytes(self, rel: str, data: bytes) -> None:
+        target = self.path(rel)
+        self.fs.create_dir(posixpath.dirname(target), recursive=True)
+        if not self._local:
+            # An object store PUT becomes visible whole at close.
+            with self.fs.open_output_stream(target) as f:
+                f.write(data)
+            return
+        tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+        try:
+            with self.fs.open_output_stream(tmp) as f:
+                f.write(data)
+            self.fs.move(tmp, target)
+        except OSError:  # (a full disk: no partial file left behind)
+            _remove_quietly(self.fs, tmp)
+            raise
+
+    def upload_file(self, local_path: str, rel: str, *, retry: bool = True, chunk: int = 1 << 20) -> None:
+        """A local file to <run>/<rel>, streamed `chunk` bytes at a time (a task's log can be gigabytes: never
+        read whole); readers see the old content or the new one, as with write_bytes."""
+        self.retried(f"uploading {self.uri_of(rel)}", lambda: self._upload_file(local_path, rel, chunk), retry=retry)
+
+    def _upload_file(self, local_path: str, rel: str, chunk: int) -> None:
+        target = self.path(rel)
+        self.fs.create_dir(posixpath.dirname(target), recursive=True)
+        out = target if not self._local else f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+        try:
+            with open(local_path, "rb") as src, self.fs.open_output_stream(out) as dst:
+                while block := src.read(chunk):
+                    dst.write(block)
+            if out != target:
+                self.fs.move(out, target)
+        except OSError:
+            if out != target:
+                _remove_quietly(self.fs, out)
+            raise
+
+    def write_text(self, rel: str, text: str) -> None:
+        self.write_bytes(rel, text.encode())
+
+    def write_json(self, rel: str, obj: Any) -> None:
+        self.write_text(rel, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+    def read_bytes(self, rel: str) -> bytes:
+        def read() -> bytes:
+            with self.fs.open_input_stream(self.path(rel)) as f:
+                return f.read()
+
+        return self.retried(f"reading {self.uri_of(rel)}", read)
+
+    def read_text(self, rel: str) -> str:
+        return self.read_bytes(rel).decode()
+
+    def read_json(self, rel: str) -> Any:
+        return json.loads(self.read_text(rel))
+
+    def write_table(self, rel: str, table: pa.Table, *, retry: bool = True) -> None:
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        self.write_bytes(rel, sink.getvalue().to_pybytes(), retry=retry)
+
+    def read_table(self, rel: str) -> pa.Table:
+        return self.retried(f"reading {self.uri_of(rel)}", lambda: pq.read_table(self.path(rel), filesystem=self.fs))
+
+    def remove(self, rel: str) -> bool:
+        """Housekeeping: one try, never an error (whether it went)."""
+        try:
+            self.retried(f"removing {self.uri_of(rel)}", lambda: self.fs.delete_file(self.path(rel)), retry=False)
+            return True
+        except (OSError, StorageError) as e:
+            log.debug("not removed: %s", e)
+            return False
+
+    def put_dir(self, local_dir: str, dest: str, *, replace: bool) -> None:
+        """One copy (not retried: a caller's retry copies again) of a local directory's files to `dest`, a path of
+        this filesystem; with `replace`, whatever was there goes first."""
+        if replace and self.fs.get_file_info(dest).type != pafs.FileType.NotFound:
+            self.fs.delete_dir(dest)
+        self.fs.create_dir(dest, recursive=True)
+        pafs.copy_files(local_dir, dest, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=self.fs,
+                        use_threads=True)
+
+    def upload_dir(self, local_dir: str, rel: str, *, retry: bool = True) -> str:
+        """Copy a local directory's files up to <run>/<rel>/ (files already there are replaced)."""
+        self.retried(f"uploading {self.uri_of(rel)}", lambda: self.put_dir(local_dir, self.path(rel), replace=False),
+                     retry=retry)
+        return self.uri_of(rel)
+
+    def download_dir(self, rel: str, local_dir: str) -> str:
+        os.makedirs(local_dir, exist_ok=True)
+        self.retried(f"downloading {self.uri_of(rel)}", lambda: pafs.copy_files(
+            self.path(rel), local_dir, source_filesystem=self.fs, destination_filesystem=pafs.LocalFileSystem()))
+        return local_dir
+
+    def staged(self, rel: str, *, is_dir: bool, prefix: str):
+        """`rel` written on this node while the run goes (a task's log, TensorBoard's files): see staged.Staged."""
+        from raytf._storage.staged import Staged
+
+        return Staged(self, rel, is_dir=is_dir, prefix=prefix)
+
+    # -- is this run directory shared with every node? -------------------------------------------
+    def write_storage_marker(self) -> str:
+        """Written by the driver before any task starts; returns the marker's name."""
+        name = f"{STORAGE_CHECK_PREFIX}{uuid.uuid4().hex[:12]}"
+        self.write_text(name, "raytf: every task must see this file\n")
+        return name
+
+    def remove_storage_marker(self, name: str) -> None:
+        self.remove(name)
+
+    def can_see(self, marker: str) -> bool:
+        try:
+            return self.exists(marker)
+        except (OSError, StorageError):
+            return False
+
+
+def _remove_quietly(fs: pafs.FileSystem, path: str) -> None:
+    try:
+        fs.delete_file(path)
+    except OSError:
+        pass
