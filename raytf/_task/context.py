@@ -14,19 +14,13 @@ from raytf._core import events as ev
 from raytf._core.progress import StepCounter
 from raytf._storage import RunDir
 from raytf._task import report as reporting
-from raytf._task.control import ControlListener
+from raytf._task.control import ControlListener, TrainingStopped  # noqa: F401 (TrainingStopped: the task's)
 from raytf._task.upload import Uploader
 from raytf.config import Config
 
 log = logging.getLogger(__name__)
 
 CRASH_SEAM_ENV = "RAYTF_TEST_CRASH_BEFORE_COMMIT"
-
-
-class TrainingStopped(BaseException):
-    """Raised out of step_end after a requested save when the driver asked to stop (Ctrl-C with
-    checkpoint.on_interrupt, or a preemption notice). A BaseException so `except Exception` in user code
-    does not swallow it."""
 
 
 class TrainContext(StepCounter):
@@ -309,7 +303,7 @@ class TrainContext(StepCounter):
         if self._checkpointing() and checkpoints.crossed(before, self.step, self.cfg.checkpoint.every_steps):
             self.save()
         if self._control is not None and self._control.pending:
-            self._on_save_request()
+            self._control.follow(self, save=self.save if self._writer is not None else None)
 
     def report_explicit(self, metrics: Mapping[str, Any] | None, *, step: int | None, epoch: int | None,
                         kind: str, checkpoint: bool) -> None:
@@ -318,21 +312,6 @@ class TrainContext(StepCounter):
             raise ValueError("raytf.report: step=, epoch= and checkpoint= are for scripts (train.script); in a "
                              "training function the context counts steps (ctx.step_end) and saves (ctx.save())")
         self.report(metrics or {}, kind=kind)
-
-    def _on_save_request(self) -> None:
-        c = self._control
-        if not c.decided.wait(timeout=120):
-            log.warning("save request: no decision from the driver in 120 s; training on")
-            c.pending = False
-            return
-        if self.step < c.save_at:
-            return  # train on to the agreed step
-        c.pending = False
-        # Every task counts steps alike (steps_per_execution included), so all pass save_at together.
-        if self._writer is not None:
-            self.save()
-        if c.stop_after:
-            raise TrainingStopped(f"stopped by the driver after step {self.step}")
 
     def epoch_end(self, metrics: Mapping[str, Any] | None = None) -> None:
         """Call after every epoch: reports the epoch's metrics and writes the epoch checkpoint when due
@@ -347,7 +326,7 @@ class TrainContext(StepCounter):
         if self._control is not None:
             self._control.close()
         if self._uploader is not None:
-            self._uploader._pool.shutdown(wait=False, cancel_futures=True)
+            self._uploader.abandon()
 
     def keras_callbacks(self) -> list:
         """Callbacks for `model.fit` that report metrics and checkpoint like step_end/epoch_end."""

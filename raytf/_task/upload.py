@@ -112,6 +112,10 @@ class Uploader:
         if self._error is not None:
             raise self._error
 
+    def abandon(self) -> None:
+        """The task is ending without waiting: uploads not started are dropped (the one under way finishes)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
     def close(self) -> None:
         from concurrent.futures import wait
 
