@@ -19,7 +19,6 @@ import posixpath
 import sys
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from raytf import _storage as storage
 from raytf.errors import RaytfError, StorageError
@@ -40,7 +39,7 @@ def _not_a_run(run_path: str) -> str | None:
     """None when run_path holds a run (its result.json); else one line naming the directory looked at and
     how to find the runs there."""
     rd = storage.RunDir.at(run_path)
-    if rd.kind(storage.RESULT_FILE) == pafs.FileType.File:
+    if rd.is_file(storage.RESULT_FILE):
         return None
     query = run_path.partition("?")[2]
     parent = posixpath.dirname(rd.uri) + (f"?{query}" if query else "")
@@ -143,19 +142,17 @@ def _breakdown_lines(summary: dict, metrics: pa.Table) -> list[str]:
 
 def ls(storage_path: str) -> list[dict]:
     root = storage.RunDir.at(storage_path)  # (the storage path, read as a directory of runs)
-    if root.kind() == pafs.FileType.File:
+    if root.is_file():
         raise NotADirectoryError(f"{storage_path} is a file, not a directory of runs: pass the directory the runs "
                                  "are in (storage.path), e.g. ./runs")
     rows = []
-    for info in sorted(root.listing(), key=lambda i: i.path):
-        if info.type != pafs.FileType.Directory:
-            continue
+    for name in root.subdirs():
         try:
-            rows.append(_summary(root, info.base_name))
+            rows.append(_summary(root, name))
         except (OSError, ValueError):
             continue  # not a run directory
         except StorageError as e:  # storage that failed every try: that run is not listed, and the line says so
-            log.warning("%s not listed: %s", root.uri_of(info.base_name), e)
+            log.warning("%s not listed: %s", root.uri_of(name), e)
     return rows
 
 

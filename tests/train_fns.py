@@ -367,3 +367,18 @@ def datasets_that_raise(cfg) -> dict:
 
 def datasets_not_a_mapping() -> list:
     return []
+
+
+def big_checkpoints(ctx: raytf.TrainContext) -> None:
+    """A custom loop whose checkpoint is train.params.mib MiB (one float32 variable), one per epoch: a run that fills
+    a small disk a checkpoint at a time."""
+    import tensorflow as tf
+
+    with ctx.strategy.scope():
+        weights = tf.Variable(tf.zeros([int(float(ctx.params.get("mib", 1)) * 262144)]))
+    ctx.restore(weights=weights)
+    for _ in ctx.epoch_range():
+        for _ in range(ctx.steps_per_epoch or 1):
+            weights.assign_add(tf.ones_like(weights))
+            ctx.step_end()
+        ctx.epoch_end()

@@ -89,16 +89,28 @@ class CheckpointStore:
         replacing = rd.exists(posixpath.join(CHECKPOINTS_DIR, name, checkpoints.COMMIT_MARKER))
         target = name + checkpoints.STAGING_SUFFIX if replacing else name
         files = _manifest(local_dir)  # the files as they are uploaded (a finished checkpoint, or a snapshot)
-        # A partial copy from an earlier, interrupted try or attempt is started over.
-        rd.retried(f"uploading checkpoint {name}",
-                   lambda: rd.put_dir(local_dir, rd.path(CHECKPOINTS_DIR, target), replace=True))
-        if before_commit is not None:
-            before_commit()
-        rd.write_json(posixpath.join(CHECKPOINTS_DIR, target, checkpoints.COMMIT_MARKER),
-                      {"epoch": epoch, "step": step, "seq": seq, **meta, checkpoints.MANIFEST_KEY: files})
+        try:
+            # A partial copy from an earlier, interrupted try or attempt is started over.
+            rd.retried(f"uploading checkpoint {name}",
+                       lambda: rd.put_dir(local_dir, rd.path(CHECKPOINTS_DIR, target), replace=True))
+            if before_commit is not None:
+                before_commit()
+            rd.write_json(posixpath.join(CHECKPOINTS_DIR, target, checkpoints.COMMIT_MARKER),
+                          {"epoch": epoch, "step": step, "seq": seq, **meta, checkpoints.MANIFEST_KEY: files})
+        except StorageError:
+            # Never committed: its partial copy goes now (on a full disk, the room the run's record needs).
+            self._discard(target)
+            raise
         if replacing:
             rd.retried(f"replacing checkpoint {name}", lambda: self._promote(target, name))
         return self.uri(name)
+
+    def _discard(self, entry_dir: str) -> None:
+        try:
+            self.rd.retried(f"removing the partial checkpoint {entry_dir}", lambda: self.rd.fs.delete_dir(
+                self.rd.path(CHECKPOINTS_DIR, entry_dir)), retry=False)
+        except (OSError, StorageError) as e:  # left for the next prune
+            log.warning("%s", e)
 
     def _promote(self, staging: str, name: str) -> None:
         """The committed `staging` copy takes `name`'s place: the old copy goes, then the files are copied

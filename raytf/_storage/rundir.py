@@ -167,6 +167,13 @@ class RunDir:
     def exists(self, rel: str) -> bool:
         return self.kind(rel) != pafs.FileType.NotFound
 
+    def is_file(self, rel: str = "") -> bool:
+        return self.kind(rel) == pafs.FileType.File
+
+    def subdirs(self, rel: str = "") -> list[str]:
+        """The names of the directories right under `rel`, sorted."""
+        return sorted(i.base_name for i in self.listing(rel) if i.type == pafs.FileType.Directory)
+
     def listing(self, rel: str = "", *, recursive: bool = False) -> list[pafs.FileInfo]:
         """What is under `rel` (nothing when it is not there)."""
         return self.retried(f"listing {self.uri_of(rel)}", lambda: self.fs.get_file_info(

@@ -184,8 +184,9 @@ def test_a_checkpoint_whose_upload_fails_is_never_committed(tmp_path, monkeypatc
     with pytest.raises(StorageError, match=r"uploading checkpoint .* \(no space left on the device\)"):
         _checkpoint(tmp_path, rd, 2)
     fs.fail()
-    assert [(e.epoch, e.committed) for e in rd.checkpoints.list()] == [(1, True), (2, False)]
-    assert rd.checkpoints.latest().epoch == 1
+    # Never committed, and its partial copy gone (on a full disk, the room the run's record needs).
+    assert [(e.epoch, e.committed) for e in rd.checkpoints.list()] == [(1, True)]
+    assert rd.checkpoints.latest().epoch == 1 and rd.checkpoints.trusted(set()) == (rd.checkpoints.latest(), [])
 
 
 def test_runs_ls_and_show_are_retried(tmp_path, monkeypatch):
