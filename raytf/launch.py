@@ -75,18 +75,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2
     from raytf._driver import connect, standby
-    from raytf.api.fit import fit
+    from raytf.api.fit import launch
 
     signal.signal(signal.SIGTERM, _sigterm)
     started = False
-    standby.refill_at_end = False  # this command's session is its one run
     try:
         started = connect.ensure_ray(cfg)
         if cfg.sweep.space:
             return _sweep(cfg)
         if args.scaling:
             return _scaling(cfg, scaling_counts, quiet=args.quiet)
-        result = fit(cfg, quiet=args.quiet)
+        result = launch(cfg, quiet=args.quiet, refill_at_end=False)  # this command's session is its one run
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2
@@ -138,9 +137,9 @@ def _scaling(cfg, counts: list[int], quiet: bool) -> int:
     """--scaling: one run per worker count; prints the table; 1 if any count failed or could not be placed."""
     import pandas as pd
 
-    from raytf.api.scaling import scaling
+    from raytf.api.scaling import measure
 
-    table = scaling(cfg, counts, quiet=quiet)
+    table = measure(cfg, counts, quiet=quiet, refill_at_end=False)  # this command's session is its one run
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3g}".format):
         print(table.to_string(index=False))
     print(f"raytf: scaling plot: {table.attrs['plot']}")

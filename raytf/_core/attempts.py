@@ -1,18 +1,72 @@
-"""The record of one attempt at training, as kept in result.json's `attempts`."""
+"""One attempt at training: how it can end (a typed value, `End`) and its record, as kept in result.json's
+`attempts`."""
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from raytf._core import checkpoints
 from raytf._core import events as ev
+from raytf.errors import WorkerError
 
 # A run's and an attempt's status (result.json's `status`, Result.status).
 SUCCEEDED, FAILED, INTERRUPTED, RUNNING = "succeeded", "failed", "interrupted", "running"
 
 PROGRESS = (ev.STEP, ev.EPOCH, ev.HEARTBEAT, ev.CHECKPOINT)
+
+
+# -- how an attempt's tasks stop: the attempt loop's end (_core/runloop.py) ---------------------------
+class Cause(str, enum.Enum):
+    """Why every task saved at an agreed step (or tried to) and stopped."""
+
+    PREEMPTED = "preempted"  # a task got a preemption notice (SIGTERM): failure.PREEMPTED
+    RESIZE = "resize"  # elastic training: capacity for the full size is back (a grow): failure.RESIZE
+    INTERRUPTED = "interrupted"  # Ctrl-C (or SIGTERM) on the driver
+
+
+@dataclass(frozen=True)
+class Done:
+    """Every task running user code returned; the servers and the evaluator were released."""
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """Ctrl-C: after a save at an agreed step (`saved`: it completed), or at once (`at_once`: a second Ctrl-C, or
+    one with nothing to save; no more events are read)."""
+
+    saved: bool = False
+    at_once: bool = False
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """The tasks were stopped to restart (a preemption notice, an elastic grow), after a save at an agreed step or
+    at the program's next commit (`saved`: it completed). `notice`: the preemption notice acted on."""
+
+    cause: Cause
+    saved: bool = False
+    notice: ev.Event | None = None
+
+
+@dataclass(frozen=True)
+class Hung:
+    """Ranks without progress for failure.hang_timeout_s (`busy`: rank -> what it said it was busy with)."""
+
+    ranks: tuple[int, ...]
+    busy: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A task failed (the driver adds those that failed within a second of it)."""
+
+    errors: tuple[WorkerError, ...]
+
+
+End = Done | Interrupted | Stopped | Hung | Failed
 
 
 @dataclass

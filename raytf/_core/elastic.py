@@ -82,3 +82,30 @@ def grows_by_saving_now(cfg: Config, script: bool) -> bool:
 def may_resize(resizes_so_far: int, cfg: Config) -> bool:
     """A flapping host cannot make the group resize forever: at most cluster.elastic.max_resizes per launch."""
     return resizes_so_far < cfg.cluster.elastic.max_resizes
+
+
+@dataclass(frozen=True)
+class Try:
+    """One size to place an attempt's group at, and how long to wait for it (`why`: what sets that wait)."""
+
+    size: int
+    timeout_s: float
+    why: str
+
+
+# Elastic training: how long each size between the full one and the smallest is given to be placed.
+PROBE_S = 3.0
+
+
+def tries(cfg: Config, size: int, may_resize: bool) -> tuple[Try, ...]:
+    """The sizes to place the next group at, in order: without elastic training (or past
+    cluster.elastic.max_resizes) the current `size` alone, up to cluster.placement_timeout_s; else the full size
+    up to cluster.elastic.wait_s, each smaller one (down to cluster.min_workers) briefly, the smallest up to
+    cluster.placement_timeout_s."""
+    c = cfg.cluster
+    if not is_elastic(cfg) or not may_resize:
+        return (Try(size, c.placement_timeout_s, "cluster.placement_timeout_s"),)
+    tried = sizes(cfg).tried
+    return tuple(Try(n, c.placement_timeout_s, "cluster.placement_timeout_s") if i == len(tried) - 1
+                 else Try(n, c.elastic.wait_s, "cluster.elastic.wait_s") if i == 0
+                 else Try(n, PROBE_S, "elastic training's probe of a smaller size") for i, n in enumerate(tried))

@@ -15,7 +15,7 @@ SYSTEM = "system"  # the task's actor, process or node died
 PEER = "peer"  # TF reported a lost peer (UnavailableError & co.): a symptom of another task's failure
 HANG = "hang"  # no progress for failure.hang_timeout_s
 STARTUP = "startup"  # tasks did not start, or TF servers did not come up
-PREEMPTED = "preempted"  # a task got notice (SIGTERM) and everyone saved first: retried without limit
+PREEMPTED = "preempted"  # a task got notice (SIGTERM) and everyone saved first: failure.max_preemptions bounds it
 # Elastic training: the group stopped to restart at another size (capacity came back: a grow). Not a failure:
 # retried without counting against failure.max_failures; cluster.elastic.max_resizes bounds it instead.
 RESIZE = "resize"
@@ -62,7 +62,7 @@ def _what_failed(error_type: str, script: bool) -> str:
 
 
 def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failures_so_far: int,
-           cfg: FailureConfig, trained: bool = False, script: bool = False) -> Verdict:
+           cfg: FailureConfig, trained: bool = False, script: bool = False, preemptions_so_far: int = 0) -> Verdict:
     """Retry the whole group from the latest committed checkpoint, or fail the run.
 
     Args:
@@ -71,6 +71,7 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
         attempt: the attempt that failed, from 1.
         progressed: whether any task completed a training step in that attempt.
         failures_so_far: failures already retried in this launch.
+        preemptions_so_far: preemptions already retried in this launch (failure.max_preemptions).
         cfg: failure.* settings.
         trained: the attempt had finished its last epoch (the program's code after training failed).
         script: the program is a script (train.script / train.module), for the wording.
@@ -79,6 +80,8 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
         return Verdict(Decision.RETRY, "a resize (does not count against failure.max_failures)")
     if kind == PREEMPTED:
         # Like Ray Train's separate preemption budget: notice was given and the state saved, nothing is lost.
+        if cfg.max_preemptions != -1 and preemptions_so_far >= cfg.max_preemptions:
+            return Verdict(Decision.RAISE, f"failure.max_preemptions ({cfg.max_preemptions}) reached")
         return Verdict(Decision.RETRY, "preemption (does not count against failure.max_failures)")
     if kind == CONFIG:
         return Verdict(Decision.RAISE, "a configuration error (the run's settings or input, or how they fit the hosts "

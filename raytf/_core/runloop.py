@@ -1,20 +1,23 @@
 """One attempt's event loop as an explicit state machine, and the loop that drives it over a task group. Pure:
 no Ray, no TensorFlow; the group is a parameter (`Port`: the Ray one in _driver/port.py, a fake in tests/core).
 
-Phases, once the attempt's tasks run:
+Phases, once the attempt's tasks run; the last, ENDED, holds the attempt's end as a typed value
+(_core.attempts.End: Done, Interrupted, Stopped, Hung, Failed):
 
-    TRAINING ──a preemption notice, or Ctrl-C (checkpoint.on_interrupt)──▶ SAVING
+    TRAINING ──a preemption notice, Ctrl-C (checkpoint.on_interrupt), an elastic grow──▶ SAVING
        │  │                                                                  │ every task reported its step
        │  │                                                                  ▼
        │  │                                          STOPPING (all save at max(step) + 1, then stop)
        │  │                                                                  │ all stopped, or the deadline
        │  │                                                                  ▼
-       │  └──a task failed (not a tolerated PS worker), a rank hung──▶ FAILED ◀── (preempted: retried)
-       │                                                                  INTERRUPTED ◀── (Ctrl-C)
+       │  │                                   ENDED: Stopped(preempted | resize, saved) / Interrupted(saved)
+       │  ├──a task failed (not a tolerated PS worker)──▶ ENDED: Failed(errors)
+       │  ├──a rank without progress for failure.hang_timeout_s──▶ ENDED: Hung(ranks)
+       │  └──Ctrl-C (a second one, or nothing to save)──▶ ENDED: Interrupted(at_once)
        └──every task running user code returned──▶ DRAINING (servers released, the evaluator's last round)
                                                      │ all returned, or their grace is over
                                                      ▼
-                                                    DONE
+                                                    ENDED: Done
 
 `AttemptLoop` only decides; `drive` feeds it what the group reports (events, finished tasks, the clock, Ctrl-C)
 and carries out the actions it returns (ask for a save, decide the step, release the servers).
@@ -31,7 +34,7 @@ from typing import Protocol
 
 from raytf._core import events as ev
 from raytf._core import failure
-from raytf._core.attempts import PROGRESS
+from raytf._core.attempts import PROGRESS, Cause, Done, End, Failed, Hung, Interrupted, Stopped
 from raytf.errors import WorkerError
 
 log = logging.getLogger("raytf")
@@ -42,12 +45,7 @@ class Phase(str, enum.Enum):
     SAVING = "saving"  # a save-now was asked: waiting for every task to report its step
     STOPPING = "stopping"  # every task saves at the agreed step, then stops
     DRAINING = "draining"  # training is over: the servers are released, the evaluator finishes
-    DONE = "done"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-
-
-TERMINAL = frozenset({Phase.DONE, Phase.FAILED, Phase.INTERRUPTED})
+    ENDED = "ended"  # `AttemptLoop.end` says how
 
 
 # -- actions: what the driver does against the group -------------------------------------------
@@ -104,14 +102,9 @@ class AttemptLoop:
     save_on_interrupt: bool = True
     can_save_now: bool = True  # script mode cannot (a script owns its checkpoints)
     phase: Phase = Phase.TRAINING
-    errors: list[WorkerError] = field(default_factory=list)
-    hung: list[int] = field(default_factory=list)  # ranks without progress for hang_timeout_s
+    end: End | None = None  # once ENDED
     busy: dict[int, tuple[str, float]] = field(default_factory=dict)  # rank -> (what, until): see events.BUSY
     lost: list[tuple[int, WorkerError, float]] = field(default_factory=list)  # tolerated PS workers, when
-    cause: str = ""  # of a save-and-stop: failure.PREEMPTED or "interrupted"
-    notice: ev.Event | None = None  # the preemption notice acted on
-    saved: bool = False  # the save-and-stop ended with every task stopped
-    at_once: bool = False  # ended by an interrupt that skips everything left (a second Ctrl-C): no more events
     # Elastic grow asked for while the program saves on its own schedule (a script, ParameterServerStrategy): the
     # group stops at the next committed checkpoint.
     grow_at_commit: bool = False
@@ -119,6 +112,8 @@ class AttemptLoop:
     running: set[int] = field(init=False)  # primary ranks whose call has not returned
     serving: set[int] = field(init=False)  # background ranks whose call has not returned
     deadline: float | None = None  # of a save-and-stop, or of draining
+    _stopping: Cause | None = None  # why every task is to save and stop
+    _notice: ev.Event | None = None  # the preemption notice acted on
 
     def __post_init__(self) -> None:
         # Before its first heartbeat a rank gets the start-up allowance on top of the hang timeout.
@@ -128,7 +123,11 @@ class AttemptLoop:
 
     @property
     def done(self) -> bool:
-        return self.phase in TERMINAL
+        return self.phase is Phase.ENDED
+
+    def _ended(self, end: End) -> list[Action]:
+        self.phase, self.end = Phase.ENDED, end
+        return []
 
     # -- inputs --------------------------------------------------------------------------------
     def on_events(self, events: list[ev.Event], now: float) -> list[Action]:
@@ -145,13 +144,13 @@ class AttemptLoop:
                 # The wait is over: the ranks that were blocked on it start their hang clock afresh.
                 self.watched = {r: max(t, now) for r, t in self.watched.items()}
             if e.kind == ev.CHECKPOINT and self.grow_at_commit and self.phase is Phase.TRAINING:
-                self.cause = failure.RESIZE
+                self._stopping = Cause.RESIZE
                 actions += self._end_stop(saved=True)
                 continue
             if e.kind == ev.PREEMPTED and self.phase is Phase.TRAINING:
                 log.warning("%s %d got a preemption notice (SIGTERM)", e.role, e.rank)
-                self.notice = e
-                actions += self._save_and_stop(failure.PREEMPTED)
+                self._notice = e
+                actions += self._save_and_stop(Cause.PREEMPTED)
         return actions
 
     def on_grow(self, now: float, save_now: bool) -> list[Action]:
@@ -164,7 +163,7 @@ class AttemptLoop:
         if save_now and self.can_save_now:
             log.warning("capacity for the full size is back: every task saves at an agreed step, then the group "
                         "restarts at full size")
-            return self._save_and_stop(failure.RESIZE)
+            return self._save_and_stop(Cause.RESIZE)
         log.warning("capacity for the full size is back: the group restarts at full size after its next checkpoint")
         self.grow_at_commit = True
         return []
@@ -177,14 +176,17 @@ class AttemptLoop:
         self.serving.discard(f.rank)
         if f.error is not None and f.alone:
             self.lost.append((f.rank, f.error, now))
-            return self._progress()
+            return [] if self.done else self._progress()
+        if self.done:  # (another task's outcome in the same round: one more error of a failure)
+            if f.error is not None and isinstance(self.end, Failed):
+                self.end = Failed((*self.end.errors, f.error))
+            return []
         if f.error is not None:
             if self.phase is Phase.STOPPING:  # a task that fails while stopping: the save did not complete
-                self.errors.append(f.error)
                 return self._end_stop(saved=False)
-            self.errors.append(f.error)
-            self.phase = Phase.FAILED
-            return []
+            if self.phase is Phase.SAVING and self._stopping in (Cause.PREEMPTED, Cause.RESIZE):
+                return self._ended(Stopped(self._stopping, saved=False, notice=self._notice))
+            return self._ended(Failed((f.error,)))
         return self._progress()
 
     def on_tick(self, now: float) -> list[Action]:
@@ -193,11 +195,11 @@ class AttemptLoop:
             if self.busy:
                 # Healthy ranks go silent in their next collective while a peer uploads or exports: only a
                 # busy rank past its own allowance is hung.
-                self.hung = sorted(r for r, (_, until) in self.busy.items() if now > until)
+                hung = sorted(r for r, (_, until) in self.busy.items() if now > until)
             else:
-                self.hung = failure.stale_ranks(self.watched, now, self.timing.hang_timeout_s)
-            if self.hung:
-                self.phase = Phase.FAILED
+                hung = failure.stale_ranks(self.watched, now, self.timing.hang_timeout_s)
+            if hung:
+                return self._ended(Hung(tuple(hung), {r: self.busy[r][0] for r in hung if r in self.busy}))
             return []
         if self.deadline is not None and now > self.deadline:
             if self.phase is Phase.SAVING or self.phase is Phase.STOPPING:
@@ -208,7 +210,7 @@ class AttemptLoop:
                 if any(self.background[r] == "evaluator" for r in self.serving):
                     log.warning("the evaluator did not finish within cluster.evaluator.finish_timeout_s=%gs; "
                                 "stopping it", self.timing.evaluator_grace_s)
-                self.phase = Phase.DONE
+                return self._ended(Done())
         return []
 
     def on_interrupt(self, now: float) -> list[Action]:
@@ -218,14 +220,13 @@ class AttemptLoop:
             if not self.can_save_now:
                 log.warning("interrupted: stopping the script; it writes its own checkpoints, and the last one it "
                             "synced stands (no save at an agreed step for scripts)")
-                self.cause = "interrupted"
+                self._stopping = Cause.INTERRUPTED
                 return self._end_stop(saved=False)
             log.warning("interrupted: saving a final checkpoint (Ctrl-C again to stop at once)")
-            return self._save_and_stop("interrupted")
+            return self._save_and_stop(Cause.INTERRUPTED)
         if self.phase in (Phase.SAVING, Phase.STOPPING):
             log.warning("second interrupt: tearing down now")
-        self.cause, self.phase, self.at_once = "interrupted", Phase.INTERRUPTED, True
-        return []
+        return self._ended(Interrupted(saved=False, at_once=True))
 
     def on_reports(self, reports: dict[int, int], now: float) -> list[Action]:
         """The tasks' steps in answer to AskSave (as many as answered within its timeout)."""
@@ -243,8 +244,8 @@ class AttemptLoop:
         return [Decide(save_at)]
 
     # -- transitions ---------------------------------------------------------------------------
-    def _save_and_stop(self, cause: str) -> list[Action]:
-        self.cause = cause
+    def _save_and_stop(self, cause: Cause) -> list[Action]:
+        self._stopping = cause
         self.deadline = self.now + self.timing.interrupt_timeout_s
         if not self.can_save_now:
             log.warning("a script writes its own checkpoints (no save at an agreed step): the last one it synced "
@@ -254,9 +255,9 @@ class AttemptLoop:
         return [AskSave(len(self.running), self.timing.interrupt_timeout_s)]
 
     def _end_stop(self, saved: bool) -> list[Action]:
-        self.saved = saved
-        self.phase = Phase.INTERRUPTED if self.cause == "interrupted" else Phase.FAILED
-        return []
+        if self._stopping is Cause.INTERRUPTED:
+            return self._ended(Interrupted(saved=saved))
+        return self._ended(Stopped(self._stopping, saved=saved, notice=self._notice))
 
     def _progress(self) -> list[Action]:
         if self.running:
@@ -270,10 +271,10 @@ class AttemptLoop:
                 else self.timing.server_grace_s if servers else 0.0
             self.deadline = self.now + grace
             if not self.serving:
-                self.phase = Phase.DONE
+                self._ended(Done())
             return [Release()]
         if self.phase is Phase.DRAINING and not self.serving:
-            self.phase = Phase.DONE
+            return self._ended(Done())
         return []
 
 

@@ -1,23 +1,32 @@
 """What a launch leaves in its run directory, written by the driver: result.json (status, tasks, attempts,
-checkpoints, timings), metrics.parquet and the learning curves, also when the Ray head is lost. A mixin of
-`Driver` (its state is the driver's)."""
+checkpoints, timings), metrics.parquet (in parts while it runs) and the learning curves, also when the Ray head is
+lost. `RunRecord` also keeps the run's facts the tasks' events tell (first step, replicas, versions, stragglers,
+checkpoints committed)."""
 
 from __future__ import annotations
 
 import logging
 import os
+import platform
+import secrets
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from raytf import _storage as storage
-from raytf._core import failure, figures
-from raytf._core.attempts import FAILED, RUNNING, SUCCEEDED
+from raytf._core import events as ev
+from raytf._core import figures
+from raytf._core.attempts import RUNNING, SUCCEEDED
 from raytf._core.metrics import MetricsTable
+from raytf._core.plan import Plan
+from raytf._core.run import Run
+from raytf._core.stragglers import Stragglers
+from raytf._core.tasks import TaskInfo
 from raytf.config import Config, redacted, to_dict
 from raytf.errors import RaytfError, TrainingFailedError
 
@@ -39,18 +48,108 @@ class Outcome:
 
 
 class RunRecord:
-    """The driver's outputs. Expects the driver's attributes: cfg, run_dir, metrics, plan, tasks, attempts,
-    previous_attempts, resumed_from, replicas, lost_tasks, stragglers, previous_stragglers, versions, error, t0,
-    first_step_at."""
+    """One launch's record. `run`: the run-level state machine (attempts, budget, error); `plan`: the run's (each
+    attempt's, once placed); `previous`: the run directory's result.json from earlier launches ({} for none);
+    `table`: their metrics."""
 
-    metrics: MetricsTable
-    _result_lock: threading.Lock
-    _last_flush: float
-    _launch_id: str  # names this launch's metrics parts
-    _parts_written: int
-    head_watch: object | None  # _driver.headwatch.HeadWatch on a cluster
+    def __init__(self, cfg: Config, run_dir: storage.RunDir, run: Run, plan: Plan, *, previous: Mapping[str, Any],
+                 table: pa.Table | None, t0: float) -> None:
+        self.cfg, self.run_dir, self.run, self.t0 = cfg, run_dir, run, t0
+        self.plan = plan  # the attempt's (elastic training: of its size)
+        self.tasks: list[TaskInfo] = []  # the attempt's
+        self.previous_attempts: list[dict[str, Any]] = list(previous.get("attempts", []))
+        self.previous_stragglers: list[dict[str, Any]] = list(previous.get("stragglers") or [])
+        self.metrics = MetricsTable(cfg.run.name, table)
+        # Ranks slower than the others (metrics.straggler_ratio), this launch's; earlier launches' from result.json.
+        self.stragglers = Stragglers(cfg.metrics.straggler_ratio, cfg.metrics.straggler_window)
+        import ray  # (here: this module stays importable without Ray, for the pure tests of its writes)
 
-    def _write_curves(self) -> None:
+        self.versions: dict[str, str] = {"ray": ray.__version__, "python": platform.python_version()}
+        self.replicas = 0  # num_replicas_in_sync as the tasks' strategy reported it
+        self.first_step_at: float | None = None
+        self.committed: set[str] = set()  # checkpoints committed during this launch
+        self.head: str | None = None  # the Ray head's address, when watched (a cluster)
+        self._hosts: dict[int, str] = {}  # rank -> host, of the attempt under way
+        self._lock = threading.Lock()  # result.json is written by the main thread and the head watch
+        self._last_flush = time.monotonic()  # the last metrics part's write
+        self._launch_id = f"{int(t0)}-{secrets.token_hex(3)}"  # names this launch's metrics parts
+        self._parts = 0
+
+    # -- what the tasks tell -------------------------------------------------------------------
+    def placed(self, plan: Plan, tasks: Iterable[TaskInfo]) -> None:
+        self.plan, self.tasks = plan, list(tasks)
+        self._hosts = {t.rank: t.host for t in self.tasks}
+
+    def observe(self, e: ev.Event) -> None:
+        """One of the tasks' events (before the sinks see it)."""
+        attempts = self.run.attempts
+        committed = attempts[-1].observe(e, attempts[-2] if len(attempts) > 1 else None)
+        if committed is not None:
+            self.committed.add(committed)
+        if e.kind in (ev.STEP, ev.EPOCH) and self.first_step_at is None:
+            self.first_step_at = e.time
+        if e.kind == ev.STARTED:
+            self.replicas = max(self.replicas, int(e.payload.get("replicas", 0)))
+            for k in ("tensorflow", "keras"):
+                if k in e.payload:
+                    self.versions[k] = e.payload[k]
+        self.metrics.add(e)
+        if e.kind == ev.STEP:
+            self._straggler_watch(e)
+
+    def _straggler_watch(self, e: ev.Event) -> None:
+        for found in self.stragglers.add(attempt=e.attempt, rank=e.rank, role=e.role, host=self._hosts.get(e.rank, ""),
+                                         step=int(e.payload["step"]), metrics=e.payload.get("metrics") or {}):
+            if found.over:
+                log.info("straggler: %s %d is no longer slow (%s, found at step %d)", found.role, found.rank,
+                         found.part, found.step)
+            else:
+                log.warning(found.line(self.cfg.metrics.straggler_ratio))
+
+    # -- what is written -----------------------------------------------------------------------
+    def summary(self, status: str) -> dict[str, Any]:
+        ckpts = self._checkpoint_uris()
+        now = time.time()
+        resumed_from = self.run.resumed_from
+        return {
+            "run": self.cfg.run.name,
+            "run_dir": self.run_dir.uri,
+            "status": status,
+            "strategy": self.cfg.cluster.strategy.value,
+            "num_replicas_in_sync": self.replicas,
+            "tasks": [i.to_json() for i in self.tasks],
+            "attempts": self.previous_attempts + [a.to_json() for a in self.run.attempts],
+            "roles": {role: sum(1 for t in self.plan.tasks if t.role == role)
+                      for role in dict.fromkeys(t.role for t in self.plan.tasks)},
+            "lost_tasks": self.run.lost_tasks,
+            "stragglers": self.previous_stragglers + self.stragglers.to_json(),
+            "resumed_from": self.run_dir.checkpoints.uri(resumed_from.dir) if resumed_from else None,
+            "final_metrics": self.metrics.final(),
+            "last_checkpoint": ckpts[-1] if ckpts else None,
+            "model": self.run_dir.checkpoints.model_uri(),
+            "checkpoints": ckpts,
+            "budget": self.run.budget.to_json(),
+            "versions": self.versions,
+            "error": None if self.run.error is None else self.run.error.to_json(),
+            "started_at": self.t0,
+            "ended_at": None if status == RUNNING else now,
+            "duration_s": round(now - self.t0, 3),
+            "first_step_s": None if self.first_step_at is None else round(self.first_step_at - self.t0, 3),
+            "config": to_dict(redacted(self.cfg)),
+        }
+
+    def _checkpoint_uris(self) -> list[str]:
+        return [self.run_dir.checkpoints.uri(e.dir) for e in self.run_dir.checkpoints.list() if e.committed]
+
+    def write_result(self, status: str, lock_timeout_s: float = -1) -> None:
+        locked = self._lock.acquire(timeout=lock_timeout_s)
+        try:  # (a holder stuck on storage for lock_timeout_s: written anyway)
+            self.run_dir.write_json(storage.RESULT_FILE, self.summary(status))
+        finally:
+            if locked:
+                self._lock.release()
+
+    def write_curves(self) -> None:
         """learning_curves.png in the run directory (a plot must never fail a run)."""
         try:
             table = self.metrics.to_arrow()
@@ -61,64 +160,30 @@ class RunRecord:
         except (RaytfError, OSError, ValueError) as e:
             log.warning("learning curves not plotted: %s", e)
 
-    def _write_metrics(self, retry: bool = True) -> None:
-        """metrics.parquet whole (the parts written so far folded in): at the run's end."""
+    def write_metrics(self, retry: bool = True) -> None:
+        """metrics.parquet whole (the parts written so far folded in): at each attempt's end and the run's."""
         if len(self.metrics):
             self.run_dir.metrics.write(self.metrics.to_arrow(), retry=retry)
 
-    def _checkpoint_uris(self) -> list[str]:
-        return [self.run_dir.uri_of(storage.CHECKPOINTS_DIR, e.dir)
-                for e in self.run_dir.checkpoints.list() if e.committed]
+    def flush_metrics(self, force: bool = False) -> None:
+        """Once per loop round (and between attempts, forced): the rows since the last flush as one more part,
+        every metrics.flush_interval_s while rows came in. Its cost is what it adds, not the whole run."""
+        if not self.metrics.dirty or (not force and
+                                      time.monotonic() - self._last_flush < self.cfg.metrics.flush_interval_s):
+            return
+        self._parts += 1
+        part = f"{self._launch_id}-{self._parts:06d}"
+        try:
+            self.run_dir.metrics.append(self.metrics.take_new(), part, retry=False)
+        except RaytfError as e:  # storage away for a while: the rows stay in memory for the run's end
+            log.warning("metrics part %s not written: %s", part, e)
+        self._last_flush = time.monotonic()
 
-    def summary(self, status: str) -> dict[str, Any]:
-        ckpts = self._checkpoint_uris()
-        now = time.time()
-        return {
-            "run": self.cfg.run.name,
-            "run_dir": self.run_dir.uri,
-            "status": status,
-            "strategy": self.cfg.cluster.strategy.value,
-            "num_replicas_in_sync": self.replicas,
-            "tasks": [i.to_json() for i in self.tasks],
-            "attempts": self.previous_attempts + [a.to_json() for a in self.attempts],
-            "roles": {role: sum(1 for t in self.plan.tasks if t.role == role)
-                      for role in dict.fromkeys(t.role for t in self.plan.tasks)},
-            "lost_tasks": self.lost_tasks,
-            "stragglers": self.previous_stragglers + self.stragglers.to_json(),
-            "resumed_from": (self.run_dir.uri_of(storage.CHECKPOINTS_DIR, self.resumed_from.dir)
-                             if self.resumed_from else None),
-            "final_metrics": self.metrics.final(),
-            "last_checkpoint": ckpts[-1] if ckpts else None,
-            "model": self.run_dir.checkpoints.model_uri(),
-            "checkpoints": ckpts,
-            "versions": self.versions,
-            "error": None if self.error is None else self.error.to_json(),
-            "started_at": self.t0,
-            "ended_at": None if status == RUNNING else now,
-            "duration_s": round(now - self.t0, 3),
-            "first_step_s": None if self.first_step_at is None else round(self.first_step_at - self.t0, 3),
-            "config": to_dict(redacted(self.cfg)),
-        }
-
-    def _write_result(self, status: str, lock_timeout_s: float = -1) -> None:
-        locked = self._result_lock.acquire(timeout=lock_timeout_s)
-        try:  # (a holder stuck on storage for lock_timeout_s: written anyway)
-            self.run_dir.write_json(storage.RESULT_FILE, self.summary(status))
-        finally:
-            if locked:
-                self._result_lock.release()
-
-    def outcome(self, status: str) -> Outcome:
-        summary = self.run_dir.read_json(storage.RESULT_FILE)
-        return Outcome(status=status, run_dir=self.run_dir.uri, config=self.cfg, summary=summary,
-                       metrics_table=self.metrics.to_arrow(), error=self.error,
-                       checkpoints=summary["checkpoints"])
-
-    def _record_end(self, status: str, ended_by: BaseException | None, closing=()) -> None:
+    def end(self, status: str, ended_by: BaseException | None, closing: Iterable[Callable[[], None]] = ()) -> None:
         """The run's last writes (after `closing`, the sinks): every one is tried; a failure among them is
         raised only when nothing else ended the run (it must never replace the error the user needs to see)."""
         first: Exception | None = None
-        for write in (*closing, self._write_curves, self._write_metrics, lambda: self._write_result(status)):
+        for write in (*closing, self.write_curves, self.write_metrics, lambda: self.write_result(status)):
             try:
                 write()
             except Exception as e:
@@ -127,39 +192,27 @@ class RunRecord:
         if first is not None and ended_by is None:
             raise first
 
-    def _flush_metrics(self, force: bool = False) -> None:
-        """Once per loop round (and between attempts, forced): the rows since the last flush as one more part,
-        every metrics.flush_interval_s while rows came in. Its cost is what it adds, not the whole run."""
-        if not self.metrics.dirty or (not force and
-                                      time.monotonic() - self._last_flush < self.cfg.metrics.flush_interval_s):
-            return
-        self._parts_written += 1
-        part = f"{self._launch_id}-{self._parts_written:06d}"
-        try:
-            self.run_dir.metrics.append(self.metrics.take_new(), part, retry=False)
-        except RaytfError as e:  # storage away for a while: the rows stay in memory for the run's end
-            log.warning("metrics part %s not written: %s", part, e)
-        self._last_flush = time.monotonic()
+    def outcome(self, status: str) -> Outcome:
+        summary = self.run_dir.read_json(storage.RESULT_FILE)
+        return Outcome(status=status, run_dir=self.run_dir.uri, config=self.cfg, summary=summary,
+                       metrics_table=self.metrics.to_arrow(), error=self.run.error,
+                       checkpoints=summary["checkpoints"])
 
-    def _head_lost(self, why: str) -> None:
+    def head_lost(self, why: str) -> None:
         """From the head watch's thread: the cluster is gone, and the main thread may be blocked on it for good
         (Ray itself ends this process a little later). Record the run, say what happened in one line, exit:
         1, or 0 when training had already succeeded and only the teardown was left."""
-        attempt = self.attempts[-1] if self.attempts else None
+        attempt = self.run.attempt
         done = attempt is not None and attempt.status == SUCCEEDED
         latest = self.run_dir.checkpoints.latest()
         resume = f"it resumes from {latest.name}" if latest is not None else "it starts from scratch"
         message = (f"run {self.cfg.run.name} {'succeeded, then' if done else 'failed:'} lost the Ray head at "
-                   f"{self.head_watch.address if self.head_watch else '?'} ({why}); a Ray cluster does not "
-                   f"outlive its head and its other nodes stop too. Fix: restart the cluster (ray start --head, "
-                   f"then the workers) and launch again: {resume}")
-        if not done:
-            if attempt is not None and attempt.status == RUNNING:
-                attempt.status, attempt.cause, attempt.ended = FAILED, failure.HEAD_LOST, time.time()
-            self.error = TrainingFailedError(message)
+                   f"{self.head or '?'} ({why}); a Ray cluster does not outlive its head and its other nodes stop "
+                   f"too. Fix: restart the cluster (ray start --head, then the workers) and launch again: {resume}")
+        ended = self.run.head_lost(message, time.time())
         try:
-            self._write_metrics(retry=False)
-            self._write_result(SUCCEEDED if done else FAILED, lock_timeout_s=10.0)
+            self.write_metrics(retry=False)
+            self.write_result(ended.status, lock_timeout_s=10.0)
         except Exception as e:  # storage too: still say what happened, and go
             log.error("result.json not written: %s", e)
         log.error(message)
@@ -168,4 +221,4 @@ class RunRecord:
         sys.stdout.flush()
         sys.stderr.flush()
         # Not an exception: the main thread may sit in a Ray call that never returns without the GCS.
-        os._exit(0 if done else 1)
+        os._exit(0 if ended.status == SUCCEEDED else 1)

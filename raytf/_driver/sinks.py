@@ -1,5 +1,6 @@
-"""The driver's sinks for the tasks' events: live progress (a tqdm bar per epoch on a terminal or in a notebook,
-log lines otherwise) and TensorBoard event files for every rank's scalars (tensorboardX: no TensorFlow)."""
+"""The driver's sinks for the tasks' events (`Sinks`, the set the driver feeds): live progress (a tqdm bar per epoch
+on a terminal or in a notebook, log lines otherwise) and TensorBoard event files for every rank's scalars
+(tensorboardX: no TensorFlow); also Ray's metrics (_driver/raymetrics.py) and the caller's `on_event`."""
 
 from __future__ import annotations
 
@@ -7,12 +8,40 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from raytf._core import events as ev
 from raytf._core.breakdown import is_timing
 from raytf._storage import RunDir
 
 log = logging.getLogger("raytf")
+
+
+class Sinks:
+    """The run's event sinks, in order. A sink is a callable taking each event; it may also have `poll()` (once per
+    round of the attempt loop) and `close()` (at the run's end: every sink's is tried, see RunRecord.end)."""
+
+    def __init__(self, *sinks: Callable[[ev.Event], None]) -> None:
+        self.sinks = list(sinks)
+
+    def add(self, sink: Callable[[ev.Event], None]) -> None:
+        self.sinks.append(sink)
+
+    def __call__(self, e: ev.Event) -> None:
+        for sink in self.sinks:
+            sink(e)
+
+    def poll(self) -> None:
+        for sink in self.sinks:
+            if hasattr(sink, "poll"):
+                sink.poll()
+
+    def closing(self) -> tuple[Callable[[], None], ...]:
+        return tuple(sink.close for sink in self.sinks if hasattr(sink, "close"))
+
+    def close(self) -> None:
+        for close in self.closing():
+            close()
 
 
 class Progress:

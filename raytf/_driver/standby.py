@@ -34,10 +34,9 @@ log = logging.getLogger("raytf")
 POOL_NAME = "raytf:standby-pool"
 # An attempt asks for standbys once it has trained this long: their import competes with training for the CPU
 # (niced, but on 2 cores two standbys importing beside a 3-second benchmark job still made its steps 1.4x slower),
-# which a short run would pay for nothing. A run's end asks too (`refill_at_end`), for the session's next run.
+# which a short run would pay for nothing. A run's end asks too (Driver's `refill_at_end`: not a CLI command's,
+# whose session is its one run), for the session's next run.
 REFILL_AFTER_S = 20.0
-# False for a CLI command: its session is the one run, and its standbys are released with it.
-refill_at_end = True
 
 
 def env_key(runtime_env: dict[str, Any]) -> str:

@@ -38,12 +38,20 @@ def fit(
         ConfigError: the configuration is invalid (nothing was started).
         PlacementError: the cluster cannot host the tasks (nothing is left reserved).
     """
+    return launch(cfg, overrides, quiet=quiet, on_event=on_event, datasets=datasets)
+
+
+def launch(cfg: Config | str | dict, overrides: list[str] | dict | None = None, *, quiet: bool = False,
+           on_event: Callable[[Event], None] | None = None, datasets: Mapping[str, Any] | None = None,
+           refill_at_end: bool = True) -> Result:
+    """`fit`, and whether the run's end asks for standby processes for the session's next run (`refill_at_end`;
+    false for a CLI command, whose session is its one run)."""
     from raytf._driver import driver  # imports Ray: keep `import raytf` light
     from raytf.api.result import Result
 
     if not isinstance(cfg, Config) or overrides:
         cfg = load_config(cfg, overrides)
-    outcome = driver.run(cfg, quiet=quiet, on_event=on_event, datasets=datasets)
+    outcome = driver.run(cfg, quiet=quiet, on_event=on_event, datasets=datasets, refill_at_end=refill_at_end)
     return Result(**vars(outcome), storage=outcome.config.storage)  # the caller's own storage options
 
 

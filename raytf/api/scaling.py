@@ -75,9 +75,15 @@ def scaling(cfg: Config | str | dict, workers: Sequence[int] = (1, 2, 4),
     "infeasible" and the others still run. Writes scaling.csv and scaling.png under
     `<storage.path>/<run.name or scaling-<time>>/` (path in `table.attrs["plot"]`).
     """
+    return measure(cfg, workers, overrides, quiet=quiet)
+
+
+def measure(cfg: Config | str | dict, workers: Sequence[int], overrides: list[str] | Mapping[str, Any] | None = None,
+            *, quiet: bool = True, refill_at_end: bool = True) -> pd.DataFrame:
+    """`scaling`; `refill_at_end` as for api.fit.launch (false for the CLI's --scaling)."""
     from raytf import _storage as storage
     from raytf._core import figures
-    from raytf.api.fit import fit
+    from raytf.api.fit import launch
 
     if not isinstance(cfg, Config) or overrides:
         cfg = load_config(cfg, overrides)
@@ -101,7 +107,7 @@ def scaling(cfg: Config | str | dict, workers: Sequence[int] = (1, 2, 4),
         c.cluster.num_workers, c.run.name, c.checkpoint.resume = n, f"{base}-w{n}", False
         row: dict[str, Any] = {"workers": n, "run": c.run.name, "status": "infeasible"}
         try:
-            result = fit(c, quiet=quiet)
+            result = launch(c, quiet=quiet, refill_at_end=refill_at_end)
         except PlacementError as e:
             log.warning("scaling: %d workers cannot be placed: %s", n, e)
             rows.append(row)

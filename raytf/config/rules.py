@@ -69,6 +69,7 @@ RANGES: dict[str, Range] = {
     "metrics.straggler_ratio": Range(1, "above 1, e.g. 1.3", above=True),
     "metrics.straggler_window": Range(2, "at least 2, e.g. 5"),
     "failure.max_failures": Range(-1, "-1 (no limit) or more"),
+    "failure.max_preemptions": Range(-1, "-1 (no limit) or more"),
     "failure.hang_timeout_s": Range(0, f"{_SECONDS}, e.g. 300", above=True),
     "failure.heartbeat_s": Range(0, f"{_SECONDS}, e.g. 2", above=True),
     "failure.collective_timeout_s": Range(0, f"{_SECONDS}, or null for none", above=True, null=True),

@@ -1,36 +1,15 @@
-"""The typed run configuration: one dataclass schema (enum names are what users type in YAML). Pure."""
+"""The typed run configuration: one dataclass schema (its choices, enums whose names are what users type in YAML,
+are config/choices.py's). Pure."""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-
-# Enum *names* are what users type in YAML; OmegaConf matches on the name.
-class Strategy(str, enum.Enum):
-    multi_worker_mirrored = "multi_worker_mirrored"
-    parameter_server = "parameter_server"
-    # One task holding all its GPUs (the CPU on a machine without any).
-    mirrored = "mirrored"
-    central_storage = "central_storage"
-
+from raytf.config.choices import Collective, CrossDeviceOps, Partitioner, PlacementStrategy, Strategy, StreamOutput
 
 SINGLE_TASK_STRATEGIES = (Strategy.mirrored, Strategy.central_storage)
-
-
-class PlacementStrategy(str, enum.Enum):
-    PACK = "PACK"
-    SPREAD = "SPREAD"
-    STRICT_PACK = "STRICT_PACK"
-    STRICT_SPREAD = "STRICT_SPREAD"
-
-
-class Collective(str, enum.Enum):
-    auto = "auto"
-    ring = "ring"
-    nccl = "nccl"
 
 
 @dataclass
@@ -60,26 +39,6 @@ class Resources:
     memory_gb: float | None = None
     # Custom Ray resources each task of this role reserves, e.g. `{accel: 1}`.
     custom: dict[str, float] = field(default_factory=dict)
-
-
-class CrossDeviceOps(str, enum.Enum):
-    auto = "auto"
-    nccl = "nccl"
-    hierarchical_copy = "hierarchical_copy"
-    reduction_to_one = "reduction_to_one"
-
-
-class StreamOutput(str, enum.Enum):
-    """Which tasks' output the driver prints (every rank's is kept in logs/ either way)."""
-
-    rank0 = "rank0"
-    all = "all"
-    none = "none"
-
-
-class Partitioner(str, enum.Enum):
-    none = "none"
-    min_size_max_shards = "min_size_max_shards"
 
 
 @dataclass
@@ -256,6 +215,9 @@ class MetricsConfig:
 class FailureConfig:
     # Failures retried per launch (the whole group restarts from the latest committed checkpoint); -1 = no limit.
     max_failures: int = 3
+    # Preemptions (a task's SIGTERM: every task saves at an agreed step, nothing is lost) retried per launch,
+    # counted apart from failure.max_failures; -1 = no limit.
+    max_preemptions: int = -1
     # Exceptions raised by the program are retried only when transient (TF's UnavailableError, AbortedError,
     # DeadlineExceededError, CancelledError; network and storage errors). True: retry the others too, once the
     # program made progress (import/name errors, errors before the first step of the first attempt and errors

@@ -6,7 +6,8 @@ import pytest
 
 from raytf._core import elastic, failure
 from raytf._core import events as ev
-from raytf._core.runloop import AttemptLoop, Finished, Phase, drive
+from raytf._core.attempts import Cause, Done, Stopped
+from raytf._core.runloop import AttemptLoop, Finished, drive
 from raytf.config import load_config
 from tests.core.test_runloop import TIMING, FakeGroup, step
 
@@ -80,7 +81,7 @@ def test_grow_saves_at_an_agreed_step_then_stops():
                        ([], [Finished(0), Finished(1)])], reports={0: 7, 1: 8})
     loop = run_loop(group, grow=grow)
     assert ("ask_save", 2) in group.calls and ("decide", 9) in group.calls
-    assert loop.phase is Phase.FAILED and loop.cause == failure.RESIZE and loop.saved
+    assert loop.end == Stopped(Cause.RESIZE, saved=True) and loop.end.cause == failure.RESIZE
 
 
 def test_grow_without_save_now_waits_for_the_next_commit():
@@ -88,10 +89,10 @@ def test_grow_without_save_now_waits_for_the_next_commit():
     group = FakeGroup([([step(0, 5)], []), ([], []), ([commit], [])])
     loop = run_loop(group, grow=lambda now: False)
     assert not [c for c in group.calls if c[0] == "ask_save"]
-    assert loop.phase is Phase.FAILED and loop.cause == failure.RESIZE and loop.saved
+    assert loop.end == Stopped(Cause.RESIZE, saved=True) and loop.end.cause == failure.RESIZE
 
 
 def test_no_grow_asked_keeps_training_to_the_end():
     group = FakeGroup([([step(0, 5), step(1, 5)], []), ([], [Finished(0), Finished(1)])])
     loop = run_loop(group, grow=lambda now: None)
-    assert loop.phase is Phase.DONE and loop.cause == ""
+    assert loop.end == Done()

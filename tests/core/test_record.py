@@ -13,24 +13,24 @@ class Record(RunRecord):
         self.run_dir = SimpleNamespace(uri="file:///runs/r")
         self.calls: list = []
 
-    def _write_curves(self) -> None:
+    def write_curves(self) -> None:
         self.calls.append("curves")
 
-    def _write_metrics(self, retry: bool = True) -> None:
+    def write_metrics(self, retry: bool = True) -> None:
         raise StorageError("metrics.parquet: no space left on device")
 
-    def _write_result(self, status: str, lock_timeout_s: float = -1) -> None:
+    def write_result(self, status: str, lock_timeout_s: float = -1) -> None:
         self.calls.append(("result", status))
 
 
 def test_a_failed_write_after_a_failure_does_not_replace_it_and_the_others_still_happen():
     r = Record()
-    r._record_end("failed", ended_by=KeyboardInterrupt(), closing=(lambda: r.calls.append("sinks"),))
+    r.end("failed", ended_by=KeyboardInterrupt(), closing=(lambda: r.calls.append("sinks"),))
     assert r.calls == ["sinks", "curves", ("result", "failed")]
 
 
 def test_a_failed_write_after_a_success_is_raised_once_all_were_tried():
     r = Record()
     with pytest.raises(StorageError, match="no space left"):
-        r._record_end("succeeded", ended_by=None)
+        r.end("succeeded", ended_by=None)
     assert r.calls == ["curves", ("result", "succeeded")]

@@ -3,7 +3,8 @@ failures, hangs, save-now after a preemption notice, Ctrl-C, lost ParameterServe
 
 from raytf._core import events as ev
 from raytf._core import failure
-from raytf._core.runloop import AttemptLoop, Finished, Phase, Timing, drive
+from raytf._core.attempts import Cause, Done, Failed, Hung, Interrupted, Stopped
+from raytf._core.runloop import AttemptLoop, Finished, Timing, drive
 from raytf.errors import WorkerError
 
 TIMING = Timing(hang_timeout_s=30, startup_timeout_s=60, interrupt_timeout_s=20, server_grace_s=10,
@@ -67,27 +68,27 @@ def run(group: FakeGroup, primary=(0, 1), background=None, **kw) -> tuple[Attemp
 def test_training_that_ends_drains_then_is_done():
     g = FakeGroup([([step(0, 1), step(1, 1)], []), ([], [Finished(0), Finished(1)])])
     loop, seen = run(g)
-    assert loop.phase is Phase.DONE and g.calls == [("release",)] and len(seen) == 2
+    assert loop.end == Done() and g.calls == [("release",)] and len(seen) == 2
 
 
 def test_a_failed_task_fails_the_attempt_with_its_error():
     g = FakeGroup([([step(0, 1)], [Finished(1, died(1))])])
     loop, _ = run(g)
-    assert loop.phase is Phase.FAILED and [e.rank for e in loop.errors] == [1] and not loop.hung
+    assert isinstance(loop.end, Failed) and [e.rank for e in loop.end.errors] == [1]
 
 
 def test_a_rank_silent_for_the_hang_timeout_is_hung_and_heartbeats_keep_it_alive():
     # Rank 0 heartbeats every 10 s; rank 1 never reports: hung once the start-up allowance and the timeout pass.
     rounds = [([step(0, i, kind=ev.HEARTBEAT)], []) if i % 10 == 0 else ([], []) for i in range(1, 200)]
     loop, _ = run(FakeGroup(rounds))
-    assert loop.phase is Phase.FAILED and loop.hung == [1]
+    assert loop.end == Hung((1,))
     assert 90 < loop.now <= 92  # 60 s start-up allowance + 30 s without progress
 
 
 def test_events_of_an_earlier_attempt_are_not_progress():
     rounds = [([step(1, i, attempt=0)], []) for i in range(200)]
     loop, _ = run(FakeGroup(rounds), primary=(1,))
-    assert loop.hung == [1]
+    assert loop.end == Hung((1,))
 
 
 def test_a_preemption_notice_saves_at_an_agreed_step_then_fails_as_preempted():
@@ -95,26 +96,26 @@ def test_a_preemption_notice_saves_at_an_agreed_step_then_fails_as_preempted():
     g = FakeGroup([([step(0, 6), notice], []), ([], [Finished(0), Finished(1)])], reports={0: 7, 1: 8})
     loop, _ = run(g)
     assert g.calls == [("ask_save", 2), ("decide", 9)]
-    assert (loop.phase, loop.cause, loop.saved, loop.notice) == (Phase.FAILED, failure.PREEMPTED, True, notice)
+    assert loop.end == Stopped(Cause.PREEMPTED, saved=True, notice=notice) and loop.end.cause == failure.PREEMPTED
 
 
 def test_a_save_request_not_answered_by_every_task_gives_up_the_save():
     notice = ev.Event(ev.PREEMPTED, "worker", 1, 1, {"step": 7})
     g = FakeGroup([([notice], [])], reports={0: 7})
     loop, _ = run(g)
-    assert g.calls == [("ask_save", 2)] and (loop.phase, loop.saved) == (Phase.FAILED, False)
+    assert g.calls == [("ask_save", 2)] and loop.end == Stopped(Cause.PREEMPTED, saved=False, notice=notice)
 
 
 def test_ctrl_c_saves_first_and_ends_interrupted():
     g = FakeGroup([([step(0, 3)], []), KeyboardInterrupt(), ([], [Finished(0), Finished(1)])], reports={0: 3, 1: 3})
     loop, _ = run(g)
-    assert g.calls == [("ask_save", 2), ("decide", 4)] and (loop.phase, loop.saved) == (Phase.INTERRUPTED, True)
+    assert g.calls == [("ask_save", 2), ("decide", 4)] and loop.end == Interrupted(saved=True)
 
 
 def test_a_second_ctrl_c_during_the_final_save_ends_at_once():
     g = FakeGroup([KeyboardInterrupt()], reports=KeyboardInterrupt())
     loop, _ = run(g)
-    assert g.calls == [("ask_save", 2)] and (loop.phase, loop.saved, loop.at_once) == (Phase.INTERRUPTED, False, True)
+    assert g.calls == [("ask_save", 2)] and loop.end == Interrupted(saved=False, at_once=True)
 
 
 def test_ctrl_c_without_on_interrupt_or_in_script_mode_ends_at_once(caplog):
@@ -122,7 +123,7 @@ def test_ctrl_c_without_on_interrupt_or_in_script_mode_ends_at_once(caplog):
         caplog.clear()
         g = FakeGroup([KeyboardInterrupt()], reports={0: 1, 1: 1})
         loop, _ = run(g, **kw)
-        assert g.calls == [] and loop.phase is Phase.INTERRUPTED
+        assert g.calls == [] and isinstance(loop.end, Interrupted)
     # A script is told it is being stopped, not that a final checkpoint is on its way.
     assert "stopping the script" in caplog.text and "saving a final checkpoint" not in caplog.text
 
@@ -130,13 +131,13 @@ def test_ctrl_c_without_on_interrupt_or_in_script_mode_ends_at_once(caplog):
 def test_tasks_that_do_not_stop_by_the_deadline_end_the_save_unsaved():
     g = FakeGroup([KeyboardInterrupt()], reports={0: 3, 1: 3})  # decided, then nobody returns
     loop, _ = run(g)
-    assert (loop.phase, loop.saved) == (Phase.INTERRUPTED, False) and 20 < loop.now <= 22
+    assert loop.end == Interrupted(saved=False) and 20 < loop.now <= 22
 
 
 def test_no_hang_is_called_while_tasks_save_and_stop():
     g = FakeGroup([KeyboardInterrupt()] + [([], [])] * 15 + [([], [Finished(0), Finished(1)])], reports={0: 3, 1: 3})
     loop, _ = run(g, primary=(0, 1))
-    assert (loop.phase, loop.saved, loop.hung) == (Phase.INTERRUPTED, True, [])
+    assert loop.end == Interrupted(saved=True)  # (not hung)
 
 
 def test_a_ps_worker_lost_alone_is_tolerated_one_lost_with_its_host_is_not():
@@ -144,25 +145,25 @@ def test_a_ps_worker_lost_alone_is_tolerated_one_lost_with_its_host_is_not():
     g = FakeGroup([([], [Finished(2, died(2), alone=True)]), ([step(0, 5)], [Finished(0)]),
                    ([], [Finished(1), Finished(3)])])
     loop, _ = run(g, primary=(0,), background=background)
-    assert loop.phase is Phase.DONE and [r for r, _, _ in loop.lost] == [2]
+    assert loop.end == Done() and [r for r, _, _ in loop.lost] == [2]
     g = FakeGroup([([], [Finished(2, died(2), alone=False)])])
     loop, _ = run(g, primary=(0,), background=background)
-    assert loop.phase is Phase.FAILED and [e.rank for e in loop.errors] == [2]
+    assert isinstance(loop.end, Failed) and [e.rank for e in loop.end.errors] == [2]
 
 
 def test_a_lost_ps_fails_the_attempt():
     g = FakeGroup([([], [Finished(3, died(3, role="ps"))])])
     loop, _ = run(g, primary=(0,), background={1: "worker", 3: "ps"})
-    assert loop.phase is Phase.FAILED
+    assert isinstance(loop.end, Failed)
 
 
 def test_the_evaluator_gets_its_grace_after_training_then_is_stopped():
     g = FakeGroup([([], [Finished(0)])])
     loop, _ = run(g, primary=(0,), background={1: "evaluator"})
-    assert loop.phase is Phase.DONE and g.calls == [("release",)] and 100 < loop.now <= 102
+    assert loop.end == Done() and g.calls == [("release",)] and 100 < loop.now <= 102
     g = FakeGroup([([], [Finished(0)]), ([], [Finished(1, died(1, kind=failure.USER, role="evaluator"))])])
     loop, _ = run(g, primary=(0,), background={1: "evaluator"})
-    assert loop.phase is Phase.FAILED  # an evaluator that fails its last round fails the attempt
+    assert isinstance(loop.end, Failed)  # an evaluator that fails its last round fails the attempt
 
 
 def test_ranks_blocked_on_a_busy_peer_are_not_hung_but_a_busy_rank_past_its_allowance_is():
@@ -172,10 +173,10 @@ def test_ranks_blocked_on_a_busy_peer_are_not_hung_but_a_busy_rank_past_its_allo
              [([ev.Event(ev.BUSY, "worker", 0, 1, {"allow_s": 0})], [])] + [([], [])] * 10 + \
              [([step(0, 2), step(1, 2)], []), ([], [Finished(0), Finished(1)])]
     loop, _ = run(FakeGroup(rounds))
-    assert loop.phase is Phase.DONE and loop.hung == []  # 150 s silent, well past the 30 s hang timeout
+    assert loop.end == Done()  # (not hung:) 150 s silent, well past the 30 s hang timeout
     rounds = [([step(0, 1), step(1, 1)], []), ([busy], [])] + [([], [])] * 300
     loop, _ = run(FakeGroup(rounds))
-    assert loop.phase is Phase.FAILED and loop.hung == [0] and loop.busy[0][0] == "waiting for an upload slot"
+    assert loop.end == Hung((0,), {0: "waiting for an upload slot"})
     assert 200 < loop.now <= 204
 
 

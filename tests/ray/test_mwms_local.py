@@ -45,6 +45,9 @@ def test_keras_fit_two_workers_then_resume(keras_run, no_leaks, caplog, tmp_path
     on_disk = json.loads((run_dir / "result.json").read_text())
     assert on_disk["status"] == "succeeded" and on_disk["resumed_from"] is None
     assert on_disk["final_metrics"]["epoch"] == 3
+    # What the launch spent of its limits, each counted apart (failure.max_failures, max_preemptions, resizes).
+    assert on_disk["budget"] == {"failures": 0, "max_failures": 3, "preemptions": 0, "max_preemptions": -1,
+                                 "resizes": 0, "max_resizes": 10}
     assert pq.read_table(f"{run_dir}/metrics.parquet").num_rows == len(df)
     assert result.last_checkpoint.endswith("-e000003-s0000000024")
     assert "train:" in (run_dir / "config.yaml").read_text()

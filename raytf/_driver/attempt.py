@@ -1,0 +1,208 @@
+"""One attempt, carried out (`AttemptRunner`): its group placed (elastic training: at the first size that can be),
+its tasks started, the attempt loop (_core.runloop) driven over them, and its end concluded into an `AttemptEnd`
+(the errors that make it, the nodes found unreachable or lost) for the run's state machine (_core.run). The group
+is always torn down. Imports Ray, never TensorFlow."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from raytf._core import elastic, failure, ports
+from raytf._core import events as ev
+from raytf._core.attempts import Attempt, Cause, Done, Failed, Hung, Interrupted, Stopped
+from raytf._core.plan import WORKER, make_plan, task_table
+from raytf._core.run import AttemptEnd, Placing, Run
+from raytf._core.runloop import AttemptLoop, Timing, drive
+from raytf._core.topology import TaskAddress
+from raytf._driver import placement, standby
+from raytf._driver.data import Datasets
+from raytf._driver.group import TaskGroup
+from raytf._driver.port import BusUnresponsive, RayPort
+from raytf._driver.record import RunRecord
+from raytf._driver.sinks import Progress, Sinks
+from raytf._storage import RunDir
+from raytf.config import Config, script_mode
+from raytf.errors import PlacementError, WorkerError
+
+log = logging.getLogger("raytf")
+
+
+class AttemptRunner:
+    """Carries out the attempts of one launch; `dispatch` takes the tasks' events (the record, then the sinks)."""
+
+    def __init__(self, cfg: Config, run_dir: RunDir, run: Run, record: RunRecord, *, sinks: Sinks,
+                 progress: Progress, ray_metrics: Any, dispatch: Callable[[list[ev.Event]], None],
+                 data: Datasets | None, embedded: bool, python_path: list[str], poll_s: float = 0.5) -> None:
+        self.cfg, self.run_dir, self.run, self.record, self.sinks = cfg, run_dir, run, record, sinks
+        self.progress, self.ray_metrics, self.dispatch, self.data = progress, ray_metrics, dispatch, data
+        self.embedded, self.python_path, self.poll_s = embedded, python_path, poll_s
+        self.script = script_mode(cfg)
+        self.group: TaskGroup | None = None  # the last attempt's (the run's end refills its standbys)
+        self._refilled: int | None = None  # the attempt whose standbys were asked for
+        self._exposed: str | None = None  # the last warning naming the TF ports open to the network
+
+    def run_attempt(self, placing: Placing) -> AttemptEnd:
+        """Place, start, train, conclude, tear down. Raises PlacementError (no size could be placed), a
+        StorageError, and KeyboardInterrupt (a Ctrl-C outside the loop, which decides within it)."""
+        attempt = placing.attempt
+        size, plan, pg = self._place(placing)
+        self.run.placed(size, time.time())
+        cfg = elastic.sized(self.cfg, size)
+        self.record.metrics.set_size(attempt.number, size)
+        self.progress.start_attempt(size, wanted=self.cfg.cluster.num_workers,
+                                    min_workers=elastic.min_workers(self.cfg),
+                                    batch_size=None if self.script else cfg.train.batch_size)
+        self.group = group = TaskGroup(cfg, plan, self.run_dir, embedded=self.embedded, avoid=set(placing.avoid))
+        end: AttemptEnd | None = None
+        try:
+            end = self._train(attempt, cfg, plan, pg, group)
+        finally:
+            group.teardown(skip=set(end.unreachable) if end is not None else set())  # (unreachable: no sweep)
+            if self.data is not None:
+                self.data.release()
+        if not isinstance(end.end, Done | Interrupted) and elastic.is_elastic(self.cfg):
+            # After the teardown, as Ray has had that long to declare a lost node dead.
+            end = dataclasses.replace(end, node_lost=bool(end.unreachable) or self._node_gone(group))
+        return end
+
+    def _train(self, attempt: Attempt, cfg: Config, plan, pg, group: TaskGroup) -> AttemptEnd:
+        batch = None if self.script else cfg.train.batch_size
+        try:
+            group.start(pg)
+            tasks = group.addresses()
+            self.record.placed(plan, tasks)
+            attempt.standby_tasks = len(group.adopted)
+            if group.adopted:
+                log.info("attempt %d: %d of %d tasks start in standby processes (TensorFlow imported already)",
+                         attempt.number, len(group.adopted), len(plan.tasks))
+            self.ray_metrics.start_attempt(attempt.number, tasks, batch_size=batch)
+            log.info("tasks of %s (%s):\n%s", cfg.run.name, cfg.cluster.strategy.value, task_table(tasks, plan.tasks))
+            self._warn_exposed(tasks)
+            shares = self.data.split(cfg, plan.tasks, group.infos) if self.data is not None else {}
+            primary, background = group.launch(attempt=attempt.number, python_path=self.python_path,
+                                               resume_from=self.run.resumed_from,
+                                               max_workers=self.cfg.cluster.num_workers, datasets=shares)
+        except WorkerError as e:
+            return AttemptEnd(Failed((e,)), (e,))
+        loop = AttemptLoop(
+            primary={t.rank: t.role for t in primary.values()},
+            background={t.rank: t.role for t in background.values()},
+            timing=Timing(hang_timeout_s=cfg.failure.hang_timeout_s, startup_timeout_s=cfg.cluster.startup_timeout_s,
+                          interrupt_timeout_s=cfg.checkpoint.interrupt_timeout_s,
+                          evaluator_grace_s=cfg.cluster.evaluator.finish_timeout_s),
+            attempt=attempt.number, now=time.time(), save_on_interrupt=cfg.checkpoint.on_interrupt,
+            can_save_now=not self.script)
+        port = RayPort(group, primary, background, poll_s=self.poll_s)
+        try:
+            drive(loop, port, self.dispatch, poll_s=self.poll_s, on_poll=self._poll,
+                  grow=(lambda now: self._grow(now, loop, group)) if elastic.is_elastic(self.cfg) else None)
+            if not (isinstance(loop.end, Interrupted) and loop.end.at_once):  # (a second Ctrl-C wants out now)
+                self.dispatch(port.rest())  # the events still on the bus
+        except (RayActorError, BusUnresponsive) as e:  # the bus: the group reads the tasks' own outcomes
+            error = WorkerError(f"the run's event bus died: {e}", role="events", kind=failure.SYSTEM)
+            return AttemptEnd(Failed((error,)), (error,))
+        end = self._conclude(loop, port, attempt, group)
+        if isinstance(end.end, Done):
+            self.run.trained()  # a head lost during the teardown does not undo that
+        return end
+
+    def _place(self, placing: Placing):
+        """(size, plan, placement group): the first of the placing's sizes that can be placed."""
+        cfg = self.cfg
+        for i, t in enumerate(placing.tries):
+            plan = make_plan(elastic.sized(cfg, t.size))
+            try:
+                pg = placement.reserve(plan, timeout_s=t.timeout_s, name=f"raytf:{cfg.run.name}",
+                                       can_grow=not self.embedded, avoid=set(placing.avoid))
+            except PlacementError:
+                if i == len(placing.tries) - 1:
+                    raise
+                log.warning("%d worker(s) could not be placed within %gs (%s); trying fewer", t.size, t.timeout_s,
+                            t.why)
+                continue
+            return t.size, plan, pg
+        raise AssertionError("unreachable: the last size raises")
+
+    def _conclude(self, loop: AttemptLoop, port: RayPort, attempt: Attempt, group: TaskGroup) -> AttemptEnd:
+        """The loop's end made into the errors that explain it: the tasks' own (and those of the tasks that
+        failed within a second of the first), a hang's (with its stacks), a preemption's or a grow's."""
+        end, lost = loop.end, tuple(loop.lost)
+        unreachable: frozenset[str] = frozenset()
+        if isinstance(end, Done | Interrupted):
+            return AttemptEnd(end, lost=lost)
+        if isinstance(end, Stopped) and end.cause is Cause.RESIZE:
+            errors = [WorkerError(
+                f"capacity for {self.cfg.cluster.num_workers} workers is back: restarting at full size from "
+                f"{'a save at an agreed step' if end.saved else 'the latest checkpoint'}", role="group",
+                kind=failure.RESIZE)]
+        elif isinstance(end, Stopped):
+            e = end.notice
+            errors = [WorkerError(f"preempted (SIGTERM) at step {e.payload.get('step')}; "
+                                  f"{'saved' if end.saved else 'could not save'} before stopping",
+                                  role=e.role, rank=e.rank, node_id=group.node_of(e.rank), kind=failure.PREEMPTED)]
+        elif isinstance(end, Hung):
+            errors = [group.hang_error(rank, attempt.number, end.busy.get(rank)) for rank in end.ranks]
+        else:
+            more, answered = port.also_failed()
+            answered |= {group.node_of(e.rank) for e in end.errors if e.rank not in group.unavailable}
+            errors = [*end.errors, *more]
+            unreachable = self._unreachable(errors, answered, group)
+            self.dispatch(port.rest())
+        return AttemptEnd(end, tuple(errors), unreachable, lost=lost)
+
+    @staticmethod
+    def _unreachable(errors: list[WorkerError], answered: set[str], group: TaskGroup) -> frozenset[str]:
+        """The nodes TF says stopped heartbeating, and that gave no answer: the next attempt avoids them while
+        Ray still counts them alive (it takes Ray ~30-60 s to declare a partitioned host dead)."""
+        nodes = {(i.role, i.index): i.node_id for i in group.infos}
+        found = failure.unreachable_nodes([f"{e.message}\n{e.remote_traceback}" for e in errors], nodes, answered)
+        if found:
+            log.warning("unreachable: node(s) %s (their tasks stopped heartbeating and gave no answer); the next "
+                        "attempt avoids them", ", ".join(n[:12] for n in sorted(found)))
+        return frozenset(found)
+
+    @staticmethod
+    def _node_gone(group: TaskGroup) -> bool:
+        """Whether Ray has declared a node of the attempt dead."""
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        return any(i.node_id and i.node_id not in alive for i in group.infos)
+
+    def _grow(self, now: float, loop: AttemptLoop, group: TaskGroup) -> bool | None:
+        """Elastic training, each round of the loop: None to keep the size; else how to grow (see runloop.drive)."""
+        grow = self.run.grow_check(now, len(loop.lost))
+        if grow is None or grow.missing == 0:
+            return None if grow is None else grow.save_now
+        cfg = self.cfg
+        missing = [t.bundle for t in make_plan(cfg).tasks if t.role == WORKER][: grow.missing]
+        spread = cfg.cluster.placement_strategy.value == "STRICT_SPREAD"
+        used = {i.node_id for i in group.infos} - {""} if spread else set()
+        if not placement.capacity(missing, cfg.cluster.placement_strategy.value, avoid=used):
+            return None
+        return grow.save_now
+
+    def _poll(self) -> None:
+        """Once per round of the attempt loop."""
+        self.record.flush_metrics()
+        attempt = self.run.attempt
+        if (self._refilled != attempt.number and self.group is not None and attempt.first_step_at is not None
+                and time.time() - attempt.first_step_at >= standby.REFILL_AFTER_S):
+            # Trained long enough to be worth a faster retry (standby.REFILL_AFTER_S says why not sooner).
+            self._refilled = attempt.number
+            self.group.refill()
+        self.sinks.poll()  # (Ray drops a gauge not set for two export intervals)
+
+    def _warn_exposed(self, tasks) -> None:
+        """Name the TF servers' host:port pairs anyone on the network can reach: once, and again only if a retry
+        moved them."""
+        warning = ports.exposure_warning([TaskAddress(i.role, i.index, i.host, i.port) for i in tasks],
+                                         strategy=self.cfg.cluster.strategy, port_range=self.cfg.cluster.port_range)
+        if warning is not None and warning != self._exposed:
+            log.warning("%s", warning)
+        self._exposed = warning

@@ -1,0 +1,246 @@
+"""The run level as a state machine (raytf/_core/run.py): an attempt's end in, the next state out: retry, give up,
+shrink, grow, succeed; the failure budget (failures, preemptions, resizes counted apart); a task lost after the
+last epoch once the final checkpoint is committed. Pure: no Ray, milliseconds."""
+
+import logging
+
+import pytest
+
+from raytf._core import elastic, failure
+from raytf._core import events as ev
+from raytf._core.attempts import FAILED, INTERRUPTED, SUCCEEDED, Cause, Done, Failed, Hung, Interrupted, Stopped
+from raytf._core.checkpoints import CheckpointEntry, checkpoint_name
+from raytf._core.run import ACCEPT, AttemptEnd, Ended, FailureBudget, Grow, Placing, Retrying, Run, Training
+from raytf.config import load_config
+from raytf.errors import PlacementError, WorkerError
+
+
+def cfg(*overrides):
+    return load_config("conf/local.yaml", ["train.epochs=3", *overrides])
+
+
+def entry(epoch: int, step: int, seq: int = 1) -> CheckpointEntry:
+    return CheckpointEntry(epoch, step, checkpoint_name(epoch, step, seq), committed=True, seq=seq)
+
+
+def died(rank: int = 1, kind: str = failure.SYSTEM, error_type: str = "") -> WorkerError:
+    return WorkerError("the task's actor died", role="worker", rank=rank, node_id=f"node{rank}", kind=kind,
+                       error_type=error_type)
+
+
+def failed(*errors: WorkerError, **kw) -> AttemptEnd:
+    return AttemptEnd(Failed(errors), errors, **kw)
+
+
+def train(run: Run, size: int | None = None, *, epochs: int = 1, now: float = 10.0) -> Training:
+    """The current attempt placed, then trained `epochs` epochs as rank 0 reports them."""
+    placing = run.state
+    assert isinstance(placing, Placing)
+    state = run.placed(size or placing.tries[0].size, now)
+    attempt = state.attempt
+    for epoch in range(1, epochs + 1):
+        attempt.observe(ev.Event(ev.EPOCH, "worker", 0, attempt.number, {"epoch": epoch, "step": 10 * epoch},
+                                 time=now + epoch))
+    return state
+
+
+def test_a_done_attempt_ends_the_run_succeeded():
+    run = Run(cfg())
+    run.begin(None)
+    train(run, epochs=3)
+    state = run.ended(AttemptEnd(Done()), latest=None, now=20.0)
+    assert state == Ended(SUCCEEDED) and run.attempt.status == SUCCEEDED and run.error is None
+
+
+def test_a_failure_is_retried_from_the_checkpoint_chosen_until_max_failures():
+    run = Run(cfg("failure.max_failures=1"))
+    run.begin(None)
+    train(run)
+    state = run.ended(failed(died()), latest=entry(1, 10), now=20.0)
+    assert isinstance(state, Retrying) and state.verdict.decision is failure.Decision.RETRY
+    a1 = run.attempt
+    assert (a1.status, a1.cause, a1.rank, a1.decision, a1.steps_lost) == (FAILED, failure.SYSTEM, 1, "retry", 0)
+    placing = run.resumed(entry(1, 10))
+    assert isinstance(placing, Placing) and placing.attempt.number == 2 and placing.attempt.resumed_from == \
+        entry(1, 10).name and run.resumed_from == entry(1, 10)
+    train(run)
+    state = run.ended(failed(died()), latest=entry(1, 10), now=40.0)
+    assert isinstance(state, Ended) and state.status == FAILED
+    assert "failure.max_failures (1) reached" in run.attempt.reason and run.error is state.error
+    assert run.budget.failures == 1 and "worker 1" in str(run.error)
+
+
+def test_the_root_cause_is_the_death_not_its_peers_errors():
+    run = Run(cfg())
+    run.begin(None)
+    train(run)
+    run.ended(failed(died(0, failure.PEER, "UnavailableError"), died(1)), latest=None, now=20.0)
+    assert (run.attempt.cause, run.attempt.rank) == (failure.SYSTEM, 1)
+
+
+def test_a_bug_is_never_retried():
+    run = Run(cfg("failure.max_failures=-1"))
+    run.begin(None)
+    train(run)
+    state = run.ended(failed(died(0, failure.USER, "NameError")), latest=None, now=20.0)
+    assert state.status == FAILED and "NameError is a bug" in run.attempt.reason
+
+
+def test_preemptions_have_a_budget_of_their_own():
+    run = Run(cfg("failure.max_failures=0", "failure.max_preemptions=1"))
+    run.begin(None)
+    preempted = WorkerError("preempted (SIGTERM) at step 7; saved before stopping", role="worker", rank=1,
+                            kind=failure.PREEMPTED)
+    stopped = AttemptEnd(Stopped(Cause.PREEMPTED, saved=True), (preempted,))
+    train(run)
+    assert isinstance(run.ended(stopped, latest=entry(1, 8), now=20.0), Retrying)  # max_failures=0: not counted
+    assert run.budget.to_json() == {"failures": 0, "max_failures": 0, "preemptions": 1, "max_preemptions": 1,
+                                    "resizes": 0, "max_resizes": 10}
+    run.resumed(entry(1, 8))
+    train(run)
+    state = run.ended(stopped, latest=entry(1, 8), now=40.0)
+    assert state.status == FAILED and run.attempt.reason == "failure.max_preemptions (1) reached"
+    unlimited = Run(cfg("failure.max_failures=0"))  # the default, -1: as many as come
+    unlimited.begin(None)
+    for i in range(5):
+        train(unlimited)
+        assert isinstance(unlimited.ended(stopped, latest=entry(1, 8), now=20.0 + i), Retrying)
+        unlimited.resumed(entry(1, 8))
+
+
+def test_a_task_lost_after_the_last_epoch_with_the_final_checkpoint_committed_is_a_success(caplog):
+    run = Run(cfg())
+    run.begin(None)
+    train(run, epochs=3)
+    with caplog.at_level(logging.WARNING, logger="raytf"):
+        state = run.ended(failed(died(1), died(0, failure.PEER, "UnavailableError")), latest=entry(3, 30), now=20.0)
+    assert state == Ended(SUCCEEDED) and run.error is None
+    a = run.attempt
+    assert (a.status, a.cause, a.rank, a.role, a.decision) == (SUCCEEDED, failure.SYSTEM, 1, "worker", ACCEPT)
+    assert entry(3, 30).name in a.reason and "the run succeeded" in a.reason
+    assert run.lost_tasks == [{"role": "worker", "rank": 1, "attempt": 1, "time": 20.0,
+                               "cause": "the task's actor died"}]
+    assert "was lost after training finished" in caplog.text
+    assert [r.levelname for r in caplog.records] == ["WARNING"]  # one line: the run succeeded
+
+
+@pytest.mark.parametrize(("error", "latest"), [
+    (died(1), entry(2, 20)),  # the final checkpoint was not committed: its training would be lost
+    (died(1), None),  # checkpoints off
+    (died(0, failure.USER, "ValueError"), entry(3, 30)),  # the program's own code raised after training
+])
+def test_a_failure_after_the_last_epoch_otherwise_fails_the_run(error, latest):
+    run = Run(cfg())
+    run.begin(None)
+    train(run, epochs=3)
+    state = run.ended(failed(error), latest=latest, now=20.0)
+    assert state.status == FAILED and "training had finished its last epoch" in run.attempt.reason
+    assert run.lost_tasks == []
+
+
+def test_a_hang_is_a_failure_like_any_other():
+    run = Run(cfg())
+    run.begin(None)
+    train(run)
+    hang = WorkerError("no progress for 300s (failure.hang_timeout_s); stacks in x", role="worker", rank=1,
+                       kind=failure.HANG)
+    assert isinstance(run.ended(AttemptEnd(Hung((1,)), (hang,)), latest=None, now=20.0), Retrying)
+    assert run.attempt.cause == failure.HANG and run.budget.failures == 1
+
+
+def test_the_next_attempt_keeps_off_the_nodes_left_unreachable():
+    run = Run(cfg())
+    run.begin(None)
+    train(run)
+    run.ended(failed(died(), unreachable=frozenset({"node1"})), latest=None, now=20.0)
+    assert run.resumed(None).avoid == frozenset({"node1"})
+    train(run)
+    run.ended(failed(died()), latest=None, now=30.0)
+    assert run.resumed(None).avoid == frozenset()
+
+
+def test_ctrl_c_placement_storage_and_a_lost_head_end_the_run():
+    run = Run(cfg())
+    run.begin(None)
+    train(run)
+    state = run.ended(AttemptEnd(Interrupted(saved=True)), latest=None, now=20.0)
+    assert state.status == INTERRUPTED and (run.attempt.status, run.attempt.cause) == (INTERRUPTED, "interrupted")
+    run = Run(cfg())
+    run.begin(None)
+    state = run.aborted(PlacementError("placement group for 2 tasks not ready"), now=5.0)
+    assert state.status == FAILED and run.attempt.cause == "PlacementError" and "not ready" in str(run.error)
+    run = Run(cfg())
+    run.begin(None)
+    train(run)
+    assert run.head_lost("lost the head", now=15.0).status == FAILED and run.attempt.cause == failure.HEAD_LOST
+    run = Run(cfg())
+    run.begin(None)
+    train(run)
+    run.trained()  # its loop ended Done; the teardown was under way
+    assert run.head_lost("lost the head", now=15.0) == Ended(SUCCEEDED)
+
+
+# -- elastic training --------------------------------------------------------------------------
+def elastic_cfg(*overrides):
+    return cfg("cluster.num_workers=3", "cluster.min_workers=1", "cluster.elastic.max_resizes=2", *overrides)
+
+
+def test_placing_tries_each_size_largest_first_until_the_resizes_are_spent():
+    c = elastic_cfg("cluster.elastic.wait_s=20", "cluster.placement_timeout_s=60")
+    run = Run(c)
+    placing = run.begin(None)
+    assert [(t.size, t.timeout_s) for t in placing.tries] == [(3, 20.0), (2, elastic.PROBE_S), (1, 60.0)]
+    assert [(t.size, t.timeout_s) for t in Run(cfg()).begin(None).tries] == [(2, cfg().cluster.placement_timeout_s)]
+    train(run, size=2)  # shrunk: one resize
+    assert (run.attempt.resize, run.attempt.num_workers, run.budget.resizes) == (elastic.SHRINK, 2, 1)
+    run.ended(failed(died()), latest=None, now=20.0)
+    run.resumed(None)
+    train(run, size=3)  # grown back: the second
+    assert (run.attempt.resize, run.budget.resizes) == (elastic.GROW, 2)
+    run.ended(failed(died()), latest=None, now=30.0)
+    assert [t.size for t in run.resumed(None).tries] == [3]  # cluster.elastic.max_resizes spent: this size only
+
+
+def test_a_lost_node_is_a_resize_not_a_failure():
+    run = Run(elastic_cfg("failure.max_failures=0"))
+    run.begin(None)
+    train(run)
+    state = run.ended(failed(died(), node_lost=True), latest=None, now=20.0)
+    assert isinstance(state, Retrying) and "a lost node" in state.verdict.reason and run.budget.failures == 0
+    not_elastic = Run(cfg("failure.max_failures=0"))
+    not_elastic.begin(None)
+    train(not_elastic)
+    assert not_elastic.ended(failed(died(), node_lost=True), latest=None, now=20.0).status == FAILED
+
+
+def test_a_smaller_group_looks_for_the_missing_workers_every_grow_check():
+    run = Run(elastic_cfg("cluster.elastic.grow_check_s=10"))
+    run.begin(None)
+    train(run, size=2, now=100.0)
+    assert run.grow_check(105.0, tolerated=0) is None  # not yet: grow_check_s since the placement
+    assert run.grow_check(111.0, tolerated=0) == Grow(save_now=True, missing=1)  # MWMS, a function: save now
+    assert run.grow_check(115.0, tolerated=0) is None
+    full = Run(elastic_cfg())
+    full.begin(None)
+    train(full, size=3)
+    assert full.grow_check(1000.0, tolerated=0) is None  # at full size: nothing to grow
+    # A ParameterServerStrategy worker the coordinator went on without: regrown at the chief's next checkpoint.
+    ps = Run(elastic_cfg("cluster.strategy=parameter_server", "cluster.num_ps=1"))
+    ps.begin(None)
+    train(ps, size=3)
+    assert ps.grow_check(1000.0, tolerated=1) == Grow(save_now=False, missing=0) and ps.size == 2
+
+
+def test_a_grow_is_retried_without_counting_as_a_failure():
+    run = Run(elastic_cfg("failure.max_failures=0"))
+    run.begin(None)
+    train(run, size=2)
+    grow = WorkerError("capacity for 3 workers is back", role="group", kind=failure.RESIZE)
+    state = run.ended(AttemptEnd(Stopped(Cause.RESIZE, saved=True), (grow,)), latest=entry(1, 12), now=20.0)
+    assert isinstance(state, Retrying) and run.budget.failures == 0 and run.attempt.cause == failure.RESIZE
+
+
+def test_the_budget_reads_its_limits_from_the_config():
+    assert FailureBudget.of(cfg("failure.max_failures=2", "failure.max_preemptions=4",
+                                "cluster.elastic.max_resizes=1")).to_json() == {
+        "failures": 0, "max_failures": 2, "preemptions": 0, "max_preemptions": 4, "resizes": 0, "max_resizes": 1}
