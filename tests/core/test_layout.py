@@ -33,3 +33,32 @@ def test_import_raytf_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def _imports(path) -> set[str]:
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return names
+
+
+def test_only_the_storage_package_opens_storage():
+    """pyarrow.fs (what opens storage) only in raytf/_storage/ and raytf/_s3.py: every other module reads and writes
+    the run directory through RunDir, with its one retry rule. (import-linter cannot name an external package's
+    submodule, so this is checked here.)"""
+    package = ROOT / "raytf"
+    outside = [str(p.relative_to(package)) for p in sorted(package.rglob("*.py"))
+               if p.parent.name != "_storage" and p.name != "_s3.py" and "pyarrow.fs" in _imports(p)]
+    assert outside == []
+
+
+def test_no_module_is_over_350_lines():
+    package = ROOT / "raytf"
+    long = {str(p.relative_to(package)): n for p in sorted(package.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 350}
+    assert long == {} and len((package / "_driver" / "driver.py").read_text().splitlines()) < 250
