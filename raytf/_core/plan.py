@@ -89,7 +89,12 @@ def _fits(bundle: dict[str, float], node: dict[str, float]) -> bool:
     return all(node.get(k, 0.0) >= v for k, v in bundle.items())
 
 
-def _fmt(resources: dict[str, float]) -> str:
+# The fix every placement failure names (_driver/placement.py, and a dry run's: _core/preview.py).
+PLACEMENT_FIX = ("Fix: add nodes or resources, lower the per-task reservations (cluster.<role>.cpus/gpus/...) or the "
+                 "task counts (cluster.num_workers, cluster.num_ps), or raise cluster.placement_timeout_s")
+
+
+def fmt_resources(resources: dict[str, float]) -> str:
     def num(v: float) -> str:
         return f"{v:g}" if abs(v) < 1e6 else f"{v / 1024**3:.1f}GiB"
 
@@ -109,18 +114,18 @@ def shortfall(bundles: list[dict[str, float]], strategy: str, nodes: list[dict[s
             have[k] = have.get(k, 0.0) + v
     missing = {k: v - have.get(k, 0.0) for k, v in need.items() if have.get(k, 0.0) < v}
     if missing:
-        return (f"the cluster lacks {_fmt(missing)} (needs {_fmt(need)} in all, has "
-                f"{_fmt({k: have.get(k, 0.0) for k in need})})")
+        return (f"the cluster lacks {fmt_resources(missing)} (needs {fmt_resources(need)} in all, has "
+                f"{fmt_resources({k: have.get(k, 0.0) for k in need})})")
     too_big = [b for b in bundles if not any(_fits(b, n) for n in nodes)]
     if too_big:
-        return f"no single node can hold a bundle of {_fmt(too_big[0])}"
+        return f"no single node can hold a bundle of {fmt_resources(too_big[0])}"
     if strategy == "STRICT_SPREAD":
         distinct = sum(1 for n in nodes if any(_fits(b, n) for b in bundles))
         if distinct < len(bundles):
             return (f"STRICT_SPREAD needs {len(bundles)} distinct nodes that can each hold a bundle, "
                     f"the cluster has {distinct}")
     if strategy == "STRICT_PACK" and not any(_fits(need, n) for n in nodes):
-        return f"STRICT_PACK needs one node with {_fmt(need)}, none has that much"
+        return f"STRICT_PACK needs one node with {fmt_resources(need)}, none has that much"
     return ""
 
 
