@@ -30,8 +30,9 @@ JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 _MAX_FILES = 200  # the program's own modules read for their imports, at most (a check, not a build)
 
 
-def submitted_job_env(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+def submitted_job_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The runtime_env of the Ray job this process is the entrypoint of (`ray job submit`), {} for none."""
+    environ = os.environ if environ is None else environ
     try:
         return dict(json.loads(environ.get(JOB_CONFIG_ENV) or "{}").get("runtime_env") or {})
     except (ValueError, AttributeError):

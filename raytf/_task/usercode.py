@@ -41,16 +41,17 @@ def findable(module: str, paths: list[str]) -> bool:
 
 
 def missing(needs: CodeNeeds) -> list[Missing]:
-    """What of `needs` this task lacks: train.script's file (from its current directory when relative) and every
-    module not found."""
-    out: list[Missing] = []
+    """What of `needs` this task lacks: train.script's file (from its current directory when relative) or the
+    program's own module, and if it has that, every module it imports that is not found. (Without the program,
+    what it imports says nothing more.)"""
     paths = task_paths(needs.python_path)
     if needs.script:
         script = needs.script if os.path.isabs(needs.script) else os.path.join(os.getcwd(), needs.script)
         if not os.path.isfile(script):
-            out.append(Missing(SCRIPT, script))
+            return [Missing(SCRIPT, script)]
         paths.insert(0, os.path.dirname(script))  # the script's directory is its sys.path[0]
     if needs.program:
         paths.append(os.getcwd())  # a program's child has the task's launch directory on PYTHONPATH
-    out += [Missing(n.kind, n.module, n.via) for n in needs.modules if not findable(n.module, paths)]
-    return out
+    lacking = [Missing(n.kind, n.module, n.via) for n in needs.modules if not findable(n.module, paths)]
+    own = [m for m in lacking if not m.via]
+    return own or lacking

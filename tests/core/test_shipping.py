@@ -340,8 +340,10 @@ def test_a_task_finds_the_program_without_running_it(tmp_path, monkeypatch):
     assert task_usercode.task_paths(["lib", "/opt/x"]) == [str(proj / "lib"), "/opt/x"]
     script = CodeNeeds(modules=(Need("userhelper", PROJECT),), script="mwms_script.py", program=True)
     assert task_usercode.missing(script) == []
-    monkeypatch.chdir(tmp_path.parent)  # a host without the copy
-    assert task_usercode.missing(script) == [Missing(SCRIPT, str(tmp_path.parent / "mwms_script.py")),
-                                             Missing(PROJECT, "userhelper")]
-    assert task_usercode.missing(CodeNeeds(modules=(Need("usertrain", PROJECT), Need("mypkg.util", PROJECT)))) == [
-        Missing(PROJECT, "usertrain"), Missing(PROJECT, "mypkg.util")]
+    monkeypatch.chdir(tmp_path.parent)  # a host without the copy: the program is missing (what it imports, too)
+    assert task_usercode.missing(script) == [Missing(SCRIPT, str(tmp_path.parent / "mwms_script.py"))]
+    assert task_usercode.missing(CodeNeeds(modules=(Need("usertrain", PROJECT), Need("userhelper", PROJECT, "u.py"),
+                                                    Need("surely_not_installed_pkg", PACKAGE, "u.py")))) == [
+        Missing(PROJECT, "usertrain")]
+    assert task_usercode.missing(CodeNeeds(modules=(Need("mypkg.util", PROJECT, "usertrain.py"),))) == [
+        Missing(PROJECT, "mypkg.util", "usertrain.py")]
