@@ -268,13 +268,25 @@ def too_big(ray_message: str, what: str) -> str | None:
 _ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit)):\s*(\S.*)$")
 
 
+_GENERIC = ("Failed to set up runtime environment.",
+            "Could not create the actor because its associated runtime env failed to be created.")
+
+
+def ray_reason(text: str) -> str:
+    """The line that says why in one of Ray's runtime_env errors (a page of traceback, or two generic lines before
+    the reason): its last `SomeError: ...` line, else its last line that is not one of the generic ones."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [m for m in map(_ERROR_LINE.match, lines) if m]
+    if errors:
+        return f"{errors[-1].group(1)}: {errors[-1].group(2)}".rstrip(".")
+    said = [line for line in lines if line not in _GENERIC]
+    return (said or lines or [text])[-1].rstrip(".")
+
+
 def setup_failure(text: str) -> str:
     """Ray's RuntimeEnvSetupError (a node could not set up a task's runtime_env: a package that does not install, a
     URI it cannot fetch), a page of traceback, as one line: the node and the last error in it."""
     node = re.search(r"\[Node ([^\]]+)\]", text)
-    lines = [line for line in text.splitlines() if line.strip()]
-    errors = [m for m in map(_ERROR_LINE.match, lines) if m]
-    reason = f"{errors[-1].group(1)}: {errors[-1].group(2)}" if errors else (lines[-1].strip() if lines else text)
-    return (f"ray.runtime_env could not be set up{f' on {node.group(1)}' if node else ''}: {reason.rstrip('.')}. "
+    return (f"ray.runtime_env could not be set up{f' on {node.group(1)}' if node else ''}: {ray_reason(text)}. "
             "Fix: correct ray.runtime_env (a package that installs, URIs every node can fetch), or put what it "
             "needs on the nodes")

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Mapping
 
 import ray
+from ray.exceptions import RuntimeEnvSetupError
 
 from raytf._core import shipping
 from raytf._driver import usercode
@@ -69,10 +70,10 @@ def ensure_ray(cfg: Config) -> bool:
         check_reachable(address)
         with usercode.quiet_default_excludes():
             ray.init(address=address, log_to_driver=r.log_to_driver, configure_logging=False, runtime_env=runtime_env)
-    except (ConnectionError, RuntimeError, ValueError) as e:
+    except (ConnectionError, RuntimeError, ValueError, RuntimeEnvSetupError) as e:
         refused = usercode.init_error(e, job)
-        if ray.is_initialized():  # connected, then refused the runtime_env: leave no half-made connection
-            ray.shutdown()
+        # Ray refuses the job's runtime_env after starting an embedded Ray's processes (or connecting): none is left.
+        ray.shutdown()
         if refused is not None:
             raise refused from None
         raise RaytfError(f"ray.address ({address!r}): cannot connect to Ray: {e}. Fix: start it with "

@@ -96,9 +96,9 @@ def init_error(e: Exception, env: shipping.JobEnv) -> ConfigError | None:
     line = shipping.too_big(str(e), what)
     if line is not None:
         return ConfigError(line)
-    if env.runtime_env and any(k in str(e) for k in (*shipping.JOB_KEYS, "runtime_env", "runtime env")):
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return ConfigError(f"{what}: Ray refused it: {first}")
+    if env.runtime_env and (type(e).__name__ == "RuntimeEnvSetupError"
+                            or any(k in str(e) for k in (*shipping.JOB_KEYS, "runtime_env", "runtime env"))):
+        return ConfigError(f"{what}: Ray refused it: {shipping.ray_reason(str(e)) or type(e).__name__}")
     return None
 
 

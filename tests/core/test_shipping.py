@@ -206,6 +206,9 @@ def test_rays_refusals_in_one_line():
              "failed to be created.\n[Node 198.18.0.3] Traceback (most recent call last):\n  File \"x.py\", line 1\n"
              "socket.gaierror: [Errno -2] Name or service not known\nThe above exception was the direct cause\n"
              "urllib3.exceptions.NameResolutionError: Failed to resolve 'bucket.s3.amazonaws.com'\n")
+    assert shipping.ray_reason("Failed to set up runtime environment.\nFailed to upload working_dir . to the Ray "
+                               "cluster: no such directory.") == ("Failed to upload working_dir . to the Ray cluster: "
+                                                                 "no such directory")
     line = shipping.setup_failure(setup)
     assert line.startswith("ray.runtime_env could not be set up on 198.18.0.3: urllib3.exceptions.NameResolutionError: "
                            "Failed to resolve 'bucket.s3.amazonaws.com'. Fix:")
