@@ -2,8 +2,9 @@
 host has its own /tmp and Ray directory, the user's project (a training module, a helper module it imports, an
 unmodified tf.distribute script, a config) is on the head alone, one directory is shared (the storage), and raytf is
 installed on every host. Function mode, `train.module` and `train.script`, each launched plainly (raytf ships the
-launch directory) and through `ray job submit --working-dir .`, train on both worker hosts with their checkpoints
-on the shared directory; a host without the program, or without a package it imports, is refused in one line."""
+launch directory) and through `ray job submit --working-dir .`, and a script at a path every node has (an image's,
+nothing shipped), train on both worker hosts, each task from its own host's copy, with their checkpoints on the
+shared directory; a host without the program, or without a package it imports, is refused in one line."""
 
 import ast
 import json
@@ -19,7 +20,8 @@ import pytest
 from tests import hosts
 
 # CI's second step (-m slow), as every host-bed test. One bed for the module (~40 s to start); each case launches
-# the plain run and the `ray job submit` one at once (two runs of two 1-CPU workers fit the bed's 2+2 CPUs).
+# the plain run and the `ray job submit` one at once (and script mode a third, from a path every node has: an image),
+# runs of two 1-CPU workers each, which the bed's 3+3 CPUs hold together.
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 RUN_S = 360  # one launch, at most (a loaded machine imports TensorFlow slowly)
@@ -119,7 +121,7 @@ def conf(storage: str) -> str:
 
 @pytest.fixture(scope="module")
 def bed():
-    yield from hosts.bed_for_tests([0, 2, 2], private_fs=True)
+    yield from hosts.bed_for_tests([0, 3, 3], private_fs=True)
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +141,10 @@ def project(bed) -> Path:
     pkg = Path(bed.head_only) / "site" / "headonlypkg"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
+    image = Path(bed.shared) / "image"  # at the same path on every node, as a node image has it
+    image.mkdir()
+    for name in ("mwms_script.py", "userhelper.py"):
+        (image / name).write_text((p / name).read_text())
     return p
 
 
@@ -170,7 +176,10 @@ def _finish(proc) -> tuple[int, str]:
     return proc.returncode, out
 
 
-def _trained_on_both_workers(bed, run: str, code: int, out: str, *, shipped_by_raytf: bool) -> None:
+def _trained_on_both_workers(bed, run: str, code: int, out: str, *, shipped_by_raytf: bool,
+                             image: str | None = None) -> None:
+    """Succeeded, on both worker hosts, a checkpoint committed on the shared directory; each task ran its own host's
+    copy of the program (or the `image` directory's, the same path everywhere), without what is never shipped."""
     assert code == 0, out[-4000:]
     run_dir = Path(bed.shared) / "runs" / run
     result = json.loads((run_dir / "result.json").read_text())
@@ -181,6 +190,9 @@ def _trained_on_both_workers(bed, run: str, code: int, out: str, *, shipped_by_r
     for rank, address in workers.items():
         log = (run_dir / "logs" / f"worker{rank}-attempt1.log").read_text()
         here, listing = re.search(r"SHIPPED (\S+) (\[.*\])", log).groups()
+        if image is not None:
+            assert here == image, here
+            continue
         # Each host's own copy, unpacked under its own Ray directory; what is never shipped is not there.
         assert here.startswith(bed.host_of(address).temp_dir + "/"), (here, address)
         shipped = set(ast.literal_eval(listing))
@@ -194,12 +206,17 @@ def _trained_on_both_workers(bed, run: str, code: int, out: str, *, shipped_by_r
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_the_program_reaches_both_worker_hosts(bed, project, mode):
     started = time.monotonic()
-    plain = _launch(bed, project, f"plain-{mode}", MODES[mode], submit=False)
-    job = _launch(bed, project, f"job-{mode}", MODES[mode], submit=True)
-    runs = {"plain": _finish(plain), "job": _finish(job)}
-    print(f"{mode}: both launches done in {time.monotonic() - started:.0f}s")
+    launches = {"plain": _launch(bed, project, f"plain-{mode}", MODES[mode], submit=False),
+                "job": _launch(bed, project, f"job-{mode}", MODES[mode], submit=True)}
+    image = f"{bed.shared}/image"
+    if mode == "script":  # the third way: nothing shipped, the script at a path every node has (an image's)
+        launches["image"] = _launch(bed, project, "image-script", [*MODES[mode], f"train.script={image}/mwms_script.py",
+                                                                   "ray.ship_code=off"], submit=False)
+    runs = {how: _finish(proc) for how, proc in launches.items()}
+    print(f"{mode}: {len(runs)} launches done in {time.monotonic() - started:.0f}s")
     for how, (code, out) in runs.items():
-        _trained_on_both_workers(bed, f"{how}-{mode}", code, out, shipped_by_raytf=how == "plain")
+        _trained_on_both_workers(bed, f"{how}-{mode}", code, out, shipped_by_raytf=how == "plain",
+                                 image=image if how == "image" else None)
         assert "Traceback" not in out, out[-4000:]
 
 
@@ -212,6 +229,7 @@ def test_a_host_without_the_program_is_refused_in_one_line(bed, project):
     assert len(errors) == 1, out[-4000:]
     print(errors[0])
     w0, w1 = sorted(h.address for h in bed.hosts[1:])
+    assert "userhelper" not in errors[0]  # (without the program, what it imports says nothing more)
     assert re.search(rf"{re.escape(w0)} \(worker \d\) and {re.escape(w1)} \(worker \d\) cannot import 'usertrain' "
                      r"\(train.entrypoint 'usertrain:train'\)", errors[0]), errors[0]
     assert "ray.ship_code=auto" in errors[0] and "Traceback" not in out
