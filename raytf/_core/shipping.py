@@ -96,12 +96,13 @@ class JobEnv:
 
 
 def job_env(user: Mapping[str, Any], job: Mapping[str, Any], *, embedded: bool, ship: ShipCode, launch_dir: str,
-            excludes: Sequence[str]) -> JobEnv:
+            excludes: Sequence[str], home: str = "") -> JobEnv:
     """The job-level runtime_env for a process that connects now (ray.init): the user's working_dir, py_modules and
     excludes (local paths or URIs: the job's, so every process of the run, Ray Data's included, has them), plus,
     joining a cluster with ray.ship_code=auto, the launch directory as the working_dir, unless the job has one
     already (`ray job submit --working-dir`: `job`, its runtime_env) or the user gives one. Raises ConfigError when
-    the user's and the submitted job's runtime_env both set a key (Ray refuses to merge them)."""
+    the user's and the submitted job's runtime_env both set a key (Ray refuses to merge them), and rather than pack
+    the whole of `/` or the home directory (`home`) for every node (minutes of hashing, then Ray's size limit)."""
     env = {k: user[k] for k in (*JOB_KEYS, EXCLUDES) if user.get(k) not in (None, "", [])}
     for key in JOB_KEYS:
         if key in env and job.get(key):
@@ -111,6 +112,10 @@ def job_env(user: Mapping[str, Any], job: Mapping[str, Any], *, embedded: bool, 
                 "job without its own")
     shipped = ""
     if not embedded and ship is ShipCode.auto and not job.get("working_dir") and "working_dir" not in env:
+        if launch_dir in ("/", home.rstrip("/") or "/"):
+            raise ConfigError(f"ray.ship_code=auto would ship {launch_dir} (the directory you launch from) to every "
+                              "node. Fix: launch from your project's directory, or ray.ship_code=off when the nodes "
+                              "have the code")
         env["working_dir"] = launch_dir
         env[EXCLUDES] = [*excludes, *_entries(env.get(EXCLUDES) or [])]
         shipped = launch_dir

@@ -61,7 +61,8 @@ def init_env(cfg: Config, *, embedded: bool, launch_dir: str | None = None) -> s
                 raise ConfigError(f"ray.runtime_env.{key} ({path!r}): no such directory or file (from {launch_dir}). "
                                   "Fix: a path from the directory you launch in, or a URI (s3://.../code.zip)")
     env = shipping.job_env(user, submitted_job_env(), embedded=embedded, ship=cfg.ray.ship_code, launch_dir=launch_dir,
-                           excludes=shipping.ship_excludes(launch_dir, cfg.storage.path, virtualenvs(launch_dir)))
+                           excludes=shipping.ship_excludes(launch_dir, cfg.storage.path, virtualenvs(launch_dir)),
+                           home=os.path.expanduser("~"))
     script = cfg.train.script
     if env.shipped and script and not os.path.isabs(script) and not os.path.isfile(os.path.join(launch_dir, script)):
         raise ConfigError(f"train.script ({script!r}): no such file in {launch_dir}, the directory shipped to the "

@@ -112,6 +112,12 @@ def test_the_decision_matrix_before_connecting():
     shipped = _job_env({"py_modules": ["./lib"], "excludes": ["*.csv"]})
     assert shipped.shipped == LAUNCH and shipped.runtime_env["excludes"] == ["/runs/", "*.csv"]
     assert _job_env({"excludes": ["*.csv"]}, ship=ShipCode.off) == shipping.JobEnv({})  # nothing uploaded
+    # Never the whole machine, nor a home directory (minutes of hashing, then Ray's limit).
+    for everything in ("/", "/home/me"):
+        with pytest.raises(ConfigError, match=rf"ray.ship_code=auto would ship {everything} "):
+            shipping.job_env({}, {}, embedded=False, ship=ShipCode.auto, launch_dir=everything, excludes=[],
+                             home="/home/me")
+    assert shipping.job_env({}, {}, embedded=False, ship=ShipCode.off, launch_dir="/", excludes=[]).runtime_env == {}
     # Under `ray job submit --working-dir`, a working_dir of the user's too: Ray refuses to merge them; one line.
     with pytest.raises(ConfigError, match=r"ray.runtime_env.working_dir \('./src'\): the Ray job already has its own"):
         _job_env({"working_dir": "./src"}, job={"working_dir": "gcs://_ray_pkg_1.zip"})
