@@ -247,7 +247,10 @@ def program_modules(*, entrypoint: str = "", module: str = "", script_file: str 
         needs[name] = Need(name, PROJECT if own else PACKAGE)
         if spec is not None and own and spec.origin and spec.origin.endswith(".py"):
             package = name if spec.submodule_search_locations else name.rpartition(".")[0]
-            queue.append((spec.origin, package, bool(module), function or None))
+            queue.append((spec.origin, package, bool(module) and not spec.submodule_search_locations,
+                          function or None))
+            if module and spec.submodule_search_locations:  # `python -m pkg` runs its __main__.py
+                queue.append((os.path.join(os.path.dirname(spec.origin), "__main__.py"), name, True, None))
     seen: set[str] = set()
     while queue and len(seen) < _MAX_FILES:
         file, package, main, function = queue.pop(0)

@@ -257,6 +257,9 @@ def test_the_driver_lists_what_the_program_needs_without_running_it(tmp_path):
     assert by["usertrain"] == "" and by["nowhere_pkg"] == "userhelper.py" and by["yaml"] == "mypkg/deeper.py"
     script = usercode.program_modules(script_file=str(proj / "mwms_script.py"), paths=[], launch_dir=str(proj))
     assert {(n.module, n.kind) for n in script} >= {("tensorflow", PACKAGE), ("userhelper", PROJECT)}
+    (proj / "mypkg" / "__main__.py").write_text("import toml\n")  # `python -m mypkg` runs it
+    as_module = usercode.program_modules(module="mypkg", paths=[str(proj)], launch_dir=str(proj))
+    assert {n.module for n in as_module} == {"mypkg", "toml"}
     # The image case: the driver has nothing of it; the tasks look for the module itself.
     assert usercode.program_modules(module="baked.train", paths=[], launch_dir=str(proj)) == [
         Need("baked.train", PROJECT)]
