@@ -7,6 +7,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytf._core import shipping
 from raytf.config import Config, Resources, Strategy, StreamOutput
 
 # Task types in TF's vocabulary; ranks are assigned in this order.
@@ -157,9 +158,9 @@ def task_table(infos: list[dict[str, Any]], specs: tuple[TaskSpec, ...]) -> str:
 
 
 def task_runtime_env(cfg: Config, t: TaskSpec) -> dict[str, Any]:
-    """The task actor's runtime_env: the user's, plus what must be set before TensorFlow is imported in
-    that process (the user's own env_vars win). Pure."""
-    runtime_env = copy.deepcopy(cfg.ray.runtime_env)
+    """The task actor's runtime_env: the user's (less what only the Ray job can take: shipping.task_level), plus
+    what must be set before TensorFlow is imported in that process (the user's own env_vars win). Pure."""
+    runtime_env = copy.deepcopy(shipping.task_level(cfg.ray.runtime_env))
     # Ray wants strings; `ray.runtime_env.env_vars.N=4` on the command line (or `N: 4` in YAML) gives a number.
     env_vars = {str(k): (str(v).lower() if isinstance(v, bool) else str(v))
                 for k, v in (runtime_env.get("env_vars") or {}).items()}

@@ -30,7 +30,7 @@ from raytf._core.plan import WORKER, Plan, make_plan, task_table
 from raytf._core.runloop import AttemptLoop, Phase, Timing, drive
 from raytf._core.stragglers import Stragglers
 from raytf._core.topology import TaskAddress
-from raytf._driver import connect, placement, standby
+from raytf._driver import connect, placement, standby, usercode
 from raytf._driver.data import Datasets
 from raytf._driver.group import TaskGroup
 from raytf._driver.headwatch import HeadWatch
@@ -94,6 +94,7 @@ class Driver(RunRecord):
         self._hosts: dict[int, str] = {}  # rank -> host, of the attempt under way
         self._refilled: int | None = None  # the attempt whose standbys were asked for
         self.group: TaskGroup | None = None
+        self.code: usercode.CodePlan | None = None  # how the tasks get the program (set once connected)
         self.committed: set[str] = set()  # checkpoints committed during this launch
         self._verified: set[str] = set()  # checkpoints whose files this launch checked against their manifest
         self._refused: set[str] = set()  # and those that did not match (named once)
@@ -160,6 +161,9 @@ class Driver(RunRecord):
         # ray.init(address=<cluster>) before raytf.fit, with no ray.address in the config, is a cluster).
         self.embedded = started or connect.started_here()
         try:  # Ray Data input: made (train.datasets' function needs Ray) and checked before anything is reserved
+            self.code = usercode.plan(cfg, embedded=self.embedded)
+            if cfg.train.script:  # as the tasks take it (from their own copy of a working_dir, say)
+                cfg.train.script = self.code.script
             self.data = Datasets.of_run(cfg, self._given_datasets, python_path)
             if self.data is not None:
                 self.data.check(cfg, self.plan, embedded=self.embedded)
@@ -180,7 +184,7 @@ class Driver(RunRecord):
                     log.info("attempt %d: resuming %s from %s", attempt.number, cfg.run.name,
                              self.resumed_from.name)
                 try:
-                    self._run_attempt(attempt, python_path)
+                    self._run_attempt(attempt, self.code.python_path)
                     attempt.status = status = SUCCEEDED
                     break
                 except TrainingFailedError as e:
@@ -204,6 +208,9 @@ class Driver(RunRecord):
             raise
         except BaseException as e:
             ended_by = e
+            if self.attempts and self.attempts[-1].status == RUNNING:  # (no attempt is left "running" in result.json)
+                self.attempts[-1].status, self.attempts[-1].cause = FAILED, type(e).__name__
+                self.error = TrainingFailedError(f"{type(e).__name__}: {e}")
             raise
         finally:
             if self.head_watch is not None:
@@ -369,7 +376,8 @@ class Driver(RunRecord):
         self.progress.start_attempt(self.size, wanted=self.cfg.cluster.num_workers,
                                     min_workers=elastic.min_workers(self.cfg),
                                     batch_size=None if script_mode(self.cfg) else cfg.train.batch_size)
-        self.group = group = TaskGroup(cfg, self.plan, self.run_dir, embedded=self.embedded, avoid=self.suspects)
+        self.group = group = TaskGroup(cfg, self.plan, self.run_dir, embedded=self.embedded, avoid=self.suspects,
+                                       code=self.code)
         self.suspects = set()
         try:
             try:

@@ -23,8 +23,9 @@ import ray
 from raytf._core import events as ev
 from raytf._core import failure, limits, ports
 from raytf._core.plan import TaskSpec
+from raytf._core.shipping import CodeNeeds
 from raytf._storage import RunDir, task_log, task_log_dir, task_workdir
-from raytf._task import scratch
+from raytf._task import scratch, usercode
 from raytf._task.lines import OWN_FORMAT, Shown
 from raytf._task.scratch import Scratch
 from raytf._task.tee import OutputCapture
@@ -186,10 +187,13 @@ class TaskActor:
             self._scratch.remove()
             self._scratch = None
 
-    def address(self, run_dir: RunDir | None = None, marker: str | None = None) -> dict[str, Any]:
-        """Where this task listens, what it holds, and whether it sees the driver's storage marker."""
+    def address(self, run_dir: RunDir | None = None, marker: str | None = None,
+                code: CodeNeeds | None = None) -> dict[str, Any]:
+        """Where this task listens, what it holds, whether it sees the driver's storage marker and what of the
+        program (`code`) it lacks."""
         return {
             "storage_visible": run_dir.can_see(marker) if run_dir is not None and marker else None,
+            "code_missing": usercode.missing(code) if code is not None else [],
             "role": self.spec.role,
             "index": self.spec.index,
             "rank": self.spec.rank,
@@ -224,7 +228,7 @@ class TaskActor:
             os.environ.pop("TF_CONFIG", None)
         else:
             os.environ["TF_CONFIG"] = json.dumps(tf_config)
-        for p in reversed(python_path):
+        for p in reversed(usercode.task_paths(python_path)):
             if p not in sys.path:
                 sys.path.insert(0, p)
         from raytf._task import tf_runtime
@@ -314,7 +318,8 @@ class TaskActor:
             num_workers = len((tf_config or {}).get("cluster", {}).get("worker", [])) or 1
             env = child_env(base=dict(os.environ), tf_config=tf_config, spec=spec, cfg=cfg, run_uri=run_dir.uri,
                             attempt=attempt, is_chief=is_chief, num_workers=num_workers, max_workers=max_workers,
-                            checkpoint_dir=host.checkpoint_dir, resume_from=resume_from, python_path=python_path,
+                            checkpoint_dir=host.checkpoint_dir, resume_from=resume_from,
+                            python_path=usercode.task_paths(python_path),
                             log_dir=host.log_dir, launch_dir=host.launch_dir, work_dir=host.work_dir,
                             data_socket=host.data_socket, datasets=list(host.datasets))
             self._on_sigterm(lambda: emit(ev.PREEMPTED, {"step": host._position["step"]}))
