@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from raytf._core.events import Event
 from raytf._task.report import report
 from raytf.api.fit import fit, release_standbys
+from raytf.api.plan import plan
 from raytf.api.scaling import scaling
 from raytf.api.sweep import sweep
 from raytf.config import Config, load_config
@@ -61,6 +62,7 @@ __all__ = [
     "fit",
     "load_config",
     "load_result",
+    "plan",
     "plot",
     "release_standbys",
     "report",

@@ -28,6 +28,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scaling", metavar="N,N,...",
                    help="run the job at each worker count (per-replica batch fixed) and report examples/s, "
                         "speedup and efficiency as a table and a plot, e.g. --scaling 1,2,4")
+    p.add_argument("--dry-run", action="store_true",
+                   help="reserve and start nothing: print the tasks, what each reserves and runs, the placement "
+                        "against what the cluster has, the ports and the TF cluster spec's shape; exit 0, or 2 with "
+                        "the line a launch would fail with")
     p.add_argument("--address", help="Ray cluster to join (auto, host:port, ray://host:port); "
                    "same as ray.address=..., which otherwise falls back to $RAY_ADDRESS")
     return p
@@ -71,9 +75,14 @@ def main(argv: list[str] | None = None) -> int:
 
             sw = cfg.sweep
             check_sweep(cfg, sw.space, max_concurrent=sw.max_concurrent, num_samples=sw.num_samples)
+        if args.dry_run:
+            return _dry_run(cfg, scaling_counts if args.scaling else None)
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2
+    except RaytfError as e:  # (a dry run that cannot reach the configured cluster)
+        print(f"raytf: {e}", file=sys.stderr)
+        return 1
     from raytf._driver import connect, standby
     from raytf.api.fit import launch
 
@@ -111,6 +120,36 @@ def main(argv: list[str] | None = None) -> int:
     if result.error is not None:
         print(f"raytf: {result.error}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _dry_run(cfg, scaling_counts: list[int] | None) -> int:
+    """--dry-run: the plan of each run the command would make (one, one per --scaling count; a sweep's trials
+    are each a run like the base one); 2 with the first one's problem when one could not be placed."""
+    import copy
+
+    from raytf.api.plan import plan
+
+    configs = [cfg]
+    if scaling_counts:
+        configs = []
+        for n in scaling_counts:
+            c = copy.deepcopy(cfg)
+            c.cluster.num_workers = n
+            configs.append(c)
+    previews = [plan(c) for c in configs]
+    for p in previews:
+        print(p.text(verdict=p.ok))
+    if cfg.sweep.space:
+        from raytf.api.sweep import trial_count
+
+        trials = trial_count(cfg.sweep.space, cfg.sweep.num_samples)
+        print(f"sweep: {trials if trials is not None else 'sampled'} trial(s), up to {cfg.sweep.max_concurrent} at "
+              "once, each a run like this one (the values in sweep.space change per trial)")
+    failed = next((p for p in previews if not p.ok), None)
+    if failed is not None:
+        print(f"raytf: {failed.problem}", file=sys.stderr)
+        return 2
     return 0
 
 

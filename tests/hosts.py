@@ -92,17 +92,25 @@ class HostBed:
     """`HostBed([0, 2, 2])`: three hosts, the first the Ray head (here with 0 CPUs), each with the CPUs given; a
     host given None instead has no Ray node (on the network, outside the cluster: `HostBed([0, 2, 2, None])`).
     With `private_tmp`, every host but the head sees a /tmp of its own (a mount namespace), so a local path on
-    the head is not on the others, as on separate machines."""
+    the head is not on the others, as on separate machines. With `private_fs`, every host has a filesystem of its
+    own as far as a run can tell (`_private_fs`): a /tmp and a Ray directory of its own, one directory shared by
+    all (`shared`: the storage), one only the head sees (`head_only`: the user's project), and the repository
+    checkout hidden on the other hosts but for what is installed from it."""
 
-    def __init__(self, cpus: list[float | None], *, private_tmp: bool = False,
+    def __init__(self, cpus: list[float | None], *, private_tmp: bool = False, private_fs: bool = False,
                  resources: list[dict[str, float]] | None = None) -> None:
         """`resources`: custom Ray resources per host (besides `host<i>: 1`, which every host has), to pin roles
         to hosts (cluster.<role>.custom)."""
         tag = uuid.uuid4().hex[:5]
         self.bridge = f"rtfb{tag}"
         self.private_tmp = private_tmp
+        self.private_fs = private_fs
         # Outside /tmp: the hosts' Ray directories must survive a private /tmp.
         self.root = tempfile.mkdtemp(prefix="raytf-hosts-", dir="/var/tmp")
+        self.shared = os.path.join(self.root, "shared")  # private_fs: the one directory every host sees (NFS)
+        self.head_only = os.path.join(self.root, "head-only")  # private_fs: the head's alone
+        os.makedirs(self.shared)
+        os.makedirs(self.head_only)
         self.hosts = [Host(f"rtf{tag}h{i}", f"{SUBNET}.{i + 2}", f"rtf{tag}v{i}", os.path.join(self.root, f"h{i}"), c)
                       for i, c in enumerate(cpus)]
         self.resources = [{f"host{i}": 1.0, **((resources or [])[i] if i < len(resources or []) else {})}
@@ -183,6 +191,7 @@ class HostBed:
                 [f"--address={self.address}"]
         # With a private /tmp, its Ray node (and every task it starts) sees an empty /tmp of its own.
         tmp = self._private_tmp(h) if self.private_tmp and h is not self.head else ""
+        tmp = self._private_fs(h) if self.private_fs else tmp
         log_path = os.path.join(self.root, f"{h.name}-ray.log")
         self._reap(h)
         keeper = subprocess.Popen(
@@ -227,6 +236,34 @@ class HostBed:
             cmds.append(f"mkdir -p {shlex.quote(path)} && mount --bind {shlex.quote(stage)} {shlex.quote(path)}")
         return " && ".join(cmds) + " && "
 
+    def _private_fs(self, h: Host) -> str:
+        """Shell commands that give the host a filesystem of its own, as a separate machine has: an empty /tmp
+        (but the code this test run imports from there), and of the bed's directory only its own Ray directory (where
+        Ray unpacks a job's working_dir for it), `shared`, and on the head `head_only`. On the other hosts the
+        repository checkout is hidden too, except what is installed from it (the raytf package of an editable
+        install, a virtual environment): the installed packages are the same on every node, the user's files are
+        not. Each kept path is bound to a stage outside what is hidden first, and back once it is hidden."""
+        head = h is self.head
+        repo_in_tmp = _under(_REPO, "/tmp")
+        hide_repo = not head and not repo_in_tmp
+        tmp_code = sorted({p for p in (_REPO, *sys.path) if p and _under(p, "/tmp") and p != "/tmp" and
+                           os.path.isdir(p) and not (not head and _under(p, _REPO))})
+        keep = [*tmp_code, *(_installed_in_repo() if not head else []), h.temp_dir, self.shared,
+                *([self.head_only] if head else [])]
+        keep = [p for i, p in enumerate(keep) if not any(_under(p, q) for q in keep[:i])]  # nested: the outer one
+        hide = ["/tmp", *([_REPO] if hide_repo else []), self.root]
+        stage = os.path.join(f"{self.root}-stage", h.name)
+        cmds = []
+        for i, path in enumerate(keep):
+            os.makedirs(os.path.join(stage, str(i)), exist_ok=True)
+            cmds.append(f"mount --bind {shlex.quote(path)} {shlex.quote(os.path.join(stage, str(i)))}")
+        cmds += [f"mkdir -p {shlex.quote(d)} && mount -t tmpfs raytf-private {shlex.quote(d)}" for d in hide]
+        for i, path in enumerate(keep):
+            cmds.append(f"mkdir -p {shlex.quote(path)} && "
+                        f"mount --bind {shlex.quote(os.path.join(stage, str(i)))} {shlex.quote(path)}")
+        # Started from /: a node's processes must not reach hidden files through a current directory they inherit.
+        return " && ".join([*cmds, "cd /"]) + " && "
+
     def _reap(self, h: Host) -> None:
         keeper = self._keepers.pop(h.name, None)
         self._inits.pop(h.name, None)
@@ -250,6 +287,7 @@ class HostBed:
             if "bridge" in self._made:
                 _ip("link", "del", self.bridge, check=False)
             shutil.rmtree(self.root, ignore_errors=True)
+            shutil.rmtree(f"{self.root}-stage", ignore_errors=True)
         finally:
             self._made = []
             if self._lock is not None:
@@ -340,6 +378,20 @@ class HostBed:
         code = (f"import socket\ntry:\n    socket.create_connection(({dst.address!r}, {port}), timeout={timeout_s})"
                 "\nexcept ConnectionRefusedError:\n    pass\nexcept OSError:\n    raise SystemExit(1)")
         return self.exec(src, [sys.executable, "-c", code], timeout=timeout_s + 30).returncode == 0
+
+
+def _under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def _installed_in_repo() -> list[str]:
+    """What of the repository checkout is installed, not the user's: the raytf package an editable install maps
+    there and a virtual environment inside it (this interpreter's)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("raytf")
+    found = [*(spec.submodule_search_locations or [] if spec else []), sys.prefix]
+    return sorted({os.path.realpath(p) for p in found if _under(os.path.realpath(p), _REPO)})
 
 
 def firewall_recipe(addresses: Sequence[str], port_range: tuple[int, int]) -> str:

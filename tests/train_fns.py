@@ -76,6 +76,14 @@ def print_then_train(ctx: raytf.TrainContext) -> None:
     train(ctx)
 
 
+def where_from(ctx: raytf.TrainContext) -> None:
+    """Says which copy of this module runs (a working_dir's, under the node's Ray directory), then reports."""
+    import os
+
+    print(f"running {os.path.abspath(__file__)}", flush=True)
+    report_only(ctx)
+
+
 def _paced(ctx: raytf.TrainContext, step, *, end_epoch=None) -> None:
     """Train with `step()` (returns the step's metrics) for the configured epochs, each step taking at least
     train.params.step_s seconds (a model with real compute), a checkpoint of a `weights` variable each epoch."""

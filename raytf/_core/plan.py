@@ -7,6 +7,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytf._core import shipping
 from raytf._core.tasks import TaskInfo
 from raytf.config import Config, Resources, Strategy, StreamOutput
 
@@ -90,7 +91,12 @@ def _fits(bundle: dict[str, float], node: dict[str, float]) -> bool:
     return all(node.get(k, 0.0) >= v for k, v in bundle.items())
 
 
-def _fmt(resources: dict[str, float]) -> str:
+# The fix every placement failure names (_driver/placement.py, and a dry run's: _core/preview.py).
+PLACEMENT_FIX = ("Fix: add nodes or resources, lower the per-task reservations (cluster.<role>.cpus/gpus/...) or the "
+                 "task counts (cluster.num_workers, cluster.num_ps), or raise cluster.placement_timeout_s")
+
+
+def fmt_resources(resources: dict[str, float]) -> str:
     def num(v: float) -> str:
         return f"{v:g}" if abs(v) < 1e6 else f"{v / 1024**3:.1f}GiB"
 
@@ -110,18 +116,18 @@ def shortfall(bundles: list[dict[str, float]], strategy: str, nodes: list[dict[s
             have[k] = have.get(k, 0.0) + v
     missing = {k: v - have.get(k, 0.0) for k, v in need.items() if have.get(k, 0.0) < v}
     if missing:
-        return (f"the cluster lacks {_fmt(missing)} (needs {_fmt(need)} in all, has "
-                f"{_fmt({k: have.get(k, 0.0) for k in need})})")
+        return (f"the cluster lacks {fmt_resources(missing)} (needs {fmt_resources(need)} in all, has "
+                f"{fmt_resources({k: have.get(k, 0.0) for k in need})})")
     too_big = [b for b in bundles if not any(_fits(b, n) for n in nodes)]
     if too_big:
-        return f"no single node can hold a bundle of {_fmt(too_big[0])}"
+        return f"no single node can hold a bundle of {fmt_resources(too_big[0])}"
     if strategy == "STRICT_SPREAD":
         distinct = sum(1 for n in nodes if any(_fits(b, n) for b in bundles))
         if distinct < len(bundles):
             return (f"STRICT_SPREAD needs {len(bundles)} distinct nodes that can each hold a bundle, "
                     f"the cluster has {distinct}")
     if strategy == "STRICT_PACK" and not any(_fits(need, n) for n in nodes):
-        return f"STRICT_PACK needs one node with {_fmt(need)}, none has that much"
+        return f"STRICT_PACK needs one node with {fmt_resources(need)}, none has that much"
     return ""
 
 
@@ -153,9 +159,9 @@ def task_table(infos: list[TaskInfo], specs: tuple[TaskSpec, ...]) -> str:
 
 
 def task_runtime_env(cfg: Config, t: TaskSpec) -> dict[str, Any]:
-    """The task actor's runtime_env: the user's, plus what must be set before TensorFlow is imported in
-    that process (the user's own env_vars win). Pure."""
-    runtime_env = copy.deepcopy(cfg.ray.runtime_env)
+    """The task actor's runtime_env: the user's (less what only the Ray job can take: shipping.task_level), plus
+    what must be set before TensorFlow is imported in that process (the user's own env_vars win). Pure."""
+    runtime_env = copy.deepcopy(shipping.task_level(cfg.ray.runtime_env))
     # Ray wants strings; `ray.runtime_env.env_vars.N=4` on the command line (or `N: 4` in YAML) gives a number.
     env_vars = {str(k): (str(v).lower() if isinstance(v, bool) else str(v))
                 for k, v in (runtime_env.get("env_vars") or {}).items()}

@@ -270,6 +270,14 @@ class Run:
         self.error = TrainingFailedError(str(e))
         return self._end(FAILED, self.error)
 
+    def broke(self, e: BaseException, now: float) -> None:
+        """Anything else ended the launch (raised to the caller): the attempt under way is not left running."""
+        attempt = self.attempt
+        if attempt is not None and attempt.status == RUNNING:
+            attempt.status, attempt.cause = FAILED, type(e).__name__
+            attempt.ended = attempt.ended or now
+            self.error = TrainingFailedError(f"{type(e).__name__}: {e}")
+
     def head_lost(self, message: str, now: float) -> Ended:
         """The Ray head is gone (the driver leaves at once): succeeded when the attempt had trained and only its
         teardown was left."""

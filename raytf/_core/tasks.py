@@ -29,6 +29,8 @@ class TaskInfo:
     port_error: str | None = None
     # Whether it reads the driver's storage marker (the run directory is shared); None when not asked.
     storage_visible: bool | None = None
+    # What of the program it lacks (shipping.Missing: train.script's file, a module), when asked (raytf issue 32).
+    code_missing: tuple[Any, ...] = ()
 
     @property
     def address(self) -> str:

@@ -27,6 +27,7 @@ from raytf._driver.group import TaskGroup
 from raytf._driver.port import BusUnresponsive, RayPort
 from raytf._driver.record import RunRecord
 from raytf._driver.sinks import Progress, Sinks
+from raytf._driver.usercode import CodePlan
 from raytf._storage import RunDir
 from raytf.config import Config, script_mode
 from raytf.errors import PlacementError, WorkerError
@@ -39,10 +40,10 @@ class AttemptRunner:
 
     def __init__(self, cfg: Config, run_dir: RunDir, run: Run, record: RunRecord, *, sinks: Sinks,
                  progress: Progress, ray_metrics: Any, dispatch: Callable[[list[ev.Event]], None],
-                 data: Datasets | None, embedded: bool, python_path: list[str], poll_s: float = 0.5) -> None:
+                 data: Datasets | None, embedded: bool, code: CodePlan, poll_s: float = 0.5) -> None:
         self.cfg, self.run_dir, self.run, self.record, self.sinks = cfg, run_dir, run, record, sinks
         self.progress, self.ray_metrics, self.dispatch, self.data = progress, ray_metrics, dispatch, data
-        self.embedded, self.python_path, self.poll_s = embedded, python_path, poll_s
+        self.embedded, self.code, self.poll_s = embedded, code, poll_s  # code: how the tasks get the program
         self.script = script_mode(cfg)
         self.group: TaskGroup | None = None  # the last attempt's (the run's end refills its standbys)
         self._refilled: int | None = None  # the attempt whose standbys were asked for
@@ -59,7 +60,8 @@ class AttemptRunner:
         self.progress.start_attempt(size, wanted=self.cfg.cluster.num_workers,
                                     min_workers=elastic.min_workers(self.cfg),
                                     batch_size=None if self.script else cfg.train.batch_size)
-        self.group = group = TaskGroup(cfg, plan, self.run_dir, embedded=self.embedded, avoid=set(placing.avoid))
+        self.group = group = TaskGroup(cfg, plan, self.run_dir, embedded=self.embedded, avoid=set(placing.avoid),
+                                       code=self.code)
         end: AttemptEnd | None = None
         try:
             end = self._train(attempt, cfg, plan, pg, group)
@@ -86,7 +88,7 @@ class AttemptRunner:
             log.info("tasks of %s (%s):\n%s", cfg.run.name, cfg.cluster.strategy.value, task_table(tasks, plan.tasks))
             self._warn_exposed(tasks)
             shares = self.data.split(cfg, plan.tasks, group.infos) if self.data is not None else {}
-            primary, background = group.launch(attempt=attempt.number, python_path=self.python_path,
+            primary, background = group.launch(attempt=attempt.number, python_path=self.code.python_path,
                                                resume_from=self.run.resumed_from,
                                                max_workers=self.cfg.cluster.num_workers, datasets=shares)
         except WorkerError as e:

@@ -9,7 +9,10 @@ import sys
 from collections.abc import Mapping
 
 import ray
+from ray.exceptions import RuntimeEnvSetupError
 
+from raytf._core import shipping
+from raytf._driver import usercode
 from raytf._driver.headwatch import unreachable
 from raytf.config import Config
 from raytf.errors import ConfigError, RaytfError
@@ -36,11 +39,18 @@ AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 
 def ensure_ray(cfg: Config) -> bool:
-    """Connect to (or start) Ray as configured; True when this call started an embedded Ray."""
+    """Connect to (or start) Ray as configured; True when this call started an embedded Ray. Joining a cluster, the
+    launch directory goes with the connection as the job's working_dir (ray.ship_code; usercode.init_env)."""
     if ray.is_initialized():
         return False
     r = cfg.ray
     address = resolve_address(cfg)
+    job = usercode.init_env(cfg, embedded=address is None)  # (a ConfigError here: nothing started yet)
+    runtime_env = job.runtime_env or None
+    if job.shipped:
+        log.info("shipping %s to every task as the Ray job's working_dir (.gitignore and .rayignore honoured; left "
+                 "out: %s); ray.ship_code=off if the nodes have the code", job.shipped,
+                 ", ".join(job.runtime_env.get(shipping.EXCLUDES, [])))
     try:
         if address is None:
             # Token auth for the embedded Ray, explicitly: Ray turns it on by default for a new local cluster
@@ -53,12 +63,19 @@ def ensure_ray(cfg: Config) -> bool:
                 log.warning("%s=%s: the embedded Ray accepts work from anyone who can reach this machine's Ray "
                             "ports. Fix: unset it (raytf then starts Ray with token auth)", AUTH_MODE_ENV,
                             os.environ[AUTH_MODE_ENV])
-            ray.init(address="local", num_cpus=r.num_cpus, include_dashboard=r.include_dashboard,
-                     log_to_driver=r.log_to_driver, configure_logging=False)
+            with usercode.quiet_default_excludes():
+                ray.init(address="local", num_cpus=r.num_cpus, include_dashboard=r.include_dashboard,
+                         log_to_driver=r.log_to_driver, configure_logging=False, runtime_env=runtime_env)
             return True
         check_reachable(address)
-        ray.init(address=address, log_to_driver=r.log_to_driver, configure_logging=False)
-    except (ConnectionError, RuntimeError, ValueError) as e:
+        with usercode.quiet_default_excludes():
+            ray.init(address=address, log_to_driver=r.log_to_driver, configure_logging=False, runtime_env=runtime_env)
+    except (ConnectionError, RuntimeError, ValueError, RuntimeEnvSetupError) as e:
+        refused = usercode.init_error(e, job)
+        # Ray refuses the job's runtime_env after starting an embedded Ray's processes (or connecting): none is left.
+        ray.shutdown()
+        if refused is not None:
+            raise refused from None
         raise RaytfError(f"ray.address ({address!r}): cannot connect to Ray: {e}. Fix: start it with "
                          "`ray start --head`, or set ray.address=null for an embedded local Ray") from None
     if not address.startswith("ray://") and not token_auth():
@@ -96,7 +113,8 @@ def started_here() -> bool:
 
 
 def python_path(cfg: Config) -> list[str]:
-    """sys.path entries for the tasks: train.python_path, plus the driver's cwd on an embedded Ray."""
+    """sys.path entries for the driver's own imports of the user's code (train.datasets' function): train.python_path
+    from the launch directory, plus the launch directory on an embedded Ray. (The tasks' are usercode.plan's.)"""
     paths = [os.path.abspath(p) for p in cfg.train.python_path]
     if resolve_address(cfg) is None:
         # Embedded Ray runs on this machine: let tasks import what the driver's cwd can.
@@ -104,28 +122,16 @@ def python_path(cfg: Config) -> list[str]:
     return paths
 
 
-def check_script(cfg: Config) -> None:
-    """Script mode: make train.script absolute where the tasks can use the driver's path (an embedded Ray, or
-    a cluster without ray.runtime_env.working_dir, whose nodes then share the driver's filesystem); with a
-    working_dir it stays relative to it. Fails before reserving anything when the file is missing."""
-    script = cfg.train.script
-    if cfg.ray.runtime_env.get("working_dir"):
-        return
-    if os.path.isfile(script):
-        cfg.train.script = os.path.abspath(script)
-        return
-    msg = (f"train.script ({script!r}): no such file (relative to {os.getcwd()}). Fix: give its path from the "
-           "directory you launch in, or an absolute path")
-    if resolve_address(cfg) is None:
-        raise ConfigError(msg)
-    log.warning("%s; assuming the cluster's nodes have it", msg)
-
-
 def check_entrypoint(cfg: Config, paths: list[str]) -> None:
-    """Fail before reserving anything when the entrypoint's (or train.module's) module cannot be found
-    (without importing it: that would pull TensorFlow into the driver)."""
+    """On an embedded Ray, fail before anything starts when the entrypoint's (or train.module's) module cannot be
+    found (without importing it: that would pull TensorFlow into the driver) or train.script is not there. Joining
+    a cluster the nodes may have what the driver lacks (an image): each task checks for itself (usercode.plan)."""
+    if resolve_address(cfg) is not None:
+        return
     if cfg.train.script:
-        check_script(cfg)
+        if not os.path.isfile(cfg.train.script):
+            raise ConfigError(f"train.script ({cfg.train.script!r}): no such file (relative to {os.getcwd()}). Fix: "
+                              "give its path from the directory you launch in, or an absolute path")
         return
     key = "train.module" if cfg.train.module else "train.entrypoint"
     module = cfg.train.module or cfg.train.entrypoint.partition(":")[0]
@@ -137,11 +143,7 @@ def check_entrypoint(cfg: Config, paths: list[str]) -> None:
         found = False
     finally:
         sys.path[:] = saved
-    if found:
-        return
-    msg = (f"{key} ({cfg.train.module or cfg.train.entrypoint!r}): module {module!r} not found on the driver "
-           f"(searched sys.path and {paths}). Fix: run from the directory that holds it, or add it "
-           f"with train.python_path=[...]")
-    if resolve_address(cfg) is None:
-        raise ConfigError(msg)
-    log.warning("%s; assuming the cluster's nodes have it (ray.runtime_env.working_dir)", msg)
+    if not found:
+        raise ConfigError(f"{key} ({cfg.train.module or cfg.train.entrypoint!r}): module {module!r} not found on the "
+                          f"driver (searched sys.path and {paths}). Fix: run from the directory that holds it, or add "
+                          "it with train.python_path=[...]")

@@ -26,7 +26,7 @@ from raytf._core.attempts import FAILED, INTERRUPTED, RUNNING, Done
 from raytf._core.checkpoints import CheckpointEntry
 from raytf._core.plan import make_plan
 from raytf._core.run import Ended, Placing, Retrying, Run
-from raytf._driver import connect
+from raytf._driver import connect, usercode
 from raytf._driver.attempt import AttemptRunner
 from raytf._driver.data import Datasets
 from raytf._driver.headwatch import HeadWatch
@@ -98,7 +98,10 @@ class Driver:
         # Only a Ray this process started is known to be one machine with no autoscaler (a notebook's
         # ray.init(address=<cluster>) before raytf.fit, with no ray.address in the config, is a cluster).
         embedded = started or connect.started_here()
-        try:  # Ray Data input: made (train.datasets' function needs Ray) and checked before anything is reserved
+        try:  # how the tasks get the program; Ray Data input: made (train.datasets' function needs Ray) and checked
+            code = usercode.plan(cfg, embedded=embedded)  # before anything is reserved
+            if cfg.train.script:  # as the tasks take it (from their own copy of a working_dir, say)
+                cfg.train.script = code.script
             data = Datasets.of_run(cfg, self._given_datasets, python_path)
             if data is not None:
                 data.check(cfg, record.plan, embedded=embedded)
@@ -107,7 +110,7 @@ class Driver:
             raise
         self.runner = AttemptRunner(cfg, self.run_dir, run, record, sinks=sinks, progress=progress,
                                     ray_metrics=ray_metrics, dispatch=self._dispatch, data=data, embedded=embedded,
-                                    python_path=python_path, poll_s=self.poll_s)
+                                    code=code, poll_s=self.poll_s)
         record.write_result(RUNNING)
         head_watch = None if embedded else self._watch_head()
         ended_by: BaseException | None = None
@@ -125,6 +128,7 @@ class Driver:
             raise
         except BaseException as e:
             ended_by = e
+            run.broke(e, time.time())  # (no attempt is left "running" in result.json)
             raise
         finally:
             if head_watch is not None:

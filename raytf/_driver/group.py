@@ -11,21 +11,22 @@ import time
 from typing import Any
 
 import ray
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError, RuntimeEnvSetupError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from raytf._core import events as ev
-from raytf._core import failure, topology
+from raytf._core import failure, shipping, topology
 from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_name, is_server, streamed, task_runtime_env
 from raytf._core.tasks import TaskInfo, TaskRun
 from raytf._driver import placement, standby
+from raytf._driver.usercode import CodePlan
 from raytf._storage import RunDir
 
 # The one task-side module the driver imports: Ray needs the class (and the sweep's function).
 from raytf._task.actor import TaskActor, sweep_scratch
 from raytf.config import SINGLE_TASK_STRATEGIES, Config, script_mode, task_view
 from raytf.config.redact import secret_runtime_env
-from raytf.errors import RaytfError, StorageError, WorkerError
+from raytf.errors import ConfigError, RaytfError, StorageError, WorkerError
 
 log = logging.getLogger("raytf")
 
@@ -55,8 +56,9 @@ class TaskGroup:
     Failures while starting raise WorkerError (kind "startup", or the task's own) or StorageError."""
 
     def __init__(self, cfg: Config, plan: Plan, run_dir: RunDir, *, embedded: bool,
-                 avoid: set[str] | frozenset[str] = frozenset()) -> None:
+                 avoid: set[str] | frozenset[str] = frozenset(), code: CodePlan | None = None) -> None:
         self.cfg, self.plan, self.run_dir, self.embedded = cfg, plan, run_dir, embedded
+        self.code = code  # what each task checks it has of the program (None: nothing)
         self.avoid = set(avoid)  # nodes (ids) not to place on while Ray counts them alive
         self.pg = None
         self.bus = None
@@ -156,14 +158,18 @@ class TaskGroup:
 
     def addresses(self) -> list[TaskInfo]:
         """Each task's node, address and held port; also checks that every task holds a port (of
-        cluster.port_range) and sees the run directory."""
+        cluster.port_range), sees the run directory and has the program."""
         timeout = self.cfg.cluster.startup_timeout_s
         marker = self.run_dir.write_storage_marker()
+        needs = [self.code.needs_of(self.cfg, t.role) if self.code else None for t in self.plan.tasks]
         try:
-            self.infos = ray.get([a.address.remote(self.run_dir, marker) for a in self.actors], timeout=timeout)
+            self.infos = ray.get([a.address.remote(self.run_dir, marker, n) for a, n in zip(self.actors, needs)],
+                                 timeout=timeout)
         except GetTimeoutError:
             raise WorkerError(f"tasks did not start within cluster.startup_timeout_s={timeout:g}s",
                               kind=failure.STARTUP) from None
+        except RuntimeEnvSetupError as e:  # (a page of traceback; a retry would meet the same runtime_env)
+            raise ConfigError(shipping.setup_failure(str(e))) from None
         except RayError as e:
             raise WorkerError(f"a task failed to start: {e}", kind=failure.STARTUP) from None
         finally:
@@ -180,6 +186,8 @@ class TaskGroup:
                 f"{self.run_dir.uri} but those nodes cannot read it (a local path on one machine is not shared "
                 "with the others). Fix: use shared storage: an NFS path mounted at the same place on every node, "
                 "or an object store URI such as s3://bucket/runs or gs://bucket/runs")
+        if self.code is not None:
+            self.code.refuse_missing(self.infos)  # a ConfigError: never retried (the next attempt lands there too)
         return self.infos
 
     def launch(self, *, attempt: int, python_path: list[str], resume_from, max_workers: int | None = None,

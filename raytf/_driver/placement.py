@@ -8,7 +8,7 @@ import time
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
-from raytf._core.plan import Plan, shortfall
+from raytf._core.plan import PLACEMENT_FIX, Plan, shortfall
 from raytf.errors import PlacementError
 
 log = logging.getLogger(__name__)
@@ -20,10 +20,6 @@ def _node_totals() -> list[dict[str, float]]:
 
 def _alive() -> set[str]:
     return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-
-
-_FIX = ("Fix: add nodes or resources, lower the per-task reservations (cluster.<role>.cpus/gpus/...) or the "
-        "task counts (cluster.num_workers, cluster.num_ps), or raise cluster.placement_timeout_s")
 
 
 # How long a node a failure left unreachable is avoided while Ray still counts it alive (at most half of
@@ -59,7 +55,7 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
     if not can_grow:
         why = shortfall(plan.bundles, plan.placement_strategy, _node_totals())
         if why:
-            raise PlacementError(f"{what} can never be placed on this embedded Ray: {why}. {_FIX}")
+            raise PlacementError(f"{what} can never be placed on this embedded Ray: {why}. {PLACEMENT_FIX}")
     start = time.monotonic()
     deadline = start + timeout_s
     avoid = set(avoid) & _alive() if avoid else set()  # a node Ray has declared dead is left out anyway
@@ -86,7 +82,7 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
     why = shortfall(plan.bundles, plan.placement_strategy, _node_totals())
     if not why:
         why = f"the cluster could hold it but has only {ray.available_resources()} free now (other jobs)"
-    raise PlacementError(f"{what} not ready after cluster.placement_timeout_s={timeout_s:g}s: {why}. {_FIX}")
+    raise PlacementError(f"{what} not ready after cluster.placement_timeout_s={timeout_s:g}s: {why}. {PLACEMENT_FIX}")
 
 
 def capacity(bundles: list[dict[str, float]], strategy: str, *, avoid: set[str], timeout_s: float = 1.0) -> bool:

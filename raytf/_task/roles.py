@@ -15,6 +15,7 @@ from raytf._core import events as ev
 from raytf._core.plan import EVALUATOR
 from raytf._core.tasks import TaskOutcome
 from raytf._storage import task_log_dir, task_workdir
+from raytf._task import usercode
 from raytf._task.call import TaskCall
 from raytf._task.upload import upload_outputs
 
@@ -56,7 +57,7 @@ def prepare(call: TaskCall):
         os.environ.pop("TF_CONFIG", None)
     else:
         os.environ["TF_CONFIG"] = json.dumps(run.tf_config)
-    for p in reversed(run.python_path):
+    for p in reversed(usercode.task_paths(run.python_path)):
         if p not in sys.path:
             sys.path.insert(0, p)
     from raytf._task import tf_runtime

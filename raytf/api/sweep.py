@@ -46,6 +46,17 @@ def param_space(space: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def trial_count(space: Mapping[str, Any], num_samples: int = 1) -> int | None:
+    """How many trials a sweep runs: the grid's points times num_samples; None when an axis is sampled (a Tune
+    domain: num_samples draws of it, times the grid)."""
+    points = 1
+    for values in space.values():
+        if _is_domain(values):
+            return None
+        points *= len(values["grid_search"]) if isinstance(values, Mapping) else len(values)
+    return points * num_samples
+
+
 def check_sweep(cfg: Config, space: Mapping[str, Any], *, max_concurrent: int = 1, num_samples: int = 1) -> None:
     """What would run no trial or fail every one, refused before Ray starts: `max_concurrent` or `num_samples`
     below 1, an empty space or axis, a misspelt key. Pure (no Ray); raises ConfigError.

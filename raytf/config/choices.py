@@ -21,6 +21,11 @@ class PlacementStrategy(str, enum.Enum):
     STRICT_SPREAD = "STRICT_SPREAD"
 
 
+class ShipCode(str, enum.Enum):
+    auto = "auto"
+    off = "off"
+
+
 class Collective(str, enum.Enum):
     auto = "auto"
     ring = "ring"

@@ -49,12 +49,26 @@ def load_config(
             raise ConfigError(f"config source {source!r} is not a path, dict or Config")
         if overrides:
             layers.append(_overrides_layer(overrides))
+        for layer in layers[1:]:
+            _yaml_words(layer)
         cfg = OmegaConf.to_object(OmegaConf.merge(*layers))
     except OmegaConfBaseException as e:
         raise ConfigError(_one_line(e)) from None
     assert isinstance(cfg, Config)
     validate(cfg)
     return cfg
+
+
+# YAML 1.1 (PyYAML, OmegaConf) reads `off` and `on` as booleans: where "off" is one of a setting's words, a boolean
+# is that word as the user typed it (`ray.ship_code: off`).
+_WORDS = {"ray.ship_code": {False: "off", True: "auto"}}
+
+
+def _yaml_words(layer) -> None:
+    for key, words in _WORDS.items():
+        value = OmegaConf.select(layer, key, default=None)
+        if isinstance(value, bool):
+            OmegaConf.update(layer, key, words[value])
 
 
 def _read_yaml(source: str | Path) -> DictConfig:

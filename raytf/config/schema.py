@@ -7,7 +7,15 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from raytf.config.choices import Collective, CrossDeviceOps, Partitioner, PlacementStrategy, Strategy, StreamOutput
+from raytf.config.choices import (
+    Collective,
+    CrossDeviceOps,
+    Partitioner,
+    PlacementStrategy,
+    ShipCode,
+    Strategy,
+    StreamOutput,
+)
 
 SINGLE_TASK_STRATEGIES = (Strategy.mirrored, Strategy.central_storage)
 
@@ -18,8 +26,16 @@ class RayConfig:
     address: str | None = None
     # Ray runtime_env for the tasks; raytf adds, unless set here: `TF_USE_LEGACY_KERAS=1`,
     # `TF_GRPC_REUSE_PORT=true` (TF binds the port raytf holds), `TF_CPP_MIN_LOG_LEVEL=1`, `OMP_NUM_THREADS`
-    # (see `cluster.threads`), and for ParameterServerStrategy `GRPC_FAIL_FAST=use_caller`.
+    # (see `cluster.threads`), and for ParameterServerStrategy `GRPC_FAIL_FAST=use_caller`. Its `working_dir`,
+    # `py_modules` and `excludes` go to the Ray job (`ray.init`), the only place Ray takes local paths.
     runtime_env: dict[str, Any] = field(default_factory=dict)
+    # Joining a cluster (not an embedded Ray), the directory you launch from goes to every task as the Ray job's
+    # working_dir, as `ray job submit --working-dir .` sends it: `.gitignore` and `.rayignore` honoured; `.git`,
+    # virtual environments and a `storage.path` inside it left out; Ray's limit is 512 MiB. Relative `train.script`
+    # and `train.python_path` then mean the task's own copy. Nothing is shipped twice: not under `ray job submit`
+    # (the job has its working_dir), not with your own `ray.runtime_env.working_dir`, not when this process joined
+    # Ray itself before raytf. `off`: the nodes have the code already (an image, the same path on NFS).
+    ship_code: ShipCode = ShipCode.auto
     # Embedded Ray only: CPUs to offer (null = all of this machine's).
     num_cpus: int | None = None
     # The dashboard costs ~2 s of start-up; ray.util.state needs it.
@@ -132,7 +148,10 @@ class TrainConfig:
     entrypoint: str | None = ""
     # Or an existing tf.distribute program, run unmodified on every task that runs user code (all MWMS
     # workers; the ParameterServerStrategy chief): a file (`script`) or a module run like `python -m`
-    # (`module`), with command-line `args`. Exactly one of entrypoint, script and module is set.
+    # (`module`), with command-line `args`. Exactly one of entrypoint, script and module is set. A relative
+    # `script` is found in each task's own copy of the shipped directory (`ray.ship_code`, `ray job submit`), else
+    # from the directory you launch in, at the same path on every node; an absolute one (baked into the nodes'
+    # image) is taken as it is. Every task checks it sees it before any training.
     script: str | None = ""
     # See `train.script`.
     module: str | None = ""
@@ -162,8 +181,9 @@ class TrainConfig:
     batch_size: int = 64
     # The tasks' random seed.
     seed: int = 0
-    # Extra sys.path entries for the tasks; by default the driver's working directory
-    # when Ray is embedded (so `examples.x:train` imports as it does on the driver).
+    # Extra sys.path entries for the tasks (relative ones: as `train.script`); the driver's working directory is
+    # one when Ray is embedded (so `examples.x:train` imports as it does on the driver). Every task checks it can
+    # find the entrypoint's module, and the packages it imports, before any training.
     python_path: list[str] = field(default_factory=list)
     # Passed to the training function untouched (ctx.params).
     params: dict[str, Any] = field(default_factory=dict)

@@ -94,3 +94,59 @@ def test_compute_is_not_judged_without_the_all_reduce_timed():
     waiting = {"step_time_s": 0.3, "input_wait_s": 0.0, "compute_s": 0.3}
     slow = {"step_time_s": 0.3, "input_wait_s": 0.2, "compute_s": 0.1}
     assert [(f.rank, f.part) for f in _feed(s, {0: [waiting] * 3, 1: [slow] * 3})] == [(1, "input")]
+
+
+def test_the_others_median_matches_gathering_every_window():
+    """The pooled median (sorted once, own window left out by position) against statistics.median of the other
+    ranks' gathered windows, on random rows with ties, ranks joining late and a role of their own."""
+    import random
+    import statistics
+
+    from raytf._core.stragglers import PARTS
+
+    rng = random.Random(7)
+    s = Stragglers(ratio=1.3, window=3)
+    roles = {r: "ps" if r == 5 else "worker" for r in range(8)}
+    for step in range(1, 12):
+        for rank in range(8 if step > 2 else 4):
+            metrics = {p: rng.choice([0.1, 0.2, 0.2, rng.random()]) for p in PARTS}
+            s.add(attempt=1, rank=rank, role=roles[rank], host="h", step=step, metrics=metrics)
+            for part in PARTS:
+                others = [v for o, r in s._ranks.items() if o != rank and r.role == roles[rank]
+                          and len(r.rows.get(part, ())) == 3 for v in r.rows[part]]
+                expected = statistics.median(others) if others else None
+                assert s._others_median(rank, part) == expected, (step, rank, part)
+
+
+def test_512_ranks_cost_the_same_per_row_as_8(monkeypatch):
+    """The watch is fed every rank's every step row: its work per row must not grow with the number of ranks (it
+    once gathered every other rank's window and took their median for each row: quadratic per step). Counted as
+    the values medians are taken of, not timed."""
+    import statistics
+
+    from raytf._core import stragglers as mod
+
+    seen = 0
+    median = statistics.median
+
+    def counting(values):
+        nonlocal seen
+        values = list(values)
+        seen += len(values)
+        return median(values)
+
+    monkeypatch.setattr(mod.statistics, "median", counting)
+
+    def per_row(n: int) -> float:
+        nonlocal seen
+        seen = 0
+        s = Stragglers(ratio=1.3, window=5)
+        for step in range(10):
+            for rank in range(n):
+                slow = rank == 0  # one straggler: its finding's medians are taken on every row
+                s.add(attempt=1, rank=rank, role="worker", host="h", step=step,
+                      metrics=_row(0.2, 0.1 if slow else 0.01, collective=0.0 if slow else 0.09))
+        assert [f.rank for f in s.findings] == [0]
+        return seen / (10 * n)
+
+    assert per_row(512) <= per_row(8)

@@ -58,3 +58,58 @@ def test_joining_a_cluster_without_token_auth_is_warned_of(connect, recorded_ini
     monkeypatch.setattr(connect, "token_auth", lambda: True)
     connect.ensure_ray(load_config("conf/local.yaml", ["ray.address=198.18.0.1:6379"]))
     assert not [r for r in caplog.records if "token auth" in r.getMessage()]
+
+
+def test_joining_a_cluster_ships_the_launch_directory_once(connect, monkeypatch, tmp_path, caplog):
+    """The CLI and raytf.fit join a cluster with the launch directory as the job's working_dir (raytf issue 32), not
+    under `ray job submit --working-dir` (the job has one), not with ray.ship_code=off, not on an embedded Ray."""
+    import ray
+
+    from raytf._driver import usercode
+
+    seen = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.append(kw.get("runtime_env")))
+    monkeypatch.setattr(connect, "check_reachable", lambda address: None)
+    monkeypatch.setattr(connect, "token_auth", lambda: True)
+    monkeypatch.setattr(connect, "_reload_ray_config", lambda: None)
+    monkeypatch.setattr(connect.os, "environ", {"RAY_AUTH_MODE": "token"})
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "usertrain.py").write_text("def train(ctx):\n    pass\n")
+    cluster = ["ray.address=198.18.0.2:6379", "train.entrypoint=usertrain:train"]
+    with caplog.at_level(logging.INFO, logger="raytf"):
+        connect.ensure_ray(load_config(None, cluster))
+    assert seen == [{"working_dir": str(tmp_path), "excludes": [".git", ".venv", "venv", "__pycache__", "/runs/"]}]
+    assert [r for r in caplog.records if r.getMessage().startswith(f"shipping {tmp_path} to every task")]
+    connect.ensure_ray(load_config(None, [*cluster, "ray.ship_code=off"]))
+    connect.ensure_ray(load_config(None, ["train.entrypoint=usertrain:train"]))  # embedded
+    connect.os.environ[usercode.JOB_CONFIG_ENV] = '{"runtime_env": {"working_dir": "gcs://_ray_pkg_1.zip"}}'
+    connect.ensure_ray(load_config(None, cluster))
+    assert seen[1:] == [None, None, None]
+
+
+def test_a_launch_directory_over_rays_limit_is_one_line(connect, monkeypatch, tmp_path):
+    """Ray refuses a package over its upload limit (a RuntimeEnvSetupError out of ray.init, after it started its
+    processes): one line naming the directory and what to do, and nothing of Ray left running."""
+    import ray
+    from ray.exceptions import RuntimeEnvSetupError
+
+    from raytf.errors import ConfigError
+
+    def refuse(**kw):
+        raise RuntimeEnvSetupError("Failed to set up runtime environment.\nFailed to upload working_dir "
+                                   f"{kw['runtime_env']['working_dir']} to the Ray cluster: Package size (612.40MiB) "
+                                   "exceeds the maximum size of 512.00MiB. To exclude large files, ...")
+
+    shutdowns = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.setattr(ray, "shutdown", lambda: shutdowns.append(1))
+    monkeypatch.setattr(connect, "check_reachable", lambda address: None)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "usertrain.py").write_text("def train(ctx):\n    pass\n")
+    with pytest.raises(ConfigError) as info:
+        connect.ensure_ray(load_config(None, ["ray.address=198.18.0.2:6379", "train.entrypoint=usertrain:train"]))
+    assert str(info.value).startswith(f"ray.ship_code: the launch directory {tmp_path} packs to 612.40MiB, over Ray's "
+                                      "limit of 512.00MiB")
+    assert "\n" not in str(info.value) and shutdowns == [1]

@@ -35,7 +35,7 @@ from raytf._core import events as ev
 from raytf._core.plan import TaskSpec
 from raytf._core.tasks import TaskRun
 from raytf._storage import RunDir, task_log, task_log_dir, task_workdir
-from raytf._task import timing
+from raytf._task import timing, usercode
 from raytf._task.lines import Shown
 from raytf._task.script import feed, protocol
 from raytf._task.script.env import child_env, expand_args
@@ -107,7 +107,8 @@ class ScriptHost:
                          cfg=self.cfg, run_uri=self.run_dir.uri, attempt=self.attempt, is_chief=self.is_chief,
                          num_workers=run.num_workers, max_workers=run.max_workers,
                          checkpoint_dir=self.checkpoint_dir, resume_from=run.resume_from,
-                         python_path=list(run.python_path), log_dir=self.log_dir, launch_dir=self.launch_dir,
+                         python_path=usercode.task_paths(run.python_path), log_dir=self.log_dir,
+                         launch_dir=self.launch_dir,
                          work_dir=self.work_dir, data_socket=self.data_socket, datasets=list(self.datasets))
 
     def run(self, env: dict[str, str]) -> tuple[int, list[str]]:
