@@ -52,12 +52,15 @@ def shown(uri: str) -> str:
 def check_installed(uri: str) -> None:
     """MLflow is importable in this process, with what `uri` needs; else a one-line ConfigError (the CLI's exit 2).
     Looks, does not import (MLflow takes seconds to import)."""
-    if importlib.util.find_spec("mlflow") is None:
+    spec = importlib.util.find_spec("mlflow")
+    if spec is None or not spec.origin:
         raise ConfigError(f"tracking.mlflow.uri is set ({shown(uri)}) but MLflow is not installed here. Fix: pip "
                           "install 'raytf[mlflow]' (or mlflow), or unset tracking.mlflow.uri")
     scheme = uri.partition(":")[0].partition("+")[0]
+    # (A file of the package, not find_spec of the submodule: that would import mlflow itself.)
+    sql_store = os.path.join(os.path.dirname(spec.origin), "store", "tracking", "sqlalchemy_store.py")
     if scheme in _DATABASE_SCHEMES and (importlib.util.find_spec("sqlalchemy") is None
-                                        or importlib.util.find_spec("mlflow.store.tracking.sqlalchemy_store") is None):
+                                        or not os.path.exists(sql_store)):
         raise ConfigError(f"tracking.mlflow.uri ({shown(uri)}) is a database, which needs the full MLflow package "
                           "(mlflow-skinny only talks to a tracking server). Fix: pip install mlflow, or use a "
                           "tracking server's http(s):// URI")
