@@ -224,7 +224,7 @@ class MlflowRun:
             model = None
             if summary.get("model"):
                 model = run_dir.path(storage.MODEL_DIR) if _local(run_dir) else storage.MODEL_DIR
-            self._stage(stage, summary, metrics_table)
+            self._stage(stage, summary, metrics_table, run_dir)
             with self._cond:
                 self.outbox.add_points(self.stream.flush())
                 for attempt in summary.get("attempts") or []:
@@ -254,9 +254,10 @@ class MlflowRun:
         finally:
             shutil.rmtree(stage, ignore_errors=True)
 
-    def _stage(self, stage: str, summary: Mapping[str, Any], table: Any) -> None:
-        """The artefacts' files, written locally: the figures drawn again from the metrics (as the run directory's
-        learning_curves.png is), result.json and config.yaml as they are in the run directory."""
+    def _stage(self, stage: str, summary: Mapping[str, Any], table: Any, run_dir: storage.RunDir) -> None:
+        """The artefacts' files, written locally: the learning curves (the run directory's, or drawn again from the
+        metrics when it is on object storage), step time per rank, result.json and config.yaml as they are in the
+        run directory."""
         from raytf._core import figures, ranks
 
         with open(os.path.join(stage, storage.RESULT_FILE), "w") as f:
@@ -264,8 +265,10 @@ class MlflowRun:
         with open(os.path.join(stage, storage.CONFIG_FILE), "w") as f:
             f.write(to_yaml(redacted(self.cfg)))
         try:
-            curves = figures.learning_curves(table)
-            if not curves.empty:
+            drawn = run_dir.path(figures.CURVES_FILE)
+            if _local(run_dir) and os.path.exists(drawn):  # (just written by the run's end: not drawn twice)
+                shutil.copyfile(drawn, os.path.join(stage, figures.CURVES_FILE))
+            elif not (curves := figures.learning_curves(table)).empty:
                 with open(os.path.join(stage, figures.CURVES_FILE), "wb") as f:
                     f.write(figures.png_bytes(curves, title=self.cfg.run.name, resizes=figures.size_changes(table)))
             df = table.to_pandas()
