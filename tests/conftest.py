@@ -206,7 +206,8 @@ def copy_run(result, storage: Path):
     import raytf
 
     shutil.copytree(result.run_dir, storage / Path(result.run_dir).name)
-    return raytf.load_config(result.config, [f"storage.path={storage}"])
+    # (Untracked: a copy is another raytf run, and keras_run's MLflow store holds keras_run's alone.)
+    return raytf.load_config(result.config, {"storage.path": str(storage), "tracking.mlflow.uri": ""})
 
 
 @pytest.fixture

@@ -51,7 +51,7 @@ def test_a_run_is_one_mlflow_run_with_its_params_curves_and_artefacts(keras_run)
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.info.run_name == "keras3"
     assert client.get_experiment(run.info.experiment_id).name == "local"  # conf/local.yaml's name
-    assert len(client.search_runs([run.info.experiment_id])) == 1
+    assert len(client.search_runs([run.info.experiment_id], f"tags.`raytf.run_dir` = '{keras_run.run_dir}'")) == 1
 
     params, tags = run.data.params, run.data.tags
     assert (params["cluster.num_workers"], params["train.epochs"], params["train.entrypoint"]) == (
