@@ -107,7 +107,7 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         if isinstance(value, Mapping) and value:
             out.update(flatten(value, f"{name}."))
         else:
-            out[name] = _value(value)
+            out[metric_key(name)] = _value(value)
     return out
 
 
@@ -129,13 +129,17 @@ def clip(text: str, limit: int = MAX_TAG_VALUE) -> str:
 
 # -- metrics --------------------------------------------------------------------------------------------------------
 
-# MLflow's metric and param names (mlflow/utils/validation.py): letters, digits, `_ - . / :` and spaces.
+# MLflow's metric, param and tag names (mlflow/utils/validation.py): letters, digits, `_ - . / :` and spaces, a
+# normalised path (no `//`, `./`, `..`, leading or trailing `/`), at most 250 characters.
 _BAD_NAME = re.compile(r"[^\w\-./: ]")
+MAX_KEY = 250
 
 
 def metric_key(name: str) -> str:
-    key = _BAD_NAME.sub("_", str(name)).strip("/") or "_"
-    return re.sub(r"\.\.+", ".", key)
+    """A name MLflow takes for a metric, param or tag (others are refused, with the rest of their batch)."""
+    parts = [p for p in _BAD_NAME.sub("_", str(name)).split("/") if p not in ("", ".", "..")]
+    key = "/".join(re.sub(r"\.\.+", ".", p) for p in parts) or "_"
+    return key[:MAX_KEY]
 
 
 class Point(NamedTuple):

@@ -187,7 +187,7 @@ class MlflowRun:
         self._key = tr.run_key(run_dir.uri)
         self._started_ms = int(started_at * 1000)
         self._start_tags = {
-            **{str(k): tr.clip(str(v)) for k, v in cfg.tracking.mlflow.tags.items()},
+            **{tr.metric_key(k): tr.clip(str(v)) for k, v in cfg.tracking.mlflow.tags.items()},
             tr.TAG_VERSION: _version(), tr.TAG_STRATEGY: cfg.cluster.strategy.value, tr.TAG_RUN_NAME: cfg.run.name,
             tr.TAG_RUN_DIR: tr.clip(run_dir.uri), tr.TAG_RUN_KEY: self._key, tr.TAG_STATUS: RUNNING}
         with self._cond:
@@ -399,10 +399,10 @@ class SweepRun:
         self.experiment = tr.experiment_name(cfg.tracking.mlflow.experiment)
         self.run_id: str | None = None
         self._client = None
-        tags = {**{str(k): tr.clip(str(v)) for k, v in cfg.tracking.mlflow.tags.items()},
+        tags = {**{tr.metric_key(k): tr.clip(str(v)) for k, v in cfg.tracking.mlflow.tags.items()},
                 tr.TAG_VERSION: _version(), tr.TAG_SWEEP: name,
                 tr.TAG_SWEEP_KEY: tr.sweep_key(self.experiment, name), tr.TAG_STATUS: RUNNING}
-        params = {f"sweep.space.{k}": tr.clip(str(v), tr.MAX_PARAM_VALUE) for k, v in space.items()}
+        params = {tr.metric_key(f"sweep.space.{k}"): tr.clip(str(v), tr.MAX_PARAM_VALUE) for k, v in space.items()}
         done = threading.Event()
 
         def make() -> None:

@@ -88,6 +88,9 @@ def test_eval_rows_and_metric_names():
     assert s.trainers == set()  # the evaluator trains nothing: epochs never wait for it
     assert tr.metric_key("val acc@top5") == "val acc_top5"
     assert tr.metric_key("a..b") == "a.b"
+    assert tr.metric_key("/x//./y/../z/") == "x/y/z"  # a normalised path, as MLflow wants
+    assert len(tr.metric_key("k" * 300)) == 250
+    assert "train.params.learning rate_" in tr.flatten({"train": {"params": {"learning rate?": 1}}})
 
 
 def test_attempt_tags_say_cause_and_decision():
