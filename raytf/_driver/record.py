@@ -141,7 +141,7 @@ class RunRecord:
         known = self.tracking.run_id
         self.tracking.finish(status, self.summary(status), self.metrics.to_arrow(), self.run_dir, timeout_s)
         if self.tracking.run_id != known:
-            self._write_result(status)
+            self._write_result(status, lock_timeout_s=10.0)  # (from the head watch too: never waits for good)
 
     def _flush_metrics(self, force: bool = False) -> None:
         """Once per loop round (and between attempts, forced): the rows since the last flush as one more part,

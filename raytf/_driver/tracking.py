@@ -3,9 +3,9 @@
 
 A sink of the driver: `start` at the launch's start, `on_events` with every drain, `attempt_ended`, `finish` at the
 end. What is sent (params, metric points, tags) is `_core.tracking`'s; here a sender thread sends it in batches
-with back-off. Tracking never stops training: a tracker that is down or slow costs one warning, the metrics wait
-in a bounded outbox until it answers, and `finish` waits at most tracking.flush_timeout_s. MLflow is imported
-lazily, in the sender thread, and only when tracking is on.
+with back-off (`_core.outbox`). Tracking never stops training: a tracker that is down or slow costs one warning,
+the metrics wait in a bounded outbox until it answers, and `finish` waits at most tracking.flush_timeout_s. MLflow
+is imported lazily, in the sender thread, and only when tracking is on.
 
 A relaunch of the same run (same run directory) finds its MLflow run by the `raytf.run_key` tag and continues it;
 a sweep's trials are child runs of the sweep's (`SweepRun`, MLflow's `mlflow.parentRunId` tag).
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytf import _storage as storage
+from raytf._core import outbox as ob
 from raytf._core import tracking as tr
 from raytf._core.attempts import RUNNING
 from raytf.config import Config, redacted, to_dict, to_yaml
@@ -167,8 +168,8 @@ class MlflowRun:
         self.run_id: str | None = None
         self.experiment_id: str | None = None
         self.stream = tr.MetricStream()
-        self.outbox = tr.Outbox()
-        self.backoff = tr.Backoff()
+        self.outbox = ob.Outbox()
+        self.backoff = ob.Backoff()
         self._cond = threading.Condition()
         self._end: _End | None = None
         self._done = threading.Event()
@@ -325,7 +326,7 @@ class MlflowRun:
                                 "(at most %d points) and sent when it answers", shown(self.uri),
                                 _one_line(e), self.outbox.max_points)
 
-    def _send(self, batch: tr.Batch) -> None:
+    def _send(self, batch: ob.Batch) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
         try:
@@ -333,7 +334,7 @@ class MlflowRun:
                                    params=[Param(k, v) for k, v in batch.params.items()],
                                    tags=[RunTag(k, v) for k, v in batch.tags.items()])
         except Exception as e:
-            if tr.permanent(_error_code(e)):
+            if ob.permanent(_error_code(e)):
                 if not self._rejected:
                     self._rejected = True
                     log.warning("tracking: MLflow refused a batch (%d params, %d tags, %d points): %s; it is dropped",
@@ -415,9 +416,9 @@ class SweepRun:
                     from mlflow.entities import Param
 
                     items = list(params.items())
-                    for i in range(0, len(items), tr.MAX_BATCH_PARAMS):
+                    for i in range(0, len(items), ob.MAX_BATCH_PARAMS):
                         client.log_batch(run.info.run_id,
-                                         params=[Param(k, v) for k, v in items[i:i + tr.MAX_BATCH_PARAMS]])
+                                         params=[Param(k, v) for k, v in items[i:i + ob.MAX_BATCH_PARAMS]])
                 else:
                     client.update_run(run.info.run_id, status="RUNNING")
                 self._client, self.run_id = client, run.info.run_id

@@ -1,6 +1,6 @@
-"""Experiment tracking's pure parts (raytf._core.tracking, the tracking.* keys): the config as params with its
-secrets masked, metric names and points (epochs averaged over ranks), the outbox and the back-off; and the one-line
-error when MLflow is missing."""
+"""Experiment tracking's pure parts (raytf._core.tracking and .outbox, the tracking.* keys): the config as params
+with its secrets masked, metric names and points (epochs averaged over ranks), the outbox and the back-off; and the
+one-line error when MLflow is missing."""
 
 import importlib.util
 
@@ -8,6 +8,7 @@ import pytest
 
 import raytf
 from raytf._core import events as ev
+from raytf._core import outbox as ob
 from raytf._core import tracking as tr
 from raytf.config import redacted, task_view, to_dict
 from raytf.errors import ConfigError
@@ -104,7 +105,7 @@ def test_attempt_tags_say_cause_and_decision():
 # -- sending --------------------------------------------------------------------------------------------------------
 
 def test_outbox_sends_params_then_tags_then_points_within_mlflows_limits():
-    box = tr.Outbox(max_points=2500)
+    box = ob.Outbox(max_points=2500)
     box.params.update({f"p{i}": str(i) for i in range(150)})
     box.tags.update({"t": "1"})
     box.add_points(tr.Point("loss", float(i), i, i) for i in range(2600))
@@ -117,7 +118,7 @@ def test_outbox_sends_params_then_tags_then_points_within_mlflows_limits():
 
 
 def test_outbox_requeues_in_front_and_keeps_newer_tags():
-    box = tr.Outbox()
+    box = ob.Outbox()
     box.tags["status"] = "running"
     box.add_points([tr.Point("a", 1.0, 1, 1)])
     first = box.take()
@@ -131,7 +132,7 @@ def test_outbox_requeues_in_front_and_keeps_newer_tags():
 
 
 def test_backoff_warns_once_and_doubles_up_to_its_cap():
-    b = tr.Backoff(first_s=1.0, max_s=4.0)
+    b = ob.Backoff(first_s=1.0, max_s=4.0)
     assert b.due(0.0) and not b.down
     assert b.failed(10.0) is True  # the one warning
     assert not b.due(10.5) and b.due(11.0)
@@ -143,8 +144,8 @@ def test_backoff_warns_once_and_doubles_up_to_its_cap():
 
 
 def test_permanent_errors_are_the_requests_fault():
-    assert tr.permanent("INVALID_PARAMETER_VALUE")
-    assert not tr.permanent("INTERNAL_ERROR") and not tr.permanent(None)
+    assert ob.permanent("INVALID_PARAMETER_VALUE")
+    assert not ob.permanent("INTERNAL_ERROR") and not ob.permanent(None)
 
 
 def test_names_and_places():
