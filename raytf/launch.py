@@ -63,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             from raytf._s3 import read_credentials
 
             read_credentials(cfg.storage.credentials_file)  # readable here (each node reads its own copy)
+        if cfg.tracking.mlflow.uri.strip():
+            from raytf._driver.tracking import check_installed
+
+            check_installed(cfg.tracking.mlflow.uri.strip())  # before Ray starts
         if args.scaling:
             from raytf.api.scaling import parse_workers
 

@@ -164,8 +164,15 @@ def _shared_run(session_ray, tmp_path_factory, conf: str, defaults: list[str], *
 @pytest.fixture(scope="session")
 def keras_run(session_ray, tmp_path_factory):
     """examples.keras_cnn on 2 workers for 3 epochs (fast_cfg's sizes), succeeded: its metrics, curves, TensorBoard
-    files, checkpoints and exported model."""
-    result = _shared_run(session_ray, tmp_path_factory, "conf/local.yaml", FAST, "run.name=keras3", "train.epochs=3")
+    files, checkpoints and exported model; tracked in MLflow (a `sqlite:///` store, no server: tests/ray/
+    test_tracking.py), when MLflow is installed."""
+    import importlib.util
+
+    tracked = []
+    if importlib.util.find_spec("mlflow") is not None:
+        tracked = [f"tracking.mlflow.uri=sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"]
+    result = _shared_run(session_ray, tmp_path_factory, "conf/local.yaml", FAST, "run.name=keras3", "train.epochs=3",
+                         *tracked)
     assert result.status == "succeeded", result.error
     return result
 
@@ -199,7 +206,8 @@ def copy_run(result, storage: Path):
     import raytf
 
     shutil.copytree(result.run_dir, storage / Path(result.run_dir).name)
-    return raytf.load_config(result.config, [f"storage.path={storage}"])
+    # (Untracked: a copy is another raytf run, and keras_run's MLflow store holds keras_run's alone.)
+    return raytf.load_config(result.config, {"storage.path": str(storage), "tracking.mlflow.uri": ""})
 
 
 @pytest.fixture

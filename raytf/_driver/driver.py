@@ -30,7 +30,7 @@ from raytf._core.plan import WORKER, Plan, make_plan, task_table
 from raytf._core.runloop import AttemptLoop, Phase, Timing, drive
 from raytf._core.stragglers import Stragglers
 from raytf._core.topology import TaskAddress
-from raytf._driver import connect, placement, standby, usercode
+from raytf._driver import connect, placement, standby, tracking, usercode
 from raytf._driver.data import Datasets
 from raytf._driver.group import TaskGroup
 from raytf._driver.headwatch import HeadWatch
@@ -113,6 +113,8 @@ class Driver(RunRecord):
         self._grow_checked = 0.0
         self._loop: AttemptLoop | None = None  # the attempt loop under way (its tolerated PS worker losses)
         self._result_lock = threading.Lock()  # result.json is written by the main thread and the head watch
+        self.previous_mlflow_run_id: str | None = None
+        self.tracking = tracking.for_run(cfg)  # (MLflow missing: a ConfigError now, before anything starts)
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -125,6 +127,7 @@ class Driver(RunRecord):
             before = rd.read_json(storage.RESULT_FILE)
             self.previous_attempts = list(before.get("attempts", []))
             self.previous_stragglers = list(before.get("stragglers") or [])
+            self.previous_mlflow_run_id = before.get("mlflow_run_id")
         if cfg.checkpoint.resume:
             self.resumed_from = self._trusted_checkpoint()
             if rd.has_metrics():
@@ -171,6 +174,7 @@ class Driver(RunRecord):
             self._close_sinks()
             raise
         status = FAILED
+        self.tracking.start(rd, started_at=self.t0)
         self._write_result(RUNNING)
         ended_by: BaseException | None = None
         self.head_watch = None if self.embedded else self._watch_head()
@@ -195,6 +199,7 @@ class Driver(RunRecord):
                     self._write_result(RUNNING)
                 finally:
                     attempt.ended = attempt.ended or time.time()
+                    self.tracking.attempt_ended(attempt.to_json())
         except KeyboardInterrupt as e:
             ended_by = e
             status = INTERRUPTED
@@ -522,6 +527,7 @@ class Driver(RunRecord):
             self.ray_metrics(e)
             if self.on_event is not None:
                 self.on_event(e)
+        self.tracking.on_events(events)
 
 def run(cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None,
         datasets: Mapping[str, Any] | None = None) -> Outcome:

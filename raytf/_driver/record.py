@@ -49,6 +49,8 @@ class RunRecord:
     _launch_id: str  # names this launch's metrics parts
     _parts_written: int
     head_watch: object | None  # _driver.headwatch.HeadWatch on a cluster
+    tracking: Any  # _driver.tracking.MlflowRun or NoTracking
+    previous_mlflow_run_id: str | None  # result.json's, from an earlier launch
 
     def _write_curves(self) -> None:
         """learning_curves.png in the run directory (a plot must never fail a run)."""
@@ -101,6 +103,8 @@ class RunRecord:
             "duration_s": round(now - self.t0, 3),
             "first_step_s": None if self.first_step_at is None else round(self.first_step_at - self.t0, 3),
             "config": to_dict(redacted(self.cfg)),
+            # tracking.mlflow: this run's MLflow run (an earlier launch's when this one has none yet).
+            "mlflow_run_id": self.tracking.run_id or self.previous_mlflow_run_id,
         }
 
     def _write_result(self, status: str, lock_timeout_s: float = -1) -> None:
@@ -121,7 +125,8 @@ class RunRecord:
         """The run's last writes (after `closing`, the sinks): every one is tried; a failure among them is
         raised only when nothing else ended the run (it must never replace the error the user needs to see)."""
         first: Exception | None = None
-        for write in (*closing, self._write_curves, self._write_metrics, lambda: self._write_result(status)):
+        for write in (*closing, self._write_curves, self._write_metrics, lambda: self._write_result(status),
+                      lambda: self._track_end(status)):
             try:
                 write()
             except Exception as e:
@@ -129,6 +134,14 @@ class RunRecord:
                 first = first or e
         if first is not None and ended_by is None:
             raise first
+
+    def _track_end(self, status: str, timeout_s: float | None = None) -> None:
+        """The run's end in MLflow (tracking.mlflow), bounded by tracking.flush_timeout_s; result.json again when the
+        MLflow run became known only now (a tracker that came back during the flush)."""
+        known = self.tracking.run_id
+        self.tracking.finish(status, self.summary(status), self.metrics.to_arrow(), self.run_dir, timeout_s)
+        if self.tracking.run_id != known:
+            self._write_result(status, lock_timeout_s=10.0)  # (from the head watch too: never waits for good)
 
     def _flush_metrics(self, force: bool = False) -> None:
         """Once per loop round (and between attempts, forced): the rows since the last flush as one more part,
@@ -165,6 +178,10 @@ class RunRecord:
             self._write_result(SUCCEEDED if done else FAILED, lock_timeout_s=10.0)
         except Exception as e:  # storage too: still say what happened, and go
             log.error("result.json not written: %s", e)
+        try:  # the MLflow run's end too, briefly (Ray ends this process soon)
+            self._track_end(SUCCEEDED if done else FAILED, timeout_s=min(10.0, self.cfg.tracking.flush_timeout_s))
+        except Exception as e:
+            log.error("tracking: the run's end not sent: %s", e)
         log.error(message)
         for handler in logging.getLogger().handlers + log.handlers:
             handler.flush()

@@ -132,6 +132,11 @@ def sweep(
     """
     base_cfg = validate_run(load_config(cfg))  # a Config too: validated here, not once per trial
     check_sweep(base_cfg, space, max_concurrent=max_concurrent, num_samples=num_samples)
+    tracked = bool(base_cfg.tracking.mlflow.uri.strip())
+    if tracked:
+        from raytf._driver import tracking
+
+        tracking.check_installed(base_cfg.tracking.mlflow.uri.strip())  # (not once per trial)
     from ray import tune
 
     from raytf._driver.connect import ensure_ray
@@ -144,11 +149,19 @@ def sweep(
     base_cfg.cluster.placement_timeout_s = max(base_cfg.cluster.placement_timeout_s, QUEUED_PLACEMENT_TIMEOUT_S)
     base_cfg.run.name = None
     base_cfg.sweep = type(base_cfg.sweep)()  # each trial is a plain run
-    base = to_dict(base_cfg)
     space_tune = param_space(space)
     import pandas as pd  # here, not at import time: `import raytf` stays light
 
     sweep_name = name or f"sweep-{pd.Timestamp.now():%Y%m%d-%H%M%S}"
+    parent = None
+    if tracked:  # one MLflow run for the sweep, each trial's run its child
+        from raytf._core.tracking import absolute_sqlite
+
+        mlflow_cfg = base_cfg.tracking.mlflow
+        mlflow_cfg.uri = absolute_sqlite(mlflow_cfg.uri.strip(), os.getcwd())
+        parent = tracking.SweepRun(base_cfg, sweep_name, space)
+        mlflow_cfg.tags = {**mlflow_cfg.tags, **parent.trial_tags()}
+    base = to_dict(base_cfg)
     ensure_ray(base_cfg)
     if datasets is not None or base_cfg.train.datasets:  # what they are, checked once before any trial starts
         from raytf._driver.data import Datasets
@@ -171,11 +184,19 @@ def sweep(
                                     search_alg=search_alg),
         run_config=tune.RunConfig(name=sweep_name, storage_path=tune_dir, verbose=0),
     )
+    status, table = "failed", None
     try:
         grid = tuner.fit()
-        return pd.DataFrame([_row(r, list(space), metric, mode) for r in grid])
+        table = pd.DataFrame([_row(r, list(space), metric, mode) for r in grid])
+        status = "succeeded"
+        return table
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
     finally:  # Tune's own records of the trials: every run's results are in its run directory
         shutil.rmtree(tune_dir, ignore_errors=True)
+        if parent is not None:
+            parent.finish(status, table)
 
 
 def _row(r, keys: list[str], metric: str | None, mode: str) -> dict[str, Any]:

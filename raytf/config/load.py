@@ -55,6 +55,10 @@ def load_config(
     except OmegaConfBaseException as e:
         raise ConfigError(_one_line(e)) from None
     assert isinstance(cfg, Config)
+    if isinstance(source, (str, Path)) and cfg.tracking.mlflow.uri and not cfg.tracking.mlflow.experiment:
+        # The experiment a run is tracked in (tracking.mlflow): its config file's name, so the runs of one setup
+        # gather in one MLflow experiment; a Config made in code has none and falls back to "raytf".
+        cfg.tracking.mlflow.experiment = Path(source).stem
     validate(cfg)
     return cfg
 

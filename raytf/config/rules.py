@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from raytf.config.redact import storage_path_problem
+from raytf.config.redact import redact_text, storage_path_problem
 from raytf.config.schema import (
     SINGLE_TASK_STRATEGIES,
     Collective,
@@ -78,6 +78,7 @@ RANGES: dict[str, Range] = {
     "storage.min_upload_mib_s": Range(0, "above 0 (MiB/s), e.g. 1.0", above=True),
     "sweep.max_concurrent": Range(1, "at least 1"),
     "sweep.num_samples": Range(1, "at least 1 (0 would run no trial)"),
+    "tracking.flush_timeout_s": Range(0, "0 or more (seconds), e.g. 30"),
 }
 
 
@@ -152,6 +153,7 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(
             f"run.name ({cfg.run.name!r}) must be letters, digits, '.', '_' or '-' (no '/' or spaces)"
         )
+    _validate_tracking(cfg)
     addr = cfg.ray.address
     if addr is not None and addr != "auto" and not addr.startswith("ray://") and ":" not in addr:
         raise ConfigError(f"ray.address ({addr!r}) must be null (embedded), auto, host:port or ray://host:port")
@@ -179,6 +181,27 @@ PS_DATASETS = (
     "Ray Data reaches TensorFlow through Dataset.from_generator, which runs only in the process that made it. "
     "Fix: cluster.strategy=multi_worker_mirrored, or read the data with tf.data inside the per-worker dataset "
     "function")
+
+
+# What MLflow takes as a tracking URI without a scheme: Databricks' workspaces (its other URIs have one).
+_MLFLOW_NAMED_URIS = ("databricks", "databricks-uc", "uc")
+
+
+def _validate_tracking(cfg: Config) -> None:
+    """tracking.mlflow: a URI MLflow 3 accepts (not its file store), an experiment name that is not blank."""
+    m = cfg.tracking.mlflow
+    uri = m.uri.strip()
+    if uri and uri not in _MLFLOW_NAMED_URIS and ("://" not in uri or uri.startswith("file:")):
+        raise ConfigError(
+            f"tracking.mlflow.uri ({redact_text(uri)!r}) is a directory: MLflow's file store, which MLflow 3 refuses "
+            "(MLFLOW_ALLOW_FILE_STORE). Fix: a database, e.g. sqlite:////absolute/path/mlflow.db, or a tracking "
+            "server, e.g. http://mlflow.example:5000")
+    if uri.startswith("sqlite:") and not uri.startswith("sqlite:///"):
+        raise ConfigError(f"tracking.mlflow.uri ({uri!r}) must name a file: sqlite:///relative/mlflow.db or "
+                          "sqlite:////absolute/path/mlflow.db")
+    if m.experiment is not None and not m.experiment.strip():
+        raise ConfigError("tracking.mlflow.experiment is blank: name the MLflow experiment, or leave it out (null) "
+                          "for the config file's name")
 
 
 def _validate_program(cfg: Config) -> None:

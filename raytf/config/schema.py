@@ -352,6 +352,28 @@ class SweepConfig:
 
 
 @dataclass
+class MlflowConfig:
+    """Every run logged to MLflow by the driver (README, Tracking experiments): one MLflow run per raytf run."""
+
+    # The MLflow tracking server or store (`http://mlflow.example:5000`, `sqlite:////abs/mlflow.db`, `databricks`);
+    # empty: off. Needs MLflow in the driver's environment: `pip install raytf[mlflow]` for a server, `pip install
+    # mlflow` for a database URI.
+    uri: str = ""
+    # The MLflow experiment; null: the config file's name (`conf/local.yaml`: local), else raytf.
+    experiment: str | None = None
+    # Tags set on the MLflow run, e.g. `{team: vision}`.
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class TrackingConfig:
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    # At the run's end, how long the driver waits for the tracking server to take what is still to send (metrics,
+    # artefacts, the final status) before giving up on it; the run's own status and exit code never depend on it.
+    flush_timeout_s: float = 30.0
+
+
+@dataclass
 class Config:
     ray: RayConfig = field(default_factory=RayConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -362,6 +384,7 @@ class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
     run: RunConfig = field(default_factory=RunConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
 def script_mode(cfg: Config) -> bool:
