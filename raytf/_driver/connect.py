@@ -10,8 +10,9 @@ from collections.abc import Mapping
 
 import ray
 
+from raytf._core.function import Functions, unrunnable
 from raytf._driver.headwatch import unreachable
-from raytf.config import Config
+from raytf.config import Config, is_function_label
 from raytf.errors import ConfigError, RaytfError
 
 log = logging.getLogger("raytf")
@@ -121,12 +122,20 @@ def check_script(cfg: Config) -> None:
     log.warning("%s; assuming the cluster's nodes have it", msg)
 
 
-def check_entrypoint(cfg: Config, paths: list[str]) -> None:
+def check_entrypoint(cfg: Config, paths: list[str], functions: Functions | None = None) -> None:
     """Fail before reserving anything when the entrypoint's (or train.module's) module cannot be found
-    (without importing it: that would pull TensorFlow into the driver)."""
+    (without importing it: that would pull TensorFlow into the driver), or when the config records a function sent
+    by value that this run was not given (raytf._core.function)."""
+    functions = functions or Functions()
+    for key, value, given in (("train.entrypoint", cfg.train.entrypoint, functions.train),
+                              ("train.eval_entrypoint", cfg.train.eval_entrypoint, functions.evaluate)):
+        if is_function_label(value) and given is None:
+            raise unrunnable(key, value)
     if cfg.train.script:
         check_script(cfg)
         return
+    if functions.train is not None and is_function_label(cfg.train.entrypoint):
+        return  # sent by value: nothing to import by name
     key = "train.module" if cfg.train.module else "train.entrypoint"
     module = cfg.train.module or cfg.train.entrypoint.partition(":")[0]
     saved = list(sys.path)
