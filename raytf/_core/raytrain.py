@@ -106,9 +106,10 @@ def run_overrides(run: Any) -> tuple[dict[str, Any], list[str]]:
     if getattr(run, "callbacks", None):
         warnings.append(_not_mapped("RunConfig(callbacks=...)", "ignored (raytf.fit's on_event= sees every report "
                                     "of every rank)"))
-    if getattr(run, "logging_config", None) is not None:
-        warnings.append(_not_mapped("RunConfig(logging_config=...)", "ignored (each rank's output is in "
-                                    "<run>/logs/; train.stream_output says whose the terminal shows)"))
+    level = getattr(getattr(run, "logging_config", None), "log_level", "INFO")
+    if str(level).upper() != "INFO":  # (Ray fills in LoggingConfig() when none is given)
+        warnings.append(_not_mapped(f"RunConfig(logging_config=LoggingConfig(log_level={level!r}))", "ignored "
+                                    "(raytf logs at INFO; each rank's output is in <run>/logs/)"))
     return out, warnings
 
 
