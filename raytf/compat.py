@@ -116,6 +116,10 @@ class TensorflowTrainer:
             raise ConfigError(f"train_loop_per_worker ({train_loop_per_worker!r}) is not a function")
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = dict(train_loop_config or {})
+        if run_config is None:  # Ray's defaults: its storage_path (~/ray_results), no failure retried
+            from ray.train import RunConfig
+
+            run_config = RunConfig()
         self.scaling_config, self.run_config = scaling_config, run_config
         self.datasets = dict(datasets or {})
         self.dataset_config = dataset_config
