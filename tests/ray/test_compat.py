@@ -236,3 +236,27 @@ def test_rays_tensorflow_examples_run_with_one_import_changed(name, tmp_path):
     assert "loss" in summary["final_metrics"]
     if name == "tensorflow_regression_example":
         assert "{'loss': " in proc.stdout  # its own print(results.metrics)
+
+
+@pytest.mark.slow  # step 2: a benchmark's smoke run (four trainings on a Ray of its own)
+@pytest.mark.timeout(900)
+def test_the_loss_difference_benchmark_shows_it_explained():
+    """benchmarks/ray_train_loss.py --smoke: the same program and data (and initial weights) through Ray Train,
+    raytf.compat and ctx.dataset at the per-replica batch that means Ray's to_tf batch take the same steps and end
+    at the same loss; ctx.dataset given Ray's number takes half the steps per epoch and ends higher."""
+    from tests.conftest import benchmark_smoke
+
+    out = benchmark_smoke("benchmarks.ray_train_loss", timeout_s=860).stdout
+    runs = {}
+    for line in out.splitlines():
+        if line.startswith("seed 0: ") and "steps/epoch" in line:
+            name, _, rest = line.removeprefix("seed 0: ").partition(": ")
+            steps, _, losses = rest.removeprefix("steps/epoch ").partition(", loss ")
+            runs[name] = (int(steps), [float(v) for v in losses.split(" (")[0].split()])
+    assert set(runs) == {"ray_train", "compat", "ctx_32", "ctx_16"}, out
+    steps = {name: s for name, (s, _) in runs.items()}
+    assert steps["ray_train"] == steps["compat"] == steps["ctx_16"] == 2 * steps["ctx_32"], steps
+    final = {name: loss[-1] for name, (_, loss) in runs.items()}
+    assert final["compat"] == pytest.approx(final["ray_train"], abs=0.01)
+    assert final["ctx_16"] == pytest.approx(final["ray_train"], abs=0.01)
+    assert final["ctx_32"] > final["ray_train"] + 0.005, final
