@@ -260,3 +260,29 @@ def test_the_loss_difference_benchmark_shows_it_explained():
     assert final["compat"] == pytest.approx(final["ray_train"], abs=0.01)
     assert final["ctx_16"] == pytest.approx(final["ray_train"], abs=0.01)
     assert final["ctx_32"] > final["ray_train"] + 0.005, final
+
+
+EVALUATE = '''
+def evaluate(ctx):
+    import tensorflow as tf
+
+    model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    ctx.restore(model=model, optimizer=model.optimizer)
+    for checkpoint in ctx.watch_checkpoints(poll_s=0.5):
+        ctx.report({"seen_epoch": checkpoint.epoch}, kind="eval")
+'''
+
+
+@pytest.mark.slow  # step 2: the evaluator's variant of the default run's train_fn path
+@pytest.mark.timeout(300)
+def test_eval_fn_defined_in_main_evaluates_the_checkpoints(fast_cfg, no_leaks):
+    """raytf.fit(cfg, train_fn=..., eval_fn=...): the side-car evaluator runs a function from __main__ too."""
+    main = as_main(MAIN_TRAIN + EVALUATE)
+    cfg = fast_cfg("run.name=mainev", "train.epochs=2", "train.steps_per_epoch=4", "cluster.worker.cpus=0.5",
+                   "cluster.evaluator.enabled=true", "cluster.evaluator.cpus=0.5")
+    result = raytf.fit(cfg, train_fn=main["train"], eval_fn=main["evaluate"], quiet=True)
+    assert result.status == "succeeded", result.error
+    assert result.config.train.eval_entrypoint == "<function evaluate defined in __main__>"
+    seen = result.metrics
+    assert seen[seen["role"] == "evaluator"]["seen_epoch"].max() == 2  # it saw the last checkpoint
