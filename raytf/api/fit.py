@@ -39,7 +39,9 @@ def fit(
             script's `__main__` is sent to the tasks by value (Ray's cloudpickle), one of an importable module by
             reference (the tasks import it). config.yaml records `package.module:function`, or
             `<function train defined in __main__>` for one sent by value.
-        eval_fn: the side-car evaluator's function (cluster.evaluator.enabled), in place of train.eval_entrypoint.
+        eval_fn: the side-car evaluator's function, in place of train.eval_entrypoint (with
+            cluster.evaluator.enabled=true in `cfg` as a path or dict, or in `overrides`: a loaded Config is
+            validated already, and one enabling the evaluator needs its function then).
         raise_on_failure: raise TrainingFailedError when the run fails (the default); False returns the failed
             Result instead (status "failed", `error` set), as raytf did before.
 

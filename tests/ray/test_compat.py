@@ -279,9 +279,10 @@ def evaluate(ctx):
 def test_eval_fn_defined_in_main_evaluates_the_checkpoints(fast_cfg, no_leaks):
     """raytf.fit(cfg, train_fn=..., eval_fn=...): the side-car evaluator runs a function from __main__ too."""
     main = as_main(MAIN_TRAIN + EVALUATE)
-    cfg = fast_cfg("run.name=mainev", "train.epochs=2", "train.steps_per_epoch=4", "cluster.worker.cpus=0.5",
-                   "cluster.evaluator.enabled=true", "cluster.evaluator.cpus=0.5")
-    result = raytf.fit(cfg, train_fn=main["train"], eval_fn=main["evaluate"], quiet=True)
+    cfg = fast_cfg("run.name=mainev", "train.epochs=2", "train.steps_per_epoch=4", "cluster.worker.cpus=0.5")
+    # (Given to fit as overrides: a config enabling the evaluator is validated with the eval_fn it records.)
+    result = raytf.fit(cfg, ["cluster.evaluator.enabled=true", "cluster.evaluator.cpus=0.5"], train_fn=main["train"],
+                       eval_fn=main["evaluate"], quiet=True)
     assert result.status == "succeeded", result.error
     assert result.config.train.eval_entrypoint == "<function evaluate defined in __main__>"
     seen = result.metrics
