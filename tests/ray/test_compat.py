@@ -69,7 +69,7 @@ def test_a_ray_train_program_from_main_runs_on_raytf(tmp_path, ray_local, no_lea
     train_func = as_main(RAY_TRAIN_LOOP)["train_func"]
     assert train_func.__module__ == "__main__"
     trainer = TensorflowTrainer(
-        train_func, train_loop_config={"lr": 0.05, "epochs": 2, "batch": 8, "name": "compat"},
+        train_func, train_loop_config={"lr": 0.05, "epochs": 1, "batch": 8, "name": "compat"},
         scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
         run_config=RunConfig(name="compat", storage_path=str(tmp_path), checkpoint_config=CheckpointConfig(
             num_to_keep=1)),
@@ -78,21 +78,20 @@ def test_a_ray_train_program_from_main_runs_on_raytf(tmp_path, ray_local, no_lea
     assert isinstance(result, ray.train.Result) and result.error is None and result.path == str(tmp_path / "compat")
     # Metrics from every rank: each report an epoch row; the last one says what each rank's context answered.
     df = result.raytf.metrics
-    last = df[(df["kind"] == "epoch") & (df["epoch"] == 3)].sort_values("rank")
+    last = df[(df["kind"] == "epoch") & (df["epoch"] == 2)].sort_values("rank")
     assert list(last["world_rank"]) == [0, 1] and set(last["world_size"]) == {2}
     assert list(last["local_rank"]) == [0, 1] and set(last["local_world_size"]) == {2} and set(last["node_rank"]) == {0}
     assert set(last["rows"]) == {32} and set(last["resumed"]) == {0} and set(last["name_ok"]) == {1}
-    epochs = df[(df["kind"] == "epoch") & (df["epoch"] <= 2)]
-    assert sorted(zip(epochs["rank"], epochs["epoch"])) == [(0, 1), (0, 2), (1, 1), (1, 2)]
-    assert epochs["loss"].notna().all()
+    epochs = df[(df["kind"] == "epoch") & (df["epoch"] == 1)]  # the Keras epoch's report, from both ranks
+    assert sorted(epochs["rank"]) == [0, 1] and epochs["loss"].notna().all()
     assert (df["kind"] == "step").any()  # Keras fit's steps counted too (step rows, breakdown, heartbeats)
-    # Ray's Result: the newest checkpoint (one kept), rank 0's metrics reported with it, every report of rank 0.
+    # Ray's Result: the newest checkpoint, rank 0's metrics reported with it, every report of rank 0.
     (name,) = [p.name for p in (tmp_path / "compat" / "checkpoints").iterdir()]
-    assert result.checkpoint.path.endswith(name) and name.startswith("ckpt-n00000002-e000002")
+    assert result.checkpoint.path.endswith(name) and name.startswith("ckpt-n00000001-e000001")
     files = set(os.listdir(result.checkpoint.path))
     manifest = json.loads((Path(result.checkpoint.path) / "_COMMITTED.json").read_text())
     assert "model.keras" in files and "model.keras" in json.dumps(manifest)
-    assert set(result.metrics) == {"loss"} and len(result.metrics_dataframe) == 3
+    assert set(result.metrics) == {"loss"} and len(result.metrics_dataframe) == 2
     assert [m for _, m in result.best_checkpoints] == [result.metrics]
     recorded = (tmp_path / "compat" / "config.yaml").read_text()
     assert "entrypoint: <function train_func defined in __main__>" in recorded and "ray_train: true" in recorded
