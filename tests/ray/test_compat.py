@@ -130,6 +130,48 @@ def test_train_fn_defined_in_main_trains_and_the_config_says_so(fast_cfg, no_lea
     assert "\n" not in str(refused.value)
 
 
+UNGUARDED_SCRIPT = """
+import sys
+
+import raytf
+
+def train(ctx):
+    import tensorflow as tf
+    with ctx.strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    data = tf.data.Dataset.from_tensors((tf.ones([4]), tf.ones([]))).repeat().batch(ctx.global_batch_size)
+    model.fit(data, epochs=1, steps_per_epoch=3, callbacks=ctx.keras_callbacks(), verbose=0)
+
+def broken(ctx):
+    raise ValueError("a bug in the training function")
+
+cfg = raytf.load_config(sys.argv[1], sys.argv[2:])
+print("first:", raytf.fit(cfg, ["run.name=script-ok"], train_fn=train, quiet=True).status, flush=True)
+raytf.fit(cfg, ["run.name=script-bug"], train_fn=broken, quiet=True)
+print("not reached")
+"""
+
+
+@pytest.mark.slow  # step 2: a script of its own (two runs), joining the session's Ray
+@pytest.mark.timeout(300)
+def test_a_script_without_a_main_guard_trains_and_its_failure_exits_1(tmp_path, ray_local, no_leaks):
+    """The script's driver code is at module level (no `if __name__ == "__main__":`): the tasks get its functions
+    by value and never import it (had they, it would run again in each task). A failing function raises
+    TrainingFailedError out of the script: it exits 1, as CI pipelines and schedulers read it."""
+    from tests.conftest import ROOT, state_address
+
+    script = tmp_path / "train_script.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(ROOT / "conf/local.yaml"), f"storage.path={tmp_path}", "cluster.standby=0",
+         f"ray.address={state_address()}"], cwd=tmp_path, capture_output=True, text=True, timeout=280)
+    assert "first: succeeded" in proc.stdout, proc.stderr[-3000:]
+    assert proc.returncode == 1 and "not reached" not in proc.stdout
+    assert "raytf.errors.TrainingFailedError" in proc.stderr and "a bug in the training function" in proc.stderr
+    assert json.loads((tmp_path / "script-bug" / "result.json").read_text())["status"] == "failed"
+
+
 @pytest.mark.slow  # step 2: a relaunch and a failure of the path the default run trains once
 @pytest.mark.timeout(420)
 def test_a_ray_train_run_resumes_by_name_and_its_failure_raises(tmp_path, ray_local, no_leaks):
