@@ -129,6 +129,10 @@ class TensorflowTrainer:
     def config(self):
         """The raytf Config this trainer runs: Ray's settings mapped, train.ray_train on, raytf_config on top.
         Warns once per setting that has no meaning here."""
+        return self._plan()[0]
+
+    def _plan(self) -> tuple[Any, Functions]:
+        """The Config, and the loop pickled for the tasks (with its config when train.params cannot hold it)."""
         from raytf._driver.functions import pack
 
         scaling, warnings = scaling_overrides(self.scaling_config)
@@ -144,15 +148,15 @@ class TensorflowTrainer:
         fn = self.train_loop_per_worker
         if self.train_loop_config:
             params = _as_params(self.train_loop_config)
-            if params is None:  # not YAML: sent with the function, which then takes no argument
+            if params is not None:
+                overrides["train.params"] = params
+            elif _takes_config(fn):  # not YAML's types: sent with the function, which then takes no argument
                 import functools
 
                 fn = functools.partial(fn, self.train_loop_config)
-            else:
-                overrides["train.params"] = params
-        self._functions = Functions(train=pack(fn, "train_loop_per_worker"))
-        cfg = load_config(None, overrides, program=self._functions.recorded())
-        return load_config(cfg, self.raytf_config) if self.raytf_config else cfg
+        functions = Functions(train=pack(fn, "train_loop_per_worker"))
+        cfg = load_config(None, overrides, program=functions.recorded())
+        return (load_config(cfg, self.raytf_config) if self.raytf_config else cfg), functions
 
     def fit(self) -> Result:
         """Train, and return Ray Train's Result; raise TrainingFailedError (a ray.train.WorkerGroupError) when the
@@ -161,13 +165,23 @@ class TensorflowTrainer:
         from raytf.api.fit import _fit
 
         ray_train_private.check()  # one line now if this Ray moved what the tasks need
-        cfg = self.config()
+        cfg, functions = self._plan()
         datasets = {name: ds() if callable(ds) else ds for name, ds in self.datasets.items()} or None
-        result = _fit(cfg, datasets=datasets, functions=self._functions, raise_on_failure=False)
+        result = _fit(cfg, datasets=datasets, functions=functions, raise_on_failure=False)
         out = ray_result(result)
         if out.error is not None:
             raise out.error
         return out
+
+
+def _takes_config(fn: Callable[..., Any]) -> bool:
+    """Whether Ray Train would call the loop with its config (one parameter) rather than with none."""
+    import inspect
+
+    try:
+        return len(inspect.signature(fn).parameters) == 1
+    except (TypeError, ValueError):
+        return True
 
 
 def _as_params(config: Mapping[str, Any]) -> dict | None:

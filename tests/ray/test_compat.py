@@ -186,8 +186,9 @@ def test_a_ray_train_run_resumes_by_name_and_its_failure_raises(tmp_path, ray_lo
     loop = as_main(RAY_TRAIN_LOOP.replace("ray.air.integrations.keras", "ray.train.tensorflow.keras"))["train_func"]
 
     def trainer(name, fn=loop):
+        # A tuple is not YAML's: the config travels with the function (pickled), not in train.params.
         return TensorflowTrainer(
-            fn, train_loop_config={"lr": 0.05, "epochs": 1, "batch": 8, "name": name},
+            fn, train_loop_config={"lr": 0.05, "epochs": 1, "batch": 8, "name": name, "shape": (4,)},
             scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
             run_config=RunConfig(name=name, storage_path=str(tmp_path)),
             datasets={"train": ray.data.from_items(_rows(32))}, raytf_config=["cluster.standby=0"])
@@ -199,6 +200,7 @@ def test_a_ray_train_run_resumes_by_name_and_its_failure_raises(tmp_path, ray_lo
     final = final[(final["kind"] == "epoch") & (final["attempt"] == 2)]
     assert set(final["resumed"].dropna()) == {1}  # get_checkpoint() gave the loop the first run's checkpoint
     assert len(again.best_checkpoints) == 2  # CheckpointConfig's default: every checkpoint kept
+    assert again.raytf.config.train.params == {}  # (the loop got its config all the same: it trained)
 
     failing = as_main("import ray.train\n\ndef boom(config):\n"
                       "    if ray.train.get_context().get_world_rank() == 1:\n"
