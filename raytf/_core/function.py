@@ -12,6 +12,7 @@ which only a program that gives the function again can run.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -78,8 +79,6 @@ def configured(cfg, functions: Functions | None):
     """`cfg` (a Config) with train.entrypoint / train.eval_entrypoint recording the functions given as values (a new
     Config; `cfg` is left as it was). A training function replaces the config's entrypoint; with train.script or
     train.module there would be two programs."""
-    import dataclasses
-
     if not functions:
         return cfg
     t = cfg.train

@@ -49,8 +49,8 @@ def _seam() -> Any:
             getattr(train_fn_utils, name)
     except (ImportError, AttributeError) as e:
         raise RayTrainMoved(
-            f"raytf.compat: Ray {ray.__version__} has no {e.name if isinstance(e, ImportError) else e}: raytf makes "
-            "ray.train.report and its siblings reach raytf through Ray Train v2's train_fn_utils (tested with Ray "
+            f"raytf.compat: Ray {ray.__version__} moved Ray Train v2's private train_fn_utils ({type(e).__name__}: "
+            f"{e}), through which raytf makes ray.train.report and its siblings reach raytf (tested with Ray "
             f"{TESTED_RAY}). Fix: pip install 'ray[train]=={TESTED_RAY}.*', or a raytf release that supports Ray "
             f"{ray.__version__}") from None
     if not is_v2_enabled():
