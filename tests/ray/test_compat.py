@@ -330,3 +330,22 @@ def test_eval_fn_defined_in_main_evaluates_the_checkpoints(fast_cfg, no_leaks):
     assert result.config.train.eval_entrypoint == "<function evaluate defined in __main__>"
     seen = result.metrics
     assert seen[seen["role"] == "evaluator"]["seen_epoch"].max() == 2  # it saw the last checkpoint
+
+
+def test_a_ray_that_moved_ray_trains_seam_is_one_line(monkeypatch):
+    """The one private Ray API raytf.compat needs, checked on the driver before anything starts (no Ray started)."""
+    from ray.train.v2._internal.execution import train_fn_utils
+
+    from raytf._task import ray_train_private
+
+    ray_train_private.check()  # Ray 2.60 has it
+    monkeypatch.setenv("RAY_TRAIN_V2_ENABLED", "0")
+    with pytest.raises(ray_train_private.RayTrainMoved, match="RAY_TRAIN_V2_ENABLED=0"):
+        ray_train_private.check()
+    monkeypatch.delenv("RAY_TRAIN_V2_ENABLED")
+    monkeypatch.delattr(train_fn_utils, "set_train_fn_utils")
+    with pytest.raises(ray_train_private.RayTrainMoved) as moved:
+        ray_train_private.check()
+    message = str(moved.value)
+    assert "moved Ray Train v2's private train_fn_utils" in message and "set_train_fn_utils" in message
+    assert "Fix: pip install" in message and "\n" not in message
