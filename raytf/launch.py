@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep(cfg)
         if args.scaling:
             return _scaling(cfg, scaling_counts, quiet=args.quiet)
-        result = fit(cfg, quiet=args.quiet)
+        result = fit(cfg, quiet=args.quiet, raise_on_failure=False)  # a failed run: its line, then exit 1
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2

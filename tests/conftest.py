@@ -179,9 +179,16 @@ def keras_run(session_ray, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def rank1_fails_run(session_ray, tmp_path_factory):
-    """tests.train_fns:fail_on_rank1 on 2 workers: rank 1 raises ValueError before its first step."""
-    return _shared_run(session_ray, tmp_path_factory, "conf/local.yaml", FAST, "run.name=boom",
-                       "train.entrypoint=tests.train_fns:fail_on_rank1")
+    """tests.train_fns:fail_on_rank1 on 2 workers: rank 1 raises ValueError before its first step. raytf.fit raised
+    TrainingFailedError (asserted here); the fixture is the Result it carried, whose `error` is that exception."""
+    import raytf
+
+    with pytest.raises(raytf.TrainingFailedError) as raised:
+        _shared_run(session_ray, tmp_path_factory, "conf/local.yaml", FAST, "run.name=boom",
+                    "train.entrypoint=tests.train_fns:fail_on_rank1")
+    result = raised.value.result
+    assert result is not None and result.error is raised.value
+    return result
 
 
 PS = ["train.epochs=3", "train.steps_per_epoch=10", "train.batch_size=16", "metrics.every_steps=5"]

@@ -25,6 +25,7 @@ from raytf import _storage as storage
 from raytf._core import elastic, failure, ports
 from raytf._core import events as ev
 from raytf._core.attempts import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Attempt
+from raytf._core.function import Functions, configured
 from raytf._core.metrics import MetricsTable
 from raytf._core.plan import WORKER, Plan, make_plan, task_table
 from raytf._core.runloop import AttemptLoop, Phase, Timing, drive
@@ -42,6 +43,7 @@ from raytf._s3 import plain_http_endpoint
 from raytf.config import (
     Config,
     ignored_by_scripts,
+    owns_loop,
     redacted,
     script_mode,
     secret_runtime_env,
@@ -68,8 +70,9 @@ class Driver(RunRecord):
     poll_s = 0.5
 
     def __init__(self, cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None,
-                 datasets: Mapping[str, Any] | None = None) -> None:
-        cfg = copy.deepcopy(cfg)
+                 datasets: Mapping[str, Any] | None = None, functions: Functions | None = None) -> None:
+        self.functions = functions or Functions()  # raytf.fit's train_fn=/eval_fn=, pickled (_driver.functions)
+        cfg = configured(copy.deepcopy(cfg), self.functions)  # train.entrypoint records them
         validate_run(validate(cfg))  # before anything starts: storage keys would travel to every task
         cfg.run.name = cfg.run.name or default_run_name()
         self.cfg = cfg
@@ -120,7 +123,7 @@ class Driver(RunRecord):
     def run(self) -> Outcome:
         cfg, rd = self.cfg, self.run_dir
         python_path = connect.python_path(cfg)
-        connect.check_entrypoint(cfg, python_path)
+        connect.check_entrypoint(cfg, python_path, self.functions)
         rd.makedirs()
         previous_table = None
         if rd.exists(storage.RESULT_FILE):
@@ -154,8 +157,9 @@ class Driver(RunRecord):
         self.metrics = MetricsTable(cfg.run.name, previous_table)
         self.tensorboard = TensorBoardSink(rd)
         self.ray_metrics = RayMetrics(cfg.run.name, enabled=cfg.metrics.ray_metrics)
-        # A script's epochs, steps and batch size are its own: its first Model.fit tells the first two.
-        script = script_mode(cfg)
+        # A script's epochs, steps and batch size are its own: its first Model.fit tells the first two (a Ray Train
+        # loop's too: its reports count its epochs).
+        script = owns_loop(cfg)
         self.progress = Progress(epochs=None if script else cfg.train.epochs,
                                  steps_per_epoch=None if script else cfg.train.steps_per_epoch,
                                  batch_size=None if script else cfg.train.batch_size, quiet=self.quiet)
@@ -361,7 +365,7 @@ class Driver(RunRecord):
         used = {i.get("node_id", "") for i in self.group.infos} - {""} if spread else set()
         if not placement.capacity(missing, cfg.cluster.placement_strategy.value, avoid=used):
             return None
-        return elastic.grows_by_saving_now(cfg, script_mode(cfg))
+        return elastic.grows_by_saving_now(cfg, owns_loop(cfg))
 
     def _run_attempt(self, attempt: Attempt, python_path: list[str]) -> None:
         cfg = self.cfg
@@ -380,7 +384,7 @@ class Driver(RunRecord):
         self.metrics.set_size(attempt.number, self.size)
         self.progress.start_attempt(self.size, wanted=self.cfg.cluster.num_workers,
                                     min_workers=elastic.min_workers(self.cfg),
-                                    batch_size=None if script_mode(self.cfg) else cfg.train.batch_size)
+                                    batch_size=None if owns_loop(self.cfg) else cfg.train.batch_size)
         self.group = group = TaskGroup(cfg, self.plan, self.run_dir, embedded=self.embedded, avoid=self.suspects,
                                        code=self.code)
         self.suspects = set()
@@ -394,14 +398,15 @@ class Driver(RunRecord):
                              attempt.number, len(group.adopted), len(self.plan.tasks))
                 self._hosts = {t["rank"]: t["host"] for t in self.tasks}
                 self.ray_metrics.start_attempt(attempt.number, self.tasks,
-                                               batch_size=None if script_mode(cfg) else cfg.train.batch_size)
+                                               batch_size=None if owns_loop(cfg) else cfg.train.batch_size)
                 log.info("tasks of %s (%s):\n%s", cfg.run.name, cfg.cluster.strategy.value,
                          task_table(self.tasks, self.plan.tasks))
                 self._warn_exposed()
                 shares = self.data.split(cfg, self.plan.tasks, group.infos) if self.data is not None else {}
                 primary, background = group.launch(attempt=attempt.number, python_path=python_path,
                                                    resume_from=self.resumed_from,
-                                                   max_workers=self.cfg.cluster.num_workers, datasets=shares)
+                                                   max_workers=self.cfg.cluster.num_workers, datasets=shares,
+                                                   functions=self.functions)
             except WorkerError as e:
                 raise self._fail(attempt, [e]) from None
             loop = AttemptLoop(
@@ -412,7 +417,7 @@ class Driver(RunRecord):
                               interrupt_timeout_s=cfg.checkpoint.interrupt_timeout_s,
                               evaluator_grace_s=cfg.cluster.evaluator.finish_timeout_s),
                 attempt=attempt.number, now=time.time(), save_on_interrupt=cfg.checkpoint.on_interrupt,
-                can_save_now=not script_mode(cfg))
+                can_save_now=not owns_loop(cfg))
             self._loop = loop
             port = RayPort(group, primary, background, poll_s=self.poll_s)
             try:
@@ -530,8 +535,9 @@ class Driver(RunRecord):
         self.tracking.on_events(events)
 
 def run(cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None,
-        datasets: Mapping[str, Any] | None = None) -> Outcome:
+        datasets: Mapping[str, Any] | None = None, functions: Functions | None = None) -> Outcome:
     """Run `cfg` to completion; failures come back as status "failed" with `error` set.
     `on_event` is called in the driver with every event the tasks send (metrics, checkpoints, ...); `datasets`:
-    {name: ray.data.Dataset} each worker reads its share of (ctx.dataset)."""
-    return Driver(cfg, quiet=quiet, on_event=on_event, datasets=datasets).run()
+    {name: ray.data.Dataset} each worker reads its share of (ctx.dataset); `functions`: the training (and
+    evaluation) function given as values, pickled, in place of train.entrypoint's import."""
+    return Driver(cfg, quiet=quiet, on_event=on_event, datasets=datasets, functions=functions).run()

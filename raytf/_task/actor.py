@@ -22,6 +22,7 @@ import ray
 
 from raytf._core import events as ev
 from raytf._core import failure, limits, ports
+from raytf._core.function import PickledFunction
 from raytf._core.plan import TaskSpec
 from raytf._core.shipping import CodeNeeds
 from raytf._storage import RunDir, task_log, task_log_dir, task_workdir
@@ -72,6 +73,15 @@ def import_entrypoint(entrypoint: str):
         return getattr(module, fn_name)
     except AttributeError:
         raise AttributeError(f"train.entrypoint: module {module_name!r} has no function {fn_name!r}") from None
+
+
+def load_function(function: PickledFunction):
+    """A function given to raytf.fit as a value (train_fn=, eval_fn=): unpickled here, once the task's python_path
+    is in place (one pickled by reference imports its module now; one sent by value imports nothing of the
+    driver's __main__). Ray's cloudpickle wrote it; plain pickle reads it."""
+    import pickle
+
+    return pickle.loads(function.data)
 
 
 def _task_logging() -> None:
@@ -361,25 +371,35 @@ class TaskActor:
         stream: bool = False,
         max_workers: int | None = None,
         datasets: dict[str, Any] | None = None,
+        function: PickledFunction | None = None,
     ) -> dict[str, Any]:
         """Run the user's function: every MWMS worker, the PS chief (coordinator), or the evaluator.
         Returns an outcome dict; errors in user code come back as a WorkerError with the traceback.
         `stream`: the driver shows this rank's output (train.stream_output).
         `max_workers`: the run's cluster.num_workers when elastic training runs this attempt smaller
         (ctx.max_workers; None: this attempt's size). `datasets`: {name: ray.data.DataIterator}, this task's
-        shares (ctx.dataset)."""
+        shares (ctx.dataset). `function`: the function itself, pickled (raytf.fit(train_fn=...)), in place of
+        importing train.entrypoint (train.eval_entrypoint for the evaluator)."""
         spec = self.spec
         emit = _Emitter(bus, spec.role, spec.rank, attempt)
         self._capture(run_dir, attempt, emit, cfg, stream)
         try:
             tf_runtime = self._prepare(tf_config, cfg, python_path)
             evaluator = spec.role == "evaluator"
-            fn = import_entrypoint(cfg.train.eval_entrypoint if evaluator else cfg.train.entrypoint)
+            fn = (load_function(function) if function is not None
+                  else import_entrypoint(cfg.train.eval_entrypoint if evaluator else cfg.train.entrypoint))
             from raytf._task.context import TrainContext, TrainingStopped
 
-            strategy = tf_runtime.build_strategy(cfg, spec.role)
-            # TF's server holds the port now (MWMS); ours can go.
-            self._release_port()
+            if cfg.train.ray_train and not evaluator:
+                # A Ray Train loop builds its own strategy (a process builds one collective strategy, once); its TF
+                # server takes the port this task holds then, released when the call ends.
+                from raytf._task import raytrain
+
+                strategy, fn = raytrain.no_strategy_yet(), raytrain.loop(fn)
+            else:
+                strategy = tf_runtime.build_strategy(cfg, spec.role)
+                # TF's server holds the port now (MWMS); ours can go.
+                self._release_port()
             emit(ev.STARTED, {"replicas": int(strategy.num_replicas_in_sync), **tf_runtime.versions()})
             scratch_dir = self._new_scratch(run_dir, attempt)
             tf_runtime.keep_own_writes(scratch_dir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -165,6 +166,11 @@ class TrainContext(StepCounter):
         return path
 
     @property
+    def scratch_dir(self) -> str:
+        """A local directory of this task's own for this attempt, removed when the task's call ends."""
+        return self._scratch
+
+    @property
     def initial_epoch(self) -> int:
         """Epochs already trained by a previous attempt or launch (pass to `model.fit`)."""
         return self._resume_from.epoch if self._resume_from else 0
@@ -238,12 +244,28 @@ class TrainContext(StepCounter):
             local = self._writer.write(self.epoch, self.step)
             if not self.is_chief:
                 return None
-            if self._uploader is None:
-                self._uploader = Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, self._crash_seam)
-            # (submit waits only when storage.max_inflight_uploads checkpoints are already waiting or uploading)
-            return self._uploader.submit(local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank})
+            return self.commit(local)
         finally:
             timing.add_save(time.perf_counter() - began)  # save_s: what the training thread waited for
+
+    def commit(self, local: str) -> str:
+        """The chief: upload the checkpoint directory `local` (this task's own, deleted once uploaded) as the run's
+        next checkpoint at the current epoch and step, in the background; returns its URI. `save` writes one and
+        commits it; a Ray Train loop's `ray.train.report(checkpoint=...)` commits the directory it reported."""
+        if self._uploader is None:
+            self._uploader = Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, self._crash_seam)
+        # (submit waits only when storage.max_inflight_uploads checkpoints are already waiting or uploading)
+        return self._uploader.submit(local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank})
+
+    def download_resumed(self, local: str) -> str | None:
+        """The checkpoint this attempt resumes from, copied into `local` with its files as they were committed (the
+        commit marker left out); None when it starts afresh."""
+        if self._resume_from is None:
+            return None
+        self._run_dir.download_checkpoint(self._resume_from, local)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(local, checkpoints.COMMIT_MARKER))
+        return local
 
     def finish(self, completed: bool = True) -> None:
         """After the training function: export the model (when training completed), then wait for the

@@ -134,7 +134,9 @@ class Result:
             shutil.rmtree(local, ignore_errors=True)
 
     def raise_for_status(self) -> Result:
+        """This Result; or, when its run failed, raise its TrainingFailedError (carrying this Result)."""
         if self.error is not None:
+            self.error.result = self
             raise self.error
         return self
 

@@ -101,7 +101,7 @@ def scaling(cfg: Config | str | dict, workers: Sequence[int] = (1, 2, 4),
         c.cluster.num_workers, c.run.name, c.checkpoint.resume = n, f"{base}-w{n}", False
         row: dict[str, Any] = {"workers": n, "run": c.run.name, "status": "infeasible"}
         try:
-            result = fit(c, quiet=quiet)
+            result = fit(c, quiet=quiet, raise_on_failure=False)  # a failed count is a row of the table
         except PlacementError as e:
             log.warning("scaling: %d workers cannot be placed: %s", n, e)
             rows.append(row)

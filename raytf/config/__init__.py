@@ -4,7 +4,7 @@ secret, and the views that may be written or sent (`redact`), needs only the sch
 
 from raytf.config.load import load_config, to_dict, to_yaml
 from raytf.config.redact import SECRET, redacted, secret_runtime_env, task_view
-from raytf.config.rules import ignored_by_scripts, validate, validate_run
+from raytf.config.rules import ignored_by_scripts, is_function_label, validate, validate_run
 from raytf.config.schema import (
     SINGLE_TASK_STRATEGIES,
     CheckpointConfig,
@@ -29,6 +29,7 @@ from raytf.config.schema import (
     SweepConfig,
     TrackingConfig,
     TrainConfig,
+    owns_loop,
     script_mode,
 )
 
@@ -58,7 +59,9 @@ __all__ = [
     "TrackingConfig",
     "TrainConfig",
     "ignored_by_scripts",
+    "is_function_label",
     "load_config",
+    "owns_loop",
     "redacted",
     "script_mode",
     "secret_runtime_env",

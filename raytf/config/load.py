@@ -22,12 +22,16 @@ from raytf.errors import ConfigError
 def load_config(
     source: str | Path | Mapping[str, Any] | Config | None = None,
     overrides: Sequence[str] | Mapping[str, Any] | None = None,
+    *,
+    program: Mapping[str, str] | None = None,
 ) -> Config:
     """Build a validated Config from a YAML path, a dict or a Config, plus overrides.
 
     Args:
         source: a YAML file path, a (nested) dict, an existing Config, or None for defaults.
         overrides: `["key=value", ...]` (OmegaConf dotlist) or a `{"dotted.key": value}` mapping.
+        program: {dotted key: value} set last, before validation: what raytf.fit(train_fn=...) records of the
+            function it was given (train.entrypoint, train.eval_entrypoint), so a source without one validates.
 
     Returns:
         A Config of plain dataclasses.
@@ -49,6 +53,8 @@ def load_config(
             raise ConfigError(f"config source {source!r} is not a path, dict or Config")
         if overrides:
             layers.append(_overrides_layer(overrides))
+        if program:
+            layers.append(_overrides_layer(dict(program)))
         for layer in layers[1:]:
             _yaml_words(layer)
         cfg = OmegaConf.to_object(OmegaConf.merge(*layers))

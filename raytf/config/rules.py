@@ -108,8 +108,20 @@ def _check_ranges(cfg: Config) -> None:
 
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+# What train.entrypoint records of a function sent by value (raytf.fit(train_fn=...); raytf._core.function).
+_FUNCTION_LABEL = re.compile(r"^<function \S.* defined in \S+>$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def is_function_label(entrypoint: str | None) -> bool:
+    """Whether an entrypoint records a function a program gave raytf.fit by value (not importable by name)."""
+    return bool(entrypoint) and bool(_FUNCTION_LABEL.match(entrypoint))
+
+
+def _function(value: str | None) -> bool:
+    """An entrypoint's form: package.module:function, or the label of a function sent by value."""
+    return bool(value) and (bool(_ENTRYPOINT.match(value)) or is_function_label(value))
 
 
 def validate(cfg: Config) -> Config:
@@ -214,8 +226,15 @@ def _validate_program(cfg: Config) -> None:
     if not chosen:
         raise ConfigError("train.entrypoint is empty: set it to package.module:function, e.g. "
                           "examples.keras_cnn:train, or run an existing program with train.script=path/to/train.py")
-    if t.entrypoint and not _ENTRYPOINT.match(t.entrypoint):
+    if t.entrypoint and not _function(t.entrypoint):
         raise ConfigError(f"train.entrypoint ({t.entrypoint!r}) must look like package.module:function")
+    if t.ray_train and not t.entrypoint:
+        raise ConfigError("train.ray_train=true is for a training function (a Ray Train train_loop_per_worker, "
+                          "train.entrypoint), not train.script/train.module")
+    if t.ray_train and cfg.cluster.strategy is not Strategy.multi_worker_mirrored:
+        raise ConfigError(f"train.ray_train=true with cluster.strategy={cfg.cluster.strategy.value}: a Ray Train "
+                          "loop builds its own MultiWorkerMirroredStrategy from TF_CONFIG, as under Ray Train's "
+                          "TensorflowTrainer. Fix: cluster.strategy=multi_worker_mirrored")
     if t.module and not _MODULE.match(t.module):
         raise ConfigError(f"train.module ({t.module!r}) must be a dotted module name like pkg.train (what "
                           "`python -m` takes); for a file use train.script")
@@ -273,7 +292,7 @@ def _validate_roles(cfg: Config) -> None:
         if not t.eval_entrypoint:
             raise ConfigError("cluster.evaluator.enabled is true but train.eval_entrypoint is empty: set it to "
                               "package.module:function, or disable the evaluator")
-        if not _ENTRYPOINT.match(t.eval_entrypoint):
+        if not _function(t.eval_entrypoint):
             raise ConfigError(f"train.eval_entrypoint ({t.eval_entrypoint!r}) must look like "
                               "package.module:function")
     elif t.eval_entrypoint:

@@ -182,7 +182,9 @@ class ClusterConfig:
 
 @dataclass
 class TrainConfig:
-    # The user's training function, as "package.module:function".
+    # The user's training function, as "package.module:function". A function given to raytf.fit(train_fn=...) is
+    # recorded here: its "package.module:function", or `<function train defined in __main__>` when it was sent by
+    # value (defined in a notebook or a script run as __main__), which only a program giving it again can run.
     entrypoint: str | None = ""
     # Or an existing tf.distribute program, run unmodified on every task that runs user code (all MWMS
     # workers; the ParameterServerStrategy chief): a file (`script`) or a module run like `python -m`
@@ -205,7 +207,8 @@ class TrainConfig:
     # Print TensorFlow's log lines too (its C++ start-up lines, `WARNING:tensorflow:...`), for the ranks whose
     # output is printed (CLI: --tf-logs). They are in each task's log either way.
     show_tf_logs: bool = False
-    # The evaluator's function (cluster.evaluator.enabled), as "package.module:function".
+    # The evaluator's function (cluster.evaluator.enabled), as "package.module:function" (or raytf.fit(eval_fn=...),
+    # recorded as train.entrypoint is).
     eval_entrypoint: str = ""
     # Ray Data input, from the CLI: "package.module:function" returning {name: ray.data.Dataset}, called on the
     # driver with the run's Config (or with nothing). Each worker reads its equal share of every dataset with
@@ -225,6 +228,10 @@ class TrainConfig:
     python_path: list[str] = field(default_factory=list)
     # Passed to the training function untouched (ctx.params).
     params: dict[str, Any] = field(default_factory=dict)
+    # The function is a Ray Train `train_loop_per_worker` (raytf.compat.TensorflowTrainer sets this): it builds its
+    # own MultiWorkerMirroredStrategy from TF_CONFIG, takes train.params as its `config`, and reports and checkpoints
+    # with ray.train.report (each report an epoch row; rank 0's checkpoints committed), as under Ray Train.
+    ray_train: bool = False
 
 
 @dataclass
@@ -390,3 +397,9 @@ class Config:
 def script_mode(cfg: Config) -> bool:
     """The tasks run an existing program (train.script or train.module), not a training function."""
     return bool(cfg.train.script or cfg.train.module)
+
+
+def owns_loop(cfg: Config) -> bool:
+    """The program counts its own epochs, batch and checkpoints, so raytf neither knows them beforehand nor saves
+    for it: a script, or a Ray Train loop (train.ray_train)."""
+    return script_mode(cfg) or bool(cfg.train.ray_train)
