@@ -64,20 +64,56 @@ def _rebuild_worker_error(message, role, rank, node_id, remote_traceback, kind, 
 
 
 class TrainingFailedError(RaytfError):
-    """The run failed; `failures` holds one WorkerError per failed task, keyed by (role, rank)."""
+    """The run failed; `failures` holds one WorkerError per failed task, keyed by (role, rank), the root cause
+    first. Raised by `raytf.fit` (unless `raise_on_failure=False`) with `result`, the run's Result; `rank`, `role`,
+    `node_id`, `host` and `remote_traceback` say where the root cause happened."""
 
-    def __init__(self, message: str, failures: dict[tuple[str, int], WorkerError] | None = None) -> None:
+    def __init__(self, message: str, failures: dict[tuple[str, int], WorkerError] | None = None, *,
+                 result=None) -> None:
         super().__init__(message)
         self.failures = dict(failures or {})
+        self.result = result  # raytf.Result (api): what the run left, when raytf.fit raised it
 
     def __reduce__(self):
-        return (TrainingFailedError, (self.args[0], self.failures))
+        return (_rebuild_training_failed, (self.args[0], self.failures, self.result))
+
+    @property
+    def root(self) -> WorkerError | None:
+        """The first failure: the root cause (the driver orders them so)."""
+        return next(iter(self.failures.values()), None)
+
+    @property
+    def rank(self) -> int:
+        return self.root.rank if self.root is not None else -1
+
+    @property
+    def role(self) -> str:
+        return self.root.role if self.root is not None else ""
+
+    @property
+    def node_id(self) -> str:
+        return self.root.node_id if self.root is not None else ""
+
+    @property
+    def remote_traceback(self) -> str:
+        return self.root.remote_traceback if self.root is not None else ""
+
+    @property
+    def host(self) -> str:
+        """The failed task's host (its address in the cluster spec), from the run's tasks; "" when not known."""
+        tasks = getattr(self.result, "tasks", None) or []
+        return next((str(t.get("host", "")) for t in tasks
+                     if t.get("role") == self.role and t.get("rank") == self.rank), "")
 
     def to_json(self) -> dict:
         """result.json's `error`: the message, and where the root cause (the first failure) happened."""
         out: dict = {"message": str(self)}
-        first = next(iter(self.failures.values()), None)
+        first = self.root
         if first is not None:
             out.update(role=first.role, rank=first.rank, node_id=first.node_id, kind=first.kind,
                        traceback=first.remote_traceback)
         return out
+
+
+def _rebuild_training_failed(message, failures, result) -> TrainingFailedError:
+    return TrainingFailedError(message, failures, result=result)

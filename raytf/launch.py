@@ -63,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             from raytf._s3 import read_credentials
 
             read_credentials(cfg.storage.credentials_file)  # readable here (each node reads its own copy)
+        if cfg.tracking.mlflow.uri.strip():
+            from raytf._driver.tracking import check_installed
+
+            check_installed(cfg.tracking.mlflow.uri.strip())  # before Ray starts
         if args.scaling:
             from raytf.api.scaling import parse_workers
 
@@ -84,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raytf: {e}", file=sys.stderr)
         return 1
     from raytf._driver import connect, standby
-    from raytf.api.fit import launch
+    from raytf.api.fit import _fit
 
     signal.signal(signal.SIGTERM, _sigterm)
     started = False
@@ -94,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep(cfg)
         if args.scaling:
             return _scaling(cfg, scaling_counts, quiet=args.quiet)
-        result = launch(cfg, quiet=args.quiet, refill_at_end=False)  # this command's session is its one run
+        # A failed run: its line, then exit 1; this command's session is its one run (no standbys made at its end).
+        result = _fit(cfg, quiet=args.quiet, raise_on_failure=False, refill_at_end=False)
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2

@@ -210,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  attempt {a['attempt']}: {a['status']:11} "
                       + " ".join(f"{k}={_or_dash(a.get(k))}" for k in ("cause", "rank", "decision", "recovery_s",
                                                                       "steps_lost")))
+            if s.get("mlflow_run_id"):  # tracking.mlflow
+                print(f"mlflow     run {s['mlflow_run_id']}")
             if s.get("error"):
                 print(f"error      {s['error'].get('message')}")
             for line in _breakdown_lines(s, result.metrics_table):

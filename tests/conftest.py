@@ -164,17 +164,31 @@ def _shared_run(session_ray, tmp_path_factory, conf: str, defaults: list[str], *
 @pytest.fixture(scope="session")
 def keras_run(session_ray, tmp_path_factory):
     """examples.keras_cnn on 2 workers for 3 epochs (fast_cfg's sizes), succeeded: its metrics, curves, TensorBoard
-    files, checkpoints and exported model."""
-    result = _shared_run(session_ray, tmp_path_factory, "conf/local.yaml", FAST, "run.name=keras3", "train.epochs=3")
+    files, checkpoints and exported model; tracked in MLflow (a `sqlite:///` store, no server: tests/ray/
+    test_tracking.py), when MLflow is installed."""
+    import importlib.util
+
+    tracked = []
+    if importlib.util.find_spec("mlflow") is not None:
+        tracked = [f"tracking.mlflow.uri=sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"]
+    result = _shared_run(session_ray, tmp_path_factory, "conf/local.yaml", FAST, "run.name=keras3", "train.epochs=3",
+                         *tracked)
     assert result.status == "succeeded", result.error
     return result
 
 
 @pytest.fixture(scope="session")
 def rank1_fails_run(session_ray, tmp_path_factory):
-    """tests.train_fns:fail_on_rank1 on 2 workers: rank 1 raises ValueError before its first step."""
-    return _shared_run(session_ray, tmp_path_factory, "conf/local.yaml", FAST, "run.name=boom",
-                       "train.entrypoint=tests.train_fns:fail_on_rank1")
+    """tests.train_fns:fail_on_rank1 on 2 workers: rank 1 raises ValueError before its first step. raytf.fit raised
+    TrainingFailedError (asserted here); the fixture is the Result it carried, whose `error` is that exception."""
+    import raytf
+
+    with pytest.raises(raytf.TrainingFailedError) as raised:
+        _shared_run(session_ray, tmp_path_factory, "conf/local.yaml", FAST, "run.name=boom",
+                    "train.entrypoint=tests.train_fns:fail_on_rank1")
+    result = raised.value.result
+    assert result is not None and result.error is raised.value
+    return result
 
 
 PS = ["train.epochs=3", "train.steps_per_epoch=10", "train.batch_size=16", "metrics.every_steps=5"]
@@ -199,7 +213,8 @@ def copy_run(result, storage: Path):
     import raytf
 
     shutil.copytree(result.run_dir, storage / Path(result.run_dir).name)
-    return raytf.load_config(result.config, [f"storage.path={storage}"])
+    # (Untracked: a copy is another raytf run, and keras_run's MLflow store holds keras_run's alone.)
+    return raytf.load_config(result.config, {"storage.path": str(storage), "tracking.mlflow.uri": ""})
 
 
 @pytest.fixture

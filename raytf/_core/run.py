@@ -26,7 +26,7 @@ from typing import Any
 from raytf._core import elastic, failure
 from raytf._core.attempts import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Attempt, Done, End, Interrupted
 from raytf._core.checkpoints import CheckpointEntry
-from raytf.config import Config, script_mode
+from raytf.config import Config, owns_loop, script_mode
 from raytf.errors import TrainingFailedError, WorkerError
 
 log = logging.getLogger("raytf")
@@ -139,7 +139,8 @@ class Run:
 
     def __post_init__(self) -> None:
         self.budget = FailureBudget.of(self.cfg)
-        self.script = script_mode(self.cfg)
+        self.script = script_mode(self.cfg)  # (for the policy's wording)
+        self.owns_loop = owns_loop(self.cfg)  # a script or a Ray Train loop: its epochs and saves are its own
         self.size = self.cfg.cluster.num_workers  # the size of the group last placed
         self._grow_checked = 0.0
         self._avoid: frozenset[str] = frozenset()  # nodes the last failure left unreachable
@@ -161,7 +162,7 @@ class Run:
         self.resumed_from = resumed_from
         attempt = Attempt(self.previous + len(self.attempts) + 1, len(self.attempts) + 1,
                           resumed_from=resumed_from.name if resumed_from else None,
-                          epoch_target=None if self.script else self.cfg.train.epochs)
+                          epoch_target=None if self.owns_loop else self.cfg.train.epochs)
         self.attempts.append(attempt)
         if resumed_from is not None:
             log.info("attempt %d: resuming %s from %s", attempt.number, self.cfg.run.name, resumed_from.name)
@@ -202,7 +203,8 @@ class Run:
         if tolerated and self.size >= cfg.cluster.num_workers:
             self.size -= tolerated  # (so the restart at full size is recorded as a grow)
             return Grow(save_now=False, missing=0)  # a ParameterServerStrategy chief saves on its own schedule
-        return Grow(save_now=elastic.grows_by_saving_now(cfg, self.script), missing=cfg.cluster.num_workers - self.size)
+        return Grow(save_now=elastic.grows_by_saving_now(cfg, self.owns_loop),
+                    missing=cfg.cluster.num_workers - self.size)
 
     def ended(self, end: AttemptEnd, *, latest: CheckpointEntry | None, now: float) -> Ended | Retrying:
         """The attempt is over (its group torn down): succeeded, retried, or the run ends. `latest`: the newest

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytf._core.checkpoints import CheckpointEntry
+from raytf._core.function import PickledFunction
 from raytf.config import Config
 from raytf.errors import WorkerError
 
@@ -60,6 +61,9 @@ class TaskRun:
     # Elastic training: the run's cluster.num_workers while this attempt runs smaller (None: this attempt's size).
     max_workers: int | None = None
     datasets: dict[str, Any] | None = None  # Ray Data input: {name: ray.data.DataIterator}, this task's shares
+    # The function itself, pickled (raytf.fit(train_fn=...)), in place of importing train.entrypoint
+    # (train.eval_entrypoint for the evaluator); None: import it.
+    function: PickledFunction | None = None
 
     @property
     def num_workers(self) -> int:

@@ -17,6 +17,7 @@ from ray.exceptions import RayActorError
 from raytf._core import elastic, failure, ports
 from raytf._core import events as ev
 from raytf._core.attempts import Attempt, Cause, Done, Failed, Hung, Interrupted, Stopped
+from raytf._core.function import Functions
 from raytf._core.plan import WORKER, make_plan, task_table
 from raytf._core.run import AttemptEnd, Placing, Run
 from raytf._core.runloop import AttemptLoop, Timing, drive
@@ -29,7 +30,7 @@ from raytf._driver.record import RunRecord
 from raytf._driver.sinks import Progress, Sinks
 from raytf._driver.usercode import CodePlan
 from raytf._storage import RunDir
-from raytf.config import Config, script_mode
+from raytf.config import Config, owns_loop
 from raytf.errors import PlacementError, WorkerError
 
 log = logging.getLogger("raytf")
@@ -40,11 +41,13 @@ class AttemptRunner:
 
     def __init__(self, cfg: Config, run_dir: RunDir, run: Run, record: RunRecord, *, sinks: Sinks,
                  progress: Progress, ray_metrics: Any, dispatch: Callable[[list[ev.Event]], None],
-                 data: Datasets | None, embedded: bool, code: CodePlan, poll_s: float = 0.5) -> None:
+                 data: Datasets | None, embedded: bool, code: CodePlan, functions: Functions,
+                 poll_s: float = 0.5) -> None:
         self.cfg, self.run_dir, self.run, self.record, self.sinks = cfg, run_dir, run, record, sinks
         self.progress, self.ray_metrics, self.dispatch, self.data = progress, ray_metrics, dispatch, data
         self.embedded, self.code, self.poll_s = embedded, code, poll_s  # code: how the tasks get the program
-        self.script = script_mode(cfg)
+        self.functions = functions  # raytf.fit's train_fn=/eval_fn=, pickled
+        self.script = owns_loop(cfg)  # its epochs, batch and saves are the program's: a script, a Ray Train loop
         self.group: TaskGroup | None = None  # the last attempt's (the run's end refills its standbys)
         self._refilled: int | None = None  # the attempt whose standbys were asked for
         self._exposed: str | None = None  # the last warning naming the TF ports open to the network
@@ -90,7 +93,8 @@ class AttemptRunner:
             shares = self.data.split(cfg, plan.tasks, group.infos) if self.data is not None else {}
             primary, background = group.launch(attempt=attempt.number, python_path=self.code.python_path,
                                                resume_from=self.run.resumed_from,
-                                               max_workers=self.cfg.cluster.num_workers, datasets=shares)
+                                               max_workers=self.cfg.cluster.num_workers, datasets=shares,
+                                               functions=self.functions)
         except WorkerError as e:
             return AttemptEnd(Failed((e,)), (e,))
         loop = AttemptLoop(

@@ -12,9 +12,10 @@ import ray
 from ray.exceptions import RuntimeEnvSetupError
 
 from raytf._core import shipping
+from raytf._core.function import Functions, unrunnable
 from raytf._driver import usercode
 from raytf._driver.headwatch import unreachable
-from raytf.config import Config
+from raytf.config import Config, is_function_label
 from raytf.errors import ConfigError, RaytfError
 
 log = logging.getLogger("raytf")
@@ -122,10 +123,16 @@ def python_path(cfg: Config) -> list[str]:
     return paths
 
 
-def check_entrypoint(cfg: Config, paths: list[str]) -> None:
-    """On an embedded Ray, fail before anything starts when the entrypoint's (or train.module's) module cannot be
+def check_entrypoint(cfg: Config, paths: list[str], functions: Functions | None = None) -> None:
+    """Fail before anything starts when the config records a function sent by value that this run was not given
+    (raytf._core.function); on an embedded Ray, also when the entrypoint's (or train.module's) module cannot be
     found (without importing it: that would pull TensorFlow into the driver) or train.script is not there. Joining
     a cluster the nodes may have what the driver lacks (an image): each task checks for itself (usercode.plan)."""
+    functions = functions or Functions()
+    for key, value, given in (("train.entrypoint", cfg.train.entrypoint, functions.train),
+                              ("train.eval_entrypoint", cfg.train.eval_entrypoint, functions.evaluate)):
+        if is_function_label(value) and given is None:
+            raise unrunnable(key, value)
     if resolve_address(cfg) is not None:
         return
     if cfg.train.script:
@@ -133,6 +140,8 @@ def check_entrypoint(cfg: Config, paths: list[str]) -> None:
             raise ConfigError(f"train.script ({cfg.train.script!r}): no such file (relative to {os.getcwd()}). Fix: "
                               "give its path from the directory you launch in, or an absolute path")
         return
+    if functions.train is not None and is_function_label(cfg.train.entrypoint):
+        return  # sent by value: nothing to import by name
     key = "train.module" if cfg.train.module else "train.entrypoint"
     module = cfg.train.module or cfg.train.entrypoint.partition(":")[0]
     saved = list(sys.path)

@@ -24,9 +24,10 @@ from raytf._core import events as ev
 from raytf._core import failure
 from raytf._core.attempts import FAILED, INTERRUPTED, RUNNING, Done
 from raytf._core.checkpoints import CheckpointEntry
+from raytf._core.function import Functions, configured
 from raytf._core.plan import make_plan
 from raytf._core.run import Ended, Placing, Retrying, Run
-from raytf._driver import connect, usercode
+from raytf._driver import connect, tracking, usercode
 from raytf._driver.attempt import AttemptRunner
 from raytf._driver.data import Datasets
 from raytf._driver.headwatch import HeadWatch
@@ -37,8 +38,8 @@ from raytf._s3 import plain_http_endpoint
 from raytf.config import (
     Config,
     ignored_by_scripts,
+    owns_loop,
     redacted,
-    script_mode,
     secret_runtime_env,
     to_yaml,
     validate,
@@ -57,13 +58,16 @@ def default_run_name(now: _dt.datetime | None = None) -> str:
 class Driver:
     """Runs one launch of a run: attempts until one succeeds or the run's state machine says stop.
     `refill_at_end`: the run's end asks for standby processes for the session's next run (a notebook's, a sweep's
-    next trial; not a CLI command's, whose session is its one run)."""
+    next trial; not a CLI command's, whose session is its one run); `functions`: raytf.fit's train_fn=/eval_fn=,
+    pickled (_driver.functions)."""
 
     poll_s = 0.5
 
     def __init__(self, cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None,
-                 datasets: Mapping[str, Any] | None = None, refill_at_end: bool = True) -> None:
-        cfg = copy.deepcopy(cfg)
+                 datasets: Mapping[str, Any] | None = None, refill_at_end: bool = True,
+                 functions: Functions | None = None) -> None:
+        self.functions = functions or Functions()
+        cfg = configured(copy.deepcopy(cfg), self.functions)  # train.entrypoint records them
         validate_run(validate(cfg))  # before anything starts: storage keys would travel to every task
         cfg.run.name = cfg.run.name or default_run_name()
         self.cfg, self.quiet, self.on_event, self.refill_at_end = cfg, quiet, on_event, refill_at_end
@@ -73,20 +77,22 @@ class Driver:
         self.t0 = time.time()
         self._verified: set[str] = set()  # checkpoints whose files this launch checked against their manifest
         self._refused: set[str] = set()  # and those that did not match (named once)
+        self.tracking = tracking.for_run(cfg)  # (MLflow missing: a ConfigError now, before anything starts)
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> Outcome:
         cfg = self.cfg
         python_path = connect.python_path(cfg)
-        connect.check_entrypoint(cfg, python_path)
+        connect.check_entrypoint(cfg, python_path, self.functions)
         previous, table, resumed_from = self._check_run_dir()
         self._warn(cfg)
         self.run_dir.write_text(storage.CONFIG_FILE, to_yaml(redacted(cfg)))
         run = self.machine = Run(cfg, previous=len(previous.get("attempts", [])))
         self.record = record = RunRecord(cfg, self.run_dir, run, self.plan, previous=previous, table=table,
-                                         t0=self.t0)
-        # A script's epochs, steps and batch size are its own: its first Model.fit tells the first two.
-        script = script_mode(cfg)
+                                         t0=self.t0, tracking=self.tracking)
+        # A script's epochs, steps and batch size are its own: its first Model.fit tells the first two (a Ray Train
+        # loop's too: its reports count its epochs).
+        script = owns_loop(cfg)
         progress = Progress(epochs=None if script else cfg.train.epochs,
                             steps_per_epoch=None if script else cfg.train.steps_per_epoch,
                             batch_size=None if script else cfg.train.batch_size, quiet=self.quiet)
@@ -110,7 +116,8 @@ class Driver:
             raise
         self.runner = AttemptRunner(cfg, self.run_dir, run, record, sinks=sinks, progress=progress,
                                     ray_metrics=ray_metrics, dispatch=self._dispatch, data=data, embedded=embedded,
-                                    code=code, poll_s=self.poll_s)
+                                    code=code, functions=self.functions, poll_s=self.poll_s)
+        self.tracking.start(self.run_dir, started_at=self.t0)
         record.write_result(RUNNING)
         head_watch = None if embedded else self._watch_head()
         ended_by: BaseException | None = None
@@ -143,10 +150,13 @@ class Driver:
         state = run.begin(resumed_from)
         while True:
             if isinstance(state, Placing):
-                end = self.runner.run_attempt(state)
-                # (With checkpoint.resume=false the run directory had no checkpoints: any here are this launch's.)
-                latest = None if isinstance(end.end, Done) else self.run_dir.checkpoints.latest()
-                state = run.ended(end, latest=latest, now=time.time())
+                try:
+                    end = self.runner.run_attempt(state)
+                    # (With checkpoint.resume=false the run directory had no checkpoints: any here are this launch's.)
+                    latest = None if isinstance(end.end, Done) else self.run_dir.checkpoints.latest()
+                    state = run.ended(end, latest=latest, now=time.time())
+                finally:
+                    self.tracking.attempt_ended(run.attempt.to_json())
             elif isinstance(state, Retrying):
                 state = run.resumed(self._trusted_checkpoint())
                 self.record.write_metrics()  # metrics.parquet whole at each attempt's end: rare, and fresh
@@ -160,6 +170,7 @@ class Driver:
         for e in events:
             self.record.observe(e)
             self.sinks(e)
+        self.tracking.on_events(events)
 
     def _check_run_dir(self) -> tuple[dict[str, Any], Any, CheckpointEntry | None]:
         """The run directory made; earlier launches' result.json ({} for none); with checkpoint.resume, their
@@ -224,8 +235,12 @@ class Driver:
 
 
 def run(cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None,
-        datasets: Mapping[str, Any] | None = None, refill_at_end: bool = True) -> Outcome:
+        datasets: Mapping[str, Any] | None = None, refill_at_end: bool = True,
+        functions: Functions | None = None) -> Outcome:
     """Run `cfg` to completion; failures come back as status "failed" with `error` set.
     `on_event` is called in the driver with every event the tasks send (metrics, checkpoints, ...); `datasets`:
-    {name: ray.data.Dataset} each worker reads its share of (ctx.dataset); `refill_at_end`: see Driver."""
-    return Driver(cfg, quiet=quiet, on_event=on_event, datasets=datasets, refill_at_end=refill_at_end).run()
+    {name: ray.data.Dataset} each worker reads its share of (ctx.dataset); `functions`: the training (and
+    evaluation) function given as values, pickled, in place of train.entrypoint's import; `refill_at_end`: see
+    Driver."""
+    return Driver(cfg, quiet=quiet, on_event=on_event, datasets=datasets, refill_at_end=refill_at_end,
+                  functions=functions).run()

@@ -16,6 +16,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 
 from raytf._core import events as ev
 from raytf._core import failure, shipping, topology
+from raytf._core.function import Functions
 from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_name, is_server, streamed, task_runtime_env
 from raytf._core.tasks import TaskInfo, TaskRun
 from raytf._driver import placement, standby
@@ -191,11 +192,14 @@ class TaskGroup:
         return self.infos
 
     def launch(self, *, attempt: int, python_path: list[str], resume_from, max_workers: int | None = None,
-               datasets: dict[int, dict[str, Any]] | None = None) -> tuple[dict, dict]:
+               datasets: dict[int, dict[str, Any]] | None = None,
+               functions: Functions | None = None) -> tuple[dict, dict]:
         """Start the training: (primary, background) refs to each task's call. The end of every primary
         ref (MWMS workers, the PS chief) is the end of training; background ones are the PS servers'
-        serve() and the evaluator's run(). `datasets`: rank -> {name: ray.data.DataIterator} (Ray Data input)."""
+        serve() and the evaluator's run(). `datasets`: rank -> {name: ray.data.DataIterator} (Ray Data input);
+        `functions`: the functions given as values (a task running a function gets its role's, pickled)."""
         datasets = datasets or {}
+        functions = functions or Functions()
         cfg, bus = self.cfg, self.bus
         spec = topology.cluster_spec([topology.TaskAddress(i.role, i.index, i.host, i.port) for i in self.infos])
         # The tasks' view of the config: no `ray` section (runtime_env values: Ray sets them up), no storage keys.
@@ -215,7 +219,8 @@ class TaskGroup:
             run = dataclasses.replace(
                 common, tf_config=None if single else topology.tf_config(spec, t.role, t.index),
                 resume_from=resume_from, is_chief=topology.is_chief(spec, t.role, t.index), max_workers=max_workers,
-                stream=streamed(cfg.train.stream_output, t.rank), datasets=datasets.get(t.rank))
+                stream=streamed(cfg.train.stream_output, t.rank), datasets=datasets.get(t.rank),
+                function=None if script_mode(cfg) else functions.for_role(t.role))
             ref = (a.run_script if script_mode(cfg) else a.run).remote(run)
             (background if t.role == EVALUATOR else primary)[ref] = t
         return primary, background

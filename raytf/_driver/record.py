@@ -53,8 +53,10 @@ class RunRecord:
     `table`: their metrics."""
 
     def __init__(self, cfg: Config, run_dir: storage.RunDir, run: Run, plan: Plan, *, previous: Mapping[str, Any],
-                 table: pa.Table | None, t0: float) -> None:
+                 table: pa.Table | None, t0: float, tracking: Any) -> None:
         self.cfg, self.run_dir, self.run, self.t0 = cfg, run_dir, run, t0
+        self.tracking = tracking  # _driver.tracking.MlflowRun or NoTracking: the run's end is sent there too
+        self.previous_mlflow_run_id: str | None = previous.get("mlflow_run_id")  # an earlier launch's
         self.plan = plan  # the attempt's (elastic training: of its size)
         self.tasks: list[TaskInfo] = []  # the attempt's
         self.previous_attempts: list[dict[str, Any]] = list(previous.get("attempts", []))
@@ -136,6 +138,8 @@ class RunRecord:
             "duration_s": round(now - self.t0, 3),
             "first_step_s": None if self.first_step_at is None else round(self.first_step_at - self.t0, 3),
             "config": to_dict(redacted(self.cfg)),
+            # tracking.mlflow: this run's MLflow run (an earlier launch's when this one has none yet).
+            "mlflow_run_id": self.tracking.run_id or self.previous_mlflow_run_id,
         }
 
     def _checkpoint_uris(self) -> list[str]:
@@ -183,7 +187,8 @@ class RunRecord:
         """The run's last writes (after `closing`, the sinks): every one is tried; a failure among them is
         raised only when nothing else ended the run (it must never replace the error the user needs to see)."""
         first: Exception | None = None
-        for write in (*closing, self.write_curves, self.write_metrics, lambda: self.write_result(status)):
+        for write in (*closing, self.write_curves, self.write_metrics, lambda: self.write_result(status),
+                      lambda: self.track_end(status)):
             try:
                 write()
             except Exception as e:
@@ -191,6 +196,14 @@ class RunRecord:
                 first = first or e
         if first is not None and ended_by is None:
             raise first
+
+    def track_end(self, status: str, timeout_s: float | None = None) -> None:
+        """The run's end in MLflow (tracking.mlflow), bounded by tracking.flush_timeout_s; result.json again when the
+        MLflow run became known only now (a tracker that came back during the flush)."""
+        known = self.tracking.run_id
+        self.tracking.finish(status, self.summary(status), self.metrics.to_arrow(), self.run_dir, timeout_s)
+        if self.tracking.run_id != known:
+            self.write_result(status, lock_timeout_s=10.0)  # (from the head watch too: never waits for good)
 
     def outcome(self, status: str) -> Outcome:
         summary = self.run_dir.read_json(storage.RESULT_FILE)
@@ -215,6 +228,10 @@ class RunRecord:
             self.write_result(ended.status, lock_timeout_s=10.0)
         except Exception as e:  # storage too: still say what happened, and go
             log.error("result.json not written: %s", e)
+        try:  # the MLflow run's end too, briefly (Ray ends this process soon)
+            self.track_end(ended.status, timeout_s=min(10.0, self.cfg.tracking.flush_timeout_s))
+        except Exception as e:
+            log.error("tracking: the run's end not sent: %s", e)
         log.error(message)
         for handler in logging.getLogger().handlers + log.handlers:
             handler.flush()

@@ -20,7 +20,7 @@ from raytf._core import imports, shipping
 from raytf._core.plan import is_server
 from raytf._core.shipping import PACKAGE, PROJECT, CodeNeeds, Need
 from raytf._core.tasks import TaskInfo
-from raytf.config import Config, script_mode
+from raytf.config import Config, is_function_label, script_mode
 from raytf.errors import ConfigError
 
 log = logging.getLogger("raytf")
@@ -176,12 +176,14 @@ def plan(cfg: Config, *, embedded: bool, launch_dir: str | None = None, job: Map
         modules = program_modules(module=cfg.train.module, paths=driver_paths, launch_dir=launch_dir, root=root)
     else:
         key = f"train.entrypoint {cfg.train.entrypoint!r}"
-        modules = program_modules(entrypoint=cfg.train.entrypoint, paths=driver_paths, launch_dir=launch_dir,
-                                  root=root)
-        if cfg.cluster.evaluator.enabled and cfg.train.eval_entrypoint:
-            more = program_modules(entrypoint=cfg.train.eval_entrypoint, paths=driver_paths, launch_dir=launch_dir,
-                                   root=root)
-            modules += [n for n in more if n.module not in {m.module for m in modules}]
+        modules = []
+        # A function sent by value (raytf.fit(train_fn=...) from __main__ or a notebook) travels with the call:
+        # there is no module of its own to find, and what it imports is unknown here.
+        for entrypoint in (cfg.train.entrypoint,
+                           cfg.train.eval_entrypoint if cfg.cluster.evaluator.enabled else ""):
+            if entrypoint and not is_function_label(entrypoint):
+                more = program_modules(entrypoint=entrypoint, paths=driver_paths, launch_dir=launch_dir, root=root)
+                modules += [n for n in more if n.module not in {m.module for m in modules}]
     needs = CodeNeeds(modules=tuple(modules), script=script, program=script_mode(cfg),
                       python_path=tuple(python_path))
     return CodePlan(where=where, python_path=python_path, script=script, needs=needs, key=key)

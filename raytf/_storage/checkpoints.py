@@ -4,6 +4,7 @@ what to prune, what a manifest says) are _core.checkpoints'; the I/O, through th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -166,9 +167,13 @@ class CheckpointStore:
             return entry, refused
         return None, refused
 
-    def download(self, entry: CheckpointEntry, local_dir: str) -> str:
-        """Copy a committed checkpoint into local_dir; returns the tf.train.Checkpoint prefix."""
+    def download(self, entry: CheckpointEntry, local_dir: str, *, marker: bool = True) -> str:
+        """Copy a committed checkpoint into local_dir (without its commit marker: only its files as they were
+        committed); returns the tf.train.Checkpoint prefix."""
         self.rd.download_dir(posixpath.join(CHECKPOINTS_DIR, entry.dir), local_dir)
+        if not marker:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(local_dir, checkpoints.COMMIT_MARKER))
         return os.path.join(local_dir, checkpoints.TF_PREFIX)
 
     def prune(self, keep_last: int) -> list[str]:

@@ -136,9 +136,9 @@ class TrainContext(StepCounter):
         """ParameterServerStrategy only: the ClusterCoordinator that schedules functions on the workers
         (the same one Keras' model.fit uses)."""
         if self._coordinator is None:
-            import tensorflow as tf
+            from raytf._task import tf_runtime
 
-            self._coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
+            self._coordinator = tf_runtime.coordinator(self.strategy)
         return self._coordinator
 
     @property
@@ -157,6 +157,11 @@ class TrainContext(StepCounter):
         path = os.path.join(self._scratch, "logs")
         os.makedirs(path, exist_ok=True)
         return path
+
+    @property
+    def scratch_dir(self) -> str:
+        """A local directory of this task's own for this attempt, removed when the task's call ends."""
+        return self._scratch
 
     @property
     def initial_epoch(self) -> int:
@@ -193,14 +198,11 @@ class TrainContext(StepCounter):
         the share again, and every worker must iterate as often as the others (Ray Data starts a pass of a split
         dataset once every worker asked for it). Other keywords go to Ray's DataIterator.to_tf (drop_last,
         local_shuffle_buffer_size, prefetch_batches, feature_type_spec, ...)."""
-        import tensorflow as tf
+        from raytf._task import tf_runtime
 
         per_replica = self.batch_size if batch_size is None else int(batch_size)
-        ds = self.dataset_shard(name).to_tf(feature_columns, label_columns,
-                                            batch_size=data.global_batch(per_replica, self.num_replicas), **to_tf)
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        return ds.with_options(options)
+        return tf_runtime.unsharded(self.dataset_shard(name).to_tf(
+            feature_columns, label_columns, batch_size=data.global_batch(per_replica, self.num_replicas), **to_tf))
 
     # -- checkpoints -------------------------------------------------------------------------
     def restore(self, **trackables: Any) -> int:
@@ -212,8 +214,7 @@ class TrainContext(StepCounter):
                                                     scratch_root=self._scratch)
         if self._resume_from is not None:
             local = f"{self._scratch}/restore-{self._resume_from.name}"
-            prefix = self._run_dir.checkpoints.download(self._resume_from, local)
-            self._writer.restore(prefix)
+            self._writer.restore(self._run_dir.checkpoints.download(self._resume_from, local))
             log.info("restored %s (epoch %d, step %d)", self._resume_from.name,
                      self._resume_from.epoch, self._resume_from.step)
         return self.initial_epoch
@@ -232,12 +233,26 @@ class TrainContext(StepCounter):
             local = self._writer.write(self.epoch, self.step)
             if not self.is_chief:
                 return None
-            if self._uploader is None:
-                self._uploader = Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, self._crash_seam)
-            # (submit waits only when storage.max_inflight_uploads checkpoints are already waiting or uploading)
-            return self._uploader.submit(local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank})
+            return self.commit(local)
         finally:
             timing.add_save(time.perf_counter() - began)  # save_s: what the training thread waited for
+
+    def commit(self, local: str) -> str:
+        """The chief: upload the checkpoint directory `local` (this task's own, deleted once uploaded) as the run's
+        next checkpoint at the current epoch and step, in the background; returns its URI. `save` writes one and
+        commits it; a Ray Train loop's `ray.train.report(checkpoint=...)` commits the directory it reported."""
+        if self._uploader is None:
+            self._uploader = Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, self._crash_seam)
+        # (submit waits only when storage.max_inflight_uploads checkpoints are already waiting or uploading)
+        return self._uploader.submit(local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank})
+
+    def download_resumed(self, local: str) -> str | None:
+        """The checkpoint this attempt resumes from, copied into `local` with its files as they were committed (the
+        commit marker left out); None when it starts afresh."""
+        if self._resume_from is None:
+            return None
+        self._run_dir.checkpoints.download(self._resume_from, local, marker=False)
+        return local
 
     def finish(self, completed: bool = True) -> None:
         """After the training function: export the model (when training completed), then wait for the

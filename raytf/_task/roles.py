@@ -12,6 +12,7 @@ import sys
 import ray
 
 from raytf._core import events as ev
+from raytf._core.function import PickledFunction
 from raytf._core.plan import EVALUATOR
 from raytf._core.tasks import TaskOutcome
 from raytf._storage import task_log_dir, task_workdir
@@ -27,6 +28,15 @@ def import_entrypoint(entrypoint: str):
         return getattr(module, fn_name)
     except AttributeError:
         raise AttributeError(f"train.entrypoint: module {module_name!r} has no function {fn_name!r}") from None
+
+
+def load_function(function: PickledFunction):
+    """A function given to raytf.fit as a value (train_fn=, eval_fn=): unpickled here, once the task's python_path
+    is in place (one pickled by reference imports its module now; one sent by value imports nothing of the
+    driver's __main__). Ray's cloudpickle wrote it; plain pickle reads it."""
+    import pickle
+
+    return pickle.loads(function.data)
 
 
 class WorkingDir:
@@ -83,11 +93,19 @@ def run_function(call: TaskCall) -> TaskOutcome:
     cfg, run_dir = run.cfg, run.run_dir
     tf_runtime = prepare(call)
     evaluator = spec.role == EVALUATOR
-    fn = import_entrypoint(cfg.train.eval_entrypoint if evaluator else cfg.train.entrypoint)
+    fn = (load_function(run.function) if run.function is not None
+          else import_entrypoint(cfg.train.eval_entrypoint if evaluator else cfg.train.entrypoint))
     from raytf._task.context import TrainContext, TrainingStopped
 
-    strategy = tf_runtime.build_strategy(cfg, spec.role)
-    call.actor.release_port()  # TF's server holds the port now (MWMS); ours can go
+    if cfg.train.ray_train and not evaluator:
+        # A Ray Train loop builds its own strategy (a process builds one collective strategy, once); its TF server
+        # takes the port this task holds then, released when the call ends.
+        from raytf._task import raytrain
+
+        strategy, fn = raytrain.no_strategy_yet(), raytrain.loop(fn)
+    else:
+        strategy = tf_runtime.build_strategy(cfg, spec.role)
+        call.actor.release_port()  # TF's server holds the port now (MWMS); ours can go
     call.emit(ev.STARTED, {"replicas": int(strategy.num_replicas_in_sync), **tf_runtime.versions()})
     scratch_dir = call.scratch()
     tf_runtime.keep_own_writes(scratch_dir)

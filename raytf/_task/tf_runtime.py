@@ -131,6 +131,18 @@ def build_parameter_server(cfg: Config) -> tf.distribute.Strategy:
     return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
 
 
+def coordinator(strategy: tf.distribute.Strategy):
+    """ParameterServerStrategy's ClusterCoordinator (the same one Keras' model.fit uses)."""
+    return tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+
+
+def unsharded(ds: tf.data.Dataset) -> tf.data.Dataset:
+    """`ds` with tf.distribute's auto-sharding off (its rows are shared out already: Ray Data input)."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(options)
+
+
 def start_server(role: str, index: int) -> tf.distribute.Server:
     """A ps or worker task of ParameterServerStrategy: an in-process gRPC server the coordinator drives."""
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()

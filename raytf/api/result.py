@@ -61,6 +61,12 @@ class Result:
         return self.summary.get("model")
 
     @property
+    def mlflow_run_id(self) -> str | None:
+        """The run's MLflow run (tracking.mlflow.uri set): one for every launch, retry and relaunch of the run; None
+        when it was not tracked (or the tracker never answered)."""
+        return self.summary.get("mlflow_run_id")
+
+    @property
     def best_checkpoint(self) -> str | None:
         """The committed checkpoint whose epoch had the lowest val_loss (else loss) on rank 0."""
         if not self.checkpoints:
@@ -128,7 +134,9 @@ class Result:
             shutil.rmtree(local, ignore_errors=True)
 
     def raise_for_status(self) -> Result:
+        """This Result; or, when its run failed, raise its TrainingFailedError (carrying this Result)."""
         if self.error is not None:
+            self.error.result = self
             raise self.error
         return self
 

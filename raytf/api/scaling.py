@@ -83,7 +83,7 @@ def measure(cfg: Config | str | dict, workers: Sequence[int], overrides: list[st
     """`scaling`; `refill_at_end` as for api.fit.launch (false for the CLI's --scaling)."""
     from raytf import _storage as storage
     from raytf._core import figures
-    from raytf.api.fit import launch
+    from raytf.api.fit import _fit
 
     if not isinstance(cfg, Config) or overrides:
         cfg = load_config(cfg, overrides)
@@ -107,7 +107,8 @@ def measure(cfg: Config | str | dict, workers: Sequence[int], overrides: list[st
         c.cluster.num_workers, c.run.name, c.checkpoint.resume = n, f"{base}-w{n}", False
         row: dict[str, Any] = {"workers": n, "run": c.run.name, "status": "infeasible"}
         try:
-            result = launch(c, quiet=quiet, refill_at_end=refill_at_end)
+            # (a failed count is a row of the table)
+            result = _fit(c, quiet=quiet, raise_on_failure=False, refill_at_end=refill_at_end)
         except PlacementError as e:
             log.warning("scaling: %d workers cannot be placed: %s", n, e)
             rows.append(row)

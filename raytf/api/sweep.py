@@ -77,13 +77,14 @@ def check_sweep(cfg: Config, space: Mapping[str, Any], *, max_concurrent: int = 
 
 
 def _trial(config: dict[str, Any], *, base: dict[str, Any], sweep_name: str,
-           datasets: Mapping[str, Any] | None = None) -> None:
+           datasets: Mapping[str, Any] | None = None, functions=None) -> None:
     """One Tune trial: a raytf run of the base config with this trial's values; epoch metrics of rank 0 are
-    reported to Tune as they come (so schedulers such as ASHA can stop a trial early)."""
+    reported to Tune as they come (so schedulers such as ASHA can stop a trial early). `functions`: the sweep's
+    train_fn/eval_fn, pickled once on the sweep's driver (a trial's process never unpickles them)."""
     from ray import tune
 
     from raytf._core import events
-    from raytf.api.fit import fit
+    from raytf.api.fit import _fit
 
     trial_id = tune.get_context().get_trial_id()
     overrides = {**config, "run.name": f"{sweep_name}-{trial_id}"}
@@ -93,7 +94,8 @@ def _trial(config: dict[str, Any], *, base: dict[str, Any], sweep_name: str,
         if e.kind == events.EPOCH and e.rank == 0:
             tune.report({**e.payload.get("metrics", {}), "epoch": e.payload["epoch"], "step": e.payload["step"]})
 
-    result = fit(cfg, quiet=True, on_event=report, datasets=datasets)
+    # A failed trial is a row of the table (status, error), not an exception: the sweep goes on.
+    result = _fit(cfg, quiet=True, on_event=report, datasets=datasets, functions=functions, raise_on_failure=False)
     final = {k: v for k, v in result.final_metrics.items() if isinstance(v, (int, float))}
     tune.report({**final, "raytf_status": result.status, "run_dir": result.run_dir,
                  "error": str(result.error) if result.error else None, "done": True})
@@ -111,6 +113,8 @@ def sweep(
     search_alg: Any = None,
     name: str | None = None,
     datasets: Mapping[str, Any] | None = None,
+    train_fn: Any = None,
+    eval_fn: Any = None,
 ) -> pd.DataFrame:
     """Run one raytf training per point of `space` through Ray Tune and return one row per trial.
 
@@ -125,13 +129,25 @@ def sweep(
         name: the sweep's name; trials' runs are `<storage.path>/<name>-<trial id>/`.
         datasets: Ray Data input for every trial, {name: ray.data.Dataset} (see `raytf.fit`); each trial reads
             them anew, its workers each an equal share.
+        train_fn, eval_fn: the training (evaluator's) function itself, for every trial (see `raytf.fit`): one
+            defined in a notebook cell works.
 
     Returns:
         A DataFrame, one row per trial: the swept values, status ("succeeded"/"failed"/"stopped"), error,
         final metrics (`final_<name>`), best epoch metrics (`best_<name>`), and run_dir; failed trials included.
     """
-    base_cfg = validate_run(load_config(cfg))  # a Config too: validated here, not once per trial
+    from raytf._core.function import configured
+    from raytf._driver.functions import functions as pack
+
+    functions = pack(train_fn, eval_fn)  # pickled once, here
+    # A Config too: validated here, not once per trial. config.yaml of every trial records the functions.
+    base_cfg = validate_run(configured(load_config(cfg, program=functions.recorded()), functions))
     check_sweep(base_cfg, space, max_concurrent=max_concurrent, num_samples=num_samples)
+    tracked = bool(base_cfg.tracking.mlflow.uri.strip())
+    if tracked:
+        from raytf._driver import tracking
+
+        tracking.check_installed(base_cfg.tracking.mlflow.uri.strip())  # (not once per trial)
     from ray import tune
 
     from raytf._driver.connect import ensure_ray
@@ -144,11 +160,21 @@ def sweep(
     base_cfg.cluster.placement_timeout_s = max(base_cfg.cluster.placement_timeout_s, QUEUED_PLACEMENT_TIMEOUT_S)
     base_cfg.run.name = None
     base_cfg.sweep = type(base_cfg.sweep)()  # each trial is a plain run
-    base = to_dict(base_cfg)
     space_tune = param_space(space)
     import pandas as pd  # here, not at import time: `import raytf` stays light
 
     sweep_name = name or f"sweep-{pd.Timestamp.now():%Y%m%d-%H%M%S}"
+    parent = None
+    if tracked:  # one MLflow run for the sweep, each trial's run its child
+        from raytf._core.tracking import absolute_sqlite
+
+        mlflow_cfg = base_cfg.tracking.mlflow
+        mlflow_cfg.uri = absolute_sqlite(mlflow_cfg.uri.strip(), os.getcwd())
+        from raytf._driver.sweeptracking import SweepRun
+
+        parent = SweepRun(base_cfg, sweep_name, space)
+        mlflow_cfg.tags = {**mlflow_cfg.tags, **parent.trial_tags()}
+    base = to_dict(base_cfg)
     ensure_ray(base_cfg)
     if datasets is not None or base_cfg.train.datasets:  # what they are, checked once before any trial starts
         from raytf._driver.data import Datasets
@@ -160,7 +186,8 @@ def sweep(
         # Made (and owned) here: the trials' processes come and go, their standbys serve the trials after them.
         standby.pool()
     tune_dir = tempfile.mkdtemp(prefix="raytf-tune-")
-    trainable = tune.with_parameters(_trial, base=base, sweep_name=sweep_name, datasets=datasets)
+    trainable = tune.with_parameters(_trial, base=base, sweep_name=sweep_name, datasets=datasets,
+                                     functions=functions or None)
     tuner = tune.Tuner(
         # The trial is only its run's driver: no CPU (its tasks reserve their own bundles), a token of memory
         # because Tune wants every trial to reserve something.
@@ -171,11 +198,19 @@ def sweep(
                                     search_alg=search_alg),
         run_config=tune.RunConfig(name=sweep_name, storage_path=tune_dir, verbose=0),
     )
+    status, table = "failed", None
     try:
         grid = tuner.fit()
-        return pd.DataFrame([_row(r, list(space), metric, mode) for r in grid])
+        table = pd.DataFrame([_row(r, list(space), metric, mode) for r in grid])
+        status = "succeeded"
+        return table
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
     finally:  # Tune's own records of the trials: every run's results are in its run directory
         shutil.rmtree(tune_dir, ignore_errors=True)
+        if parent is not None:
+            parent.finish(status, table)
 
 
 def _row(r, keys: list[str], metric: str | None, mode: str) -> dict[str, Any]:

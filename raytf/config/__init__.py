@@ -2,31 +2,38 @@
 rules (`rules`) and loading YAML and overrides onto it (`load`); each imports only those before it. What looks
 secret, and the views that may be written or sent (`redact`), needs only the schema."""
 
+from raytf.config.choices import (
+    Collective,
+    CrossDeviceOps,
+    Partitioner,
+    PlacementStrategy,
+    ShipCode,
+    Strategy,
+    StreamOutput,
+)
+from raytf.config.cluster import (
+    ClusterConfig,
+    EvaluatorConfig,
+    PsConfig,
+    Resources,
+)
 from raytf.config.load import load_config, to_dict, to_yaml
 from raytf.config.redact import SECRET, redacted, secret_runtime_env, task_view
-from raytf.config.rules import ignored_by_scripts, validate, validate_run
+from raytf.config.rules import ignored_by_scripts, is_function_label, validate, validate_run
 from raytf.config.schema import (
     SINGLE_TASK_STRATEGIES,
     CheckpointConfig,
-    ClusterConfig,
-    Collective,
     Config,
-    CrossDeviceOps,
-    EvaluatorConfig,
     FailureConfig,
     MetricsConfig,
-    Partitioner,
-    PlacementStrategy,
-    PsConfig,
+    MlflowConfig,
     RayConfig,
-    Resources,
     RunConfig,
-    ShipCode,
     StorageConfig,
-    Strategy,
-    StreamOutput,
     SweepConfig,
+    TrackingConfig,
     TrainConfig,
+    owns_loop,
     script_mode,
 )
 
@@ -41,6 +48,7 @@ __all__ = [
     "EvaluatorConfig",
     "FailureConfig",
     "MetricsConfig",
+    "MlflowConfig",
     "Partitioner",
     "PlacementStrategy",
     "PsConfig",
@@ -52,9 +60,12 @@ __all__ = [
     "Strategy",
     "StreamOutput",
     "SweepConfig",
+    "TrackingConfig",
     "TrainConfig",
     "ignored_by_scripts",
+    "is_function_label",
     "load_config",
+    "owns_loop",
     "redacted",
     "script_mode",
     "secret_runtime_env",

@@ -22,12 +22,16 @@ from raytf.errors import ConfigError
 def load_config(
     source: str | Path | Mapping[str, Any] | Config | None = None,
     overrides: Sequence[str] | Mapping[str, Any] | None = None,
+    *,
+    program: Mapping[str, str] | None = None,
 ) -> Config:
     """Build a validated Config from a YAML path, a dict or a Config, plus overrides.
 
     Args:
         source: a YAML file path, a (nested) dict, an existing Config, or None for defaults.
         overrides: `["key=value", ...]` (OmegaConf dotlist) or a `{"dotted.key": value}` mapping.
+        program: {dotted key: value} set last, before validation: what raytf.fit(train_fn=...) records of the
+            function it was given (train.entrypoint, train.eval_entrypoint), so a source without one validates.
 
     Returns:
         A Config of plain dataclasses.
@@ -49,12 +53,18 @@ def load_config(
             raise ConfigError(f"config source {source!r} is not a path, dict or Config")
         if overrides:
             layers.append(_overrides_layer(overrides))
+        if program:
+            layers.append(_overrides_layer(dict(program)))
         for layer in layers[1:]:
             _yaml_words(layer)
         cfg = OmegaConf.to_object(OmegaConf.merge(*layers))
     except OmegaConfBaseException as e:
         raise ConfigError(_one_line(e)) from None
     assert isinstance(cfg, Config)
+    if isinstance(source, (str, Path)) and cfg.tracking.mlflow.uri and not cfg.tracking.mlflow.experiment:
+        # The experiment a run is tracked in (tracking.mlflow): its config file's name, so the runs of one setup
+        # gather in one MLflow experiment; a Config made in code has none and falls back to "raytf".
+        cfg.tracking.mlflow.experiment = Path(source).stem
     validate(cfg)
     return cfg
 

@@ -214,9 +214,10 @@ def redacted(cfg: Config) -> Config:
 
 def task_view(cfg: Config) -> Config:
     """The config as it is sent to the tasks (pickled into every actor call): without storage keys (a run
-    refuses them anyway) and without the `ray` section (its runtime_env, its address), which the tasks never
-    read: Ray itself set up their processes."""
+    refuses them anyway), without the `ray` section (its runtime_env, its address), which the tasks never
+    read: Ray itself set up their processes, and without `tracking` (the driver logs to MLflow, not the tasks)."""
     out = copy.copy(cfg)
     out.ray = type(cfg.ray)()
+    out.tracking = type(cfg.tracking)()  # the driver's alone (a database URI may hold its password)
     out.storage = dataclasses.replace(cfg.storage, access_key=None, secret_key=None)
     return out

@@ -1,122 +1,55 @@
-"""What OmegaConf's types cannot express: every numeric key's range (finite, at least...), the cross-field rules,
+"""What OmegaConf's types cannot express: every numeric key's range (config/ranges.py), the cross-field rules,
 and a sweep space that would run no trial. Pure: raises ConfigError."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
-from raytf.config.redact import storage_path_problem
-from raytf.config.schema import (
-    SINGLE_TASK_STRATEGIES,
+from raytf.config.choices import (
     Collective,
-    Config,
     CrossDeviceOps,
     Partitioner,
     PlacementStrategy,
-    Resources,
     Strategy,
+)
+from raytf.config.cluster import (
+    Resources,
+)
+from raytf.config.ranges import RANGES as RANGES  # (re-exported: the tests' table of every numeric key)
+from raytf.config.ranges import Range, check_range, check_ranges
+from raytf.config.ranges import number_wanted as number_wanted  # (re-exported: load.py's)
+from raytf.config.redact import redact_text, storage_path_problem
+from raytf.config.schema import (
+    SINGLE_TASK_STRATEGIES,
+    Config,
     script_mode,
 )
 from raytf.errors import ConfigError
 
-
-class Range(NamedTuple):
-    """A numeric key's allowed values: at least `low` (above it when `above`; None: any), finite, and null only
-    when `null`. `text` is how errors say it, after "must be"."""
-
-    low: float | None
-    text: str
-    above: bool = False
-    null: bool = False
-
-
-_SECONDS = "above 0 (seconds)"
-# Every numeric key of the schema and its allowed values. validate checks them all (a role's resources even when
-# the role is not used); load.py names them when OmegaConf cannot read a value as a number (`train.epochs=nan`).
-RANGES: dict[str, Range] = {
-    "ray.num_cpus": Range(1, "at least 1, or null for all of this machine's CPUs", null=True),
-    "cluster.num_workers": Range(1, "at least 1"),
-    "cluster.min_workers": Range(1, "at least 1 and at most cluster.num_workers, or null (not elastic)", null=True),
-    "cluster.elastic.wait_s": Range(0, "0 or more (seconds), e.g. 30"),
-    "cluster.elastic.grow_check_s": Range(0, f"{_SECONDS}, e.g. 30", above=True),
-    "cluster.elastic.max_resizes": Range(0, "0 or more, e.g. 10"),
-    "cluster.num_ps": Range(0, "0, or at least 1 with cluster.strategy=parameter_server"),
-    **{f"cluster.{role}.{key}": r for role in ("worker", "chief", "ps", "evaluator") for key, r in (
-        ("cpus", Range(0, "0 or more, e.g. 1")),
-        ("gpus", Range(0, "0 or more, e.g. 0 or 1")),
-        ("memory_gb", Range(0, "above 0 (GB), or null for no memory reservation", above=True, null=True)))},
-    "cluster.ps.min_shard_bytes": Range(1, "at least 1"),
-    "cluster.ps.max_shards": Range(1, "at least 1, or null for cluster.num_ps", null=True),
-    "cluster.evaluator.finish_timeout_s": Range(0, "0 or more (seconds), e.g. 300"),
-    "cluster.placement_timeout_s": Range(0, f"{_SECONDS}, e.g. 60", above=True),
-    "cluster.startup_timeout_s": Range(0, f"{_SECONDS}, e.g. 120", above=True),
-    "cluster.threads": Range(1, "at least 1, or null for the CPU share", null=True),
-    "cluster.standby": Range(0, "0 or more (standby task processes per node), e.g. 2"),
-    "train.epochs": Range(1, "at least 1"),
-    "train.steps_per_epoch": Range(1, "at least 1, or null", null=True),
-    "train.batch_size": Range(1, "at least 1 (it is per replica)"),
-    "train.seed": Range(None, ""),
-    "checkpoint.every_epochs": Range(0, "0 or more (0 turns epoch checkpoints off)"),
-    "checkpoint.every_steps": Range(0, "0 or more (0 turns step checkpoints off)"),
-    "checkpoint.keep_last": Range(0, "0 or more (0 keeps every checkpoint)"),
-    "checkpoint.interrupt_timeout_s": Range(0, f"{_SECONDS}, e.g. 60", above=True),
-    "metrics.every_steps": Range(0, "0 or more (0 reports per epoch only)"),
-    "metrics.flush_interval_s": Range(0, "0 or more (seconds), e.g. 5"),
-    "metrics.max_names": Range(1, "at least 1, e.g. 256"),
-    "metrics.straggler_ratio": Range(1, "above 1, e.g. 1.3", above=True),
-    "metrics.straggler_window": Range(2, "at least 2, e.g. 5"),
-    "failure.max_failures": Range(-1, "-1 (no limit) or more"),
-    "failure.max_preemptions": Range(-1, "-1 (no limit) or more"),
-    "failure.hang_timeout_s": Range(0, f"{_SECONDS}, e.g. 300", above=True),
-    "failure.heartbeat_s": Range(0, f"{_SECONDS}, e.g. 2", above=True),
-    "failure.collective_timeout_s": Range(0, f"{_SECONDS}, or null for none", above=True, null=True),
-    "storage.max_inflight_uploads": Range(1, "at least 1"),
-    "storage.upload_retries": Range(0, "0 or more, e.g. 5"),
-    "storage.upload_backoff_s": Range(0, "0 or more (seconds), e.g. 0.5"),
-    "storage.min_upload_mib_s": Range(0, "above 0 (MiB/s), e.g. 1.0", above=True),
-    "sweep.max_concurrent": Range(1, "at least 1"),
-    "sweep.num_samples": Range(1, "at least 1 (0 would run no trial)"),
-}
-
-
-def number_wanted(key: str, integer: bool, r: Range | None = None) -> str:
-    """What to write for a numeric key given something that is not a number: "an integer at least 1"."""
-    r = r or RANGES.get(key)
-    kind = "an integer" if integer else "a finite number"
-    return f"{kind} {r.text}" if r and r.text else kind
-
-
-def _check_range(value: Any, key: str, r: Range) -> None:
-    if value is None and r.null:
-        return
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-          and (r.low is None or (value > r.low if r.above else value >= r.low)))
-    if not ok:
-        integer = isinstance(value, int) and not isinstance(value, bool)
-        raise ConfigError(f"{key} ({value}) must be {r.text if integer and r.text else number_wanted(key, integer, r)}")
-
-
-def _check_ranges(cfg: Config) -> None:
-    for key, r in RANGES.items():
-        value: Any = cfg
-        for part in key.split("."):
-            value = getattr(value, part)
-        _check_range(value, key, r)
-
-
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+# What train.entrypoint records of a function sent by value (raytf.fit(train_fn=...); raytf._core.function).
+_FUNCTION_LABEL = re.compile(r"^<function \S.* defined in \S+>$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def is_function_label(entrypoint: str | None) -> bool:
+    """Whether an entrypoint records a function a program gave raytf.fit by value (not importable by name)."""
+    return bool(entrypoint) and bool(_FUNCTION_LABEL.match(entrypoint))
+
+
+def _function(value: str | None) -> bool:
+    """An entrypoint's form: package.module:function, or the label of a function sent by value."""
+    return bool(value) and (bool(_ENTRYPOINT.match(value)) or is_function_label(value))
 
 
 def validate(cfg: Config) -> Config:
     """Every numeric key's range (RANGES) and the cross-field rules OmegaConf's types cannot express. Pure;
     raises ConfigError."""
     c = cfg.cluster
-    _check_ranges(cfg)
+    check_ranges(cfg)
     _validate_resources(c.worker, "cluster.worker")
     if c.collective is Collective.nccl and c.worker.gpus <= 0:
         raise ConfigError("cluster.collective (nccl) needs GPUs: set cluster.worker.gpus or use auto/ring")
@@ -153,6 +86,7 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(
             f"run.name ({cfg.run.name!r}) must be letters, digits, '.', '_' or '-' (no '/' or spaces)"
         )
+    _validate_tracking(cfg)
     addr = cfg.ray.address
     if addr is not None and addr != "auto" and not addr.startswith("ray://") and ":" not in addr:
         raise ConfigError(f"ray.address ({addr!r}) must be null (embedded), auto, host:port or ray://host:port")
@@ -182,6 +116,27 @@ PS_DATASETS = (
     "function")
 
 
+# What MLflow takes as a tracking URI without a scheme: Databricks' workspaces (its other URIs have one).
+_MLFLOW_NAMED_URIS = ("databricks", "databricks-uc", "uc")
+
+
+def _validate_tracking(cfg: Config) -> None:
+    """tracking.mlflow: a URI MLflow 3 accepts (not its file store), an experiment name that is not blank."""
+    m = cfg.tracking.mlflow
+    uri = m.uri.strip()
+    if uri and uri not in _MLFLOW_NAMED_URIS and ("://" not in uri or uri.startswith("file:")):
+        raise ConfigError(
+            f"tracking.mlflow.uri ({redact_text(uri)!r}) is a directory: MLflow's file store, which MLflow 3 refuses "
+            "(MLFLOW_ALLOW_FILE_STORE). Fix: a database, e.g. sqlite:////absolute/path/mlflow.db, or a tracking "
+            "server, e.g. http://mlflow.example:5000")
+    if uri.startswith("sqlite:") and not uri.startswith("sqlite:///"):
+        raise ConfigError(f"tracking.mlflow.uri ({uri!r}) must name a file: sqlite:///relative/mlflow.db or "
+                          "sqlite:////absolute/path/mlflow.db")
+    if m.experiment is not None and not m.experiment.strip():
+        raise ConfigError("tracking.mlflow.experiment is blank: name the MLflow experiment, or leave it out (null) "
+                          "for the config file's name")
+
+
 def _validate_program(cfg: Config) -> None:
     """Exactly one of train.entrypoint, train.script and train.module."""
     t = cfg.train
@@ -192,8 +147,15 @@ def _validate_program(cfg: Config) -> None:
     if not chosen:
         raise ConfigError("train.entrypoint is empty: set it to package.module:function, e.g. "
                           "examples.keras_cnn:train, or run an existing program with train.script=path/to/train.py")
-    if t.entrypoint and not _ENTRYPOINT.match(t.entrypoint):
+    if t.entrypoint and not _function(t.entrypoint):
         raise ConfigError(f"train.entrypoint ({t.entrypoint!r}) must look like package.module:function")
+    if t.ray_train and not t.entrypoint:
+        raise ConfigError("train.ray_train=true is for a training function (a Ray Train train_loop_per_worker, "
+                          "train.entrypoint), not train.script/train.module")
+    if t.ray_train and cfg.cluster.strategy is not Strategy.multi_worker_mirrored:
+        raise ConfigError(f"train.ray_train=true with cluster.strategy={cfg.cluster.strategy.value}: a Ray Train "
+                          "loop builds its own MultiWorkerMirroredStrategy from TF_CONFIG, as under Ray Train's "
+                          "TensorflowTrainer. Fix: cluster.strategy=multi_worker_mirrored")
     if t.module and not _MODULE.match(t.module):
         raise ConfigError(f"train.module ({t.module!r}) must be a dotted module name like pkg.train (what "
                           "`python -m` takes); for a file use train.script")
@@ -251,7 +213,7 @@ def _validate_roles(cfg: Config) -> None:
         if not t.eval_entrypoint:
             raise ConfigError("cluster.evaluator.enabled is true but train.eval_entrypoint is empty: set it to "
                               "package.module:function, or disable the evaluator")
-        if not _ENTRYPOINT.match(t.eval_entrypoint):
+        if not _function(t.eval_entrypoint):
             raise ConfigError(f"train.eval_entrypoint ({t.eval_entrypoint!r}) must look like "
                               "package.module:function")
     elif t.eval_entrypoint:
@@ -286,7 +248,7 @@ def _validate_resources(r: Resources, key: str) -> None:
     if r.cpus == 0 and r.gpus == 0 and not r.custom:
         raise ConfigError(f"{key} reserves nothing (cpus=0, gpus=0): reserve at least one CPU or GPU")
     for name, amount in r.custom.items():
-        _check_range(amount, f"{key}.custom.{name}", Range(0, "above 0, e.g. 1", above=True))
+        check_range(amount, f"{key}.custom.{name}", Range(0, "above 0, e.g. 1", above=True))
 
 
 def check_space(space: Mapping[str, Any], name: str = "sweep.space",

@@ -45,6 +45,15 @@ def test_show_prints_a_dash_for_what_a_run_lacks(tmp_path, capsys):
     assert "loss=0.25" in out and "task worker" in out
 
 
+def test_show_names_the_mlflow_run_of_a_tracked_run(tmp_path, capsys):
+    _fake_run(tmp_path / "runs", mlflow_run_id="8be80ecedafa4c8481ea18a5178f69f8")
+    _fake_run(tmp_path / "runs", name="exp2")
+    assert runs.main(["show", "exp1", "--storage", str(tmp_path / "runs")]) == 0
+    assert "mlflow     run 8be80ecedafa4c8481ea18a5178f69f8" in capsys.readouterr().out.splitlines()
+    assert runs.main(["show", "exp2", "--storage", str(tmp_path / "runs")]) == 0
+    assert not [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("mlflow")]
+
+
 def test_show_of_a_run_still_going_without_timings(tmp_path, capsys):
     run = _fake_run(tmp_path / "runs", status="running", duration_s=None, first_step_s=3.25)
     assert runs.main(["show", str(run)]) == 0

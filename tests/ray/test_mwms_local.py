@@ -103,10 +103,16 @@ def test_failing_user_function_reports_rank_and_traceback(rank1_fails_run, no_le
     assert result.attempts[-1]["status"] == "failed" and result.attempts[-1]["rank"] == 1
     with pytest.raises(raytf.TrainingFailedError):
         result.raise_for_status()
+    # What raytf.fit raised (the fixture's result.error): where the root cause happened, and the run's Result.
+    raised = result.error
+    assert (raised.rank, raised.role, raised.host, raised.node_id) == (1, "worker", "127.0.0.1", err.node_id)
+    assert raised.remote_traceback == err.remote_traceback and raised.result is result
+    assert "rank 1 refuses to train" in str(raised)
 
 
 def test_missing_entrypoint_function_fails_cleanly(fast_cfg, no_leaks):
-    result = raytf.fit(fast_cfg("run.name=nofn", "train.entrypoint=tests.train_fns:nope"), quiet=True)
+    result = raytf.fit(fast_cfg("run.name=nofn", "train.entrypoint=tests.train_fns:nope"), quiet=True,
+                       raise_on_failure=False)
     assert result.status == "failed"
     assert "has no function 'nope'" in str(result.error)
 

@@ -1,5 +1,6 @@
 """Sweeps through Ray Tune, and the example notebook that runs one."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -56,12 +57,17 @@ def test_example_notebook_executes(tmp_path):
 
     nb = nbformat.read(ROOT / "examples/sweep.ipynb", as_version=4)
     # Keep the notebook's runs out of the checkout.
-    nb.cells[1].source = nb.cells[1].source.replace("./runs", str(tmp_path))
+    (runs,) = [c for c in nb.cells if "./runs" in c.source]
+    runs.source = runs.source.replace("./runs", str(tmp_path))
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the learning curves were drawn
     assert len(list(tmp_path.glob("nb-sweep-*/result.json"))) == 4
+    # Its training function was defined in a cell: sent by value to every trial's workers, and recorded so.
+    for run in tmp_path.glob("nb-sweep-*"):
+        assert "entrypoint: <function train defined in __main__>" in (run / "config.yaml").read_text()
+        assert json.loads((run / "result.json").read_text())["status"] == "succeeded"
 
 
 # ~36 s (four trials in a CLI of its own) out of the default run's 20 minutes; the sweep's API path runs by default

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raytf._core import checkpoints, failure, limits, peers
 from raytf._core import events as ev
+from raytf._core import failure, limits, peers
 from raytf._core.plan import TaskSpec
 from raytf._core.tasks import TaskRun
 from raytf._storage import RunDir, task_log, task_log_dir, task_workdir
@@ -89,10 +89,7 @@ class ScriptHost:
         for d in (self.checkpoint_dir, self.log_dir, self.work_dir):
             os.makedirs(d, exist_ok=True)
         if resume_from is not None:
-            self.run_dir.checkpoints.download(resume_from, self.checkpoint_dir)
-            marker = os.path.join(self.checkpoint_dir, checkpoints.COMMIT_MARKER)
-            if os.path.exists(marker):
-                os.remove(marker)
+            self.run_dir.checkpoints.download(resume_from, self.checkpoint_dir, marker=False)
             self._position = (resume_from.epoch, resume_from.step)
 
     @property

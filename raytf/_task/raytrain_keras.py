@@ -1,0 +1,64 @@
+"""A Ray Train loop's Keras `Model.fit` steps, counted by raytf as a training function's are (raytf.compat): step
+rows with the step-time breakdown, heartbeats for the hang watch, the replica count. Its epochs are its
+`ray.train.report` calls (raytrain), not counted here. Imported in a task's process only (TensorFlow)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Iterator
+
+from raytf._core import events as ev
+from raytf._task.keras_callback import RaytfCallback
+
+
+class RayTrainSteps(RaytfCallback):
+    """Added last to every Model.fit of a Ray Train loop. The fit's replicas are its model's strategy's (the loop
+    builds its own); it leaves the epoch count, the resume and checkpoints to the loop."""
+
+    def __init__(self, ctx, announced: list[int]) -> None:
+        super().__init__(ctx)
+        self._announced = announced  # the replica count told to the driver (once per task)
+
+    def on_train_begin(self, logs=None) -> None:
+        replicas = int(self.model.distribute_strategy.num_replicas_in_sync)
+        method = getattr(self.model, "distribute_reduction_method", None) or "auto"
+        self._scale = 1.0 / replicas if method in ("auto", "sum") else 1.0  # (see RaytfCallback._set_scale)
+        self._skip = 0
+        if replicas not in self._announced:
+            self._announced.append(replicas)
+            self.ctx._emit(ev.STARTED, {"replicas": replicas})
+
+    def on_train_end(self, logs=None) -> None:
+        pass
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        self.ctx.heartbeat()  # (the loop's report is the epoch row)
+
+
+@contextlib.contextmanager
+def steps_reported(ctx) -> Iterator[None]:
+    """While the block runs, every tf-keras Model.fit gets RayTrainSteps(ctx) last among its callbacks."""
+    import tf_keras
+
+    model_cls = tf_keras.Model
+    original = model_cls.fit
+    signature = inspect.signature(original)
+    announced: list[int] = []
+
+    @functools.wraps(original)
+    def fit(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        callbacks = bound.arguments.get("callbacks")
+        if isinstance(callbacks, tf_keras.callbacks.CallbackList):
+            callbacks.append(RayTrainSteps(ctx, announced))
+        else:
+            bound.arguments["callbacks"] = [*(callbacks or []), RayTrainSteps(ctx, announced)]
+        return original(*bound.args, **bound.kwargs)
+
+    model_cls.fit = fit
+    try:
+        yield
+    finally:
+        model_cls.fit = original

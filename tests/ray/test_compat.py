@@ -1,0 +1,351 @@
+"""Coming from Ray Train, and from a notebook: a function as a value (raytf.fit(train_fn=...), one defined in
+__main__), and a Ray Train program run by raytf.compat.TensorflowTrainer, Ray's own TF examples among them.
+
+A "function defined in __main__" here is code executed with `__name__ == "__main__"` (as a script or a notebook
+cell is): cloudpickle sends such a function by value, and no task ever imports the driver's __main__."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import raytf
+from raytf.errors import ConfigError
+
+pytestmark = pytest.mark.ray
+
+
+def as_main(source: str) -> dict:
+    """The namespace of `source` run as a script's or a notebook's __main__ (its functions' __module__)."""
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, "<__main__>", "exec"), namespace)
+    return namespace
+
+
+# A Ray Train program's loop, unchanged: Ray's context, dataset shard, Keras callback and a last report.
+RAY_TRAIN_LOOP = '''
+import ray.train
+
+def train_func(config):
+    import tensorflow as tf
+    from ray.air.integrations.keras import ReportCheckpointCallback
+
+    context = ray.train.get_context()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(config["lr"]), loss="mse")
+    resumed = ray.train.get_checkpoint()
+    shard = ray.train.get_dataset_shard("train")
+    rows = sum(len(batch["y"]) for batch in shard.iter_batches(batch_size=16))  # one pass of this worker's share
+    for _ in range(config["epochs"]):
+        model.fit(shard.to_tf("x", "y", batch_size=config["batch"]), callbacks=[ReportCheckpointCallback()],
+                  verbose=0)
+    ray.train.report({"world_rank": context.get_world_rank(), "world_size": context.get_world_size(),
+                      "local_rank": context.get_local_rank(), "local_world_size": context.get_local_world_size(),
+                      "node_rank": context.get_node_rank(), "rows": rows, "resumed": resumed is not None,
+                      "name_ok": context.get_experiment_name() == config["name"]})
+'''
+
+
+def _rows(n: int) -> list[dict]:
+    return [{"x": np.full(4, i / n, "float32"), "y": float(i) / n} for i in range(n)]
+
+
+@pytest.mark.timeout(180)
+def test_a_ray_train_program_from_main_runs_on_raytf(tmp_path, ray_local, no_leaks):
+    """The one-line switch: Ray's own ScalingConfig/RunConfig/CheckpointConfig, datasets=, and a loop defined in
+    __main__ that calls ray.train.report (through Ray's Keras callback), get_checkpoint, get_context and
+    get_dataset_shard; trainer.fit() returns Ray Train's Result."""
+    import ray
+    from ray.train import CheckpointConfig, RunConfig, ScalingConfig
+
+    from raytf.compat import TensorflowTrainer
+
+    train_func = as_main(RAY_TRAIN_LOOP)["train_func"]
+    assert train_func.__module__ == "__main__"
+    trainer = TensorflowTrainer(
+        train_func, train_loop_config={"lr": 0.05, "epochs": 1, "batch": 8, "name": "compat"},
+        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(name="compat", storage_path=str(tmp_path), checkpoint_config=CheckpointConfig(
+            num_to_keep=1)),
+        datasets={"train": ray.data.from_items(_rows(64))}, raytf_config=["cluster.standby=0"])
+    result = trainer.fit()
+    assert isinstance(result, ray.train.Result) and result.error is None and result.path == str(tmp_path / "compat")
+    # Metrics from every rank: each report an epoch row; the last one says what each rank's context answered.
+    df = result.raytf.metrics
+    last = df[(df["kind"] == "epoch") & (df["epoch"] == 2)].sort_values("rank")
+    assert list(last["world_rank"]) == [0, 1] and set(last["world_size"]) == {2}
+    assert list(last["local_rank"]) == [0, 1] and set(last["local_world_size"]) == {2} and set(last["node_rank"]) == {0}
+    assert set(last["rows"]) == {32} and set(last["resumed"]) == {0} and set(last["name_ok"]) == {1}
+    epochs = df[(df["kind"] == "epoch") & (df["epoch"] == 1)]  # the Keras epoch's report, from both ranks
+    assert sorted(epochs["rank"]) == [0, 1] and epochs["loss"].notna().all()
+    assert (df["kind"] == "step").any()  # Keras fit's steps counted too (step rows, breakdown, heartbeats)
+    # Ray's Result: the newest checkpoint, rank 0's metrics reported with it, every report of rank 0.
+    (name,) = [p.name for p in (tmp_path / "compat" / "checkpoints").iterdir()]
+    assert result.checkpoint.path.endswith(name) and name.startswith("ckpt-n00000001-e000001")
+    files = set(os.listdir(result.checkpoint.path))
+    manifest = json.loads((Path(result.checkpoint.path) / "_COMMITTED.json").read_text())
+    assert "model.keras" in files and "model.keras" in json.dumps(manifest)
+    assert set(result.metrics) == {"loss"} and len(result.metrics_dataframe) == 2
+    assert [m for _, m in result.best_checkpoints] == [result.metrics]
+    recorded = (tmp_path / "compat" / "config.yaml").read_text()
+    assert "entrypoint: <function train_func defined in __main__>" in recorded and "ray_train: true" in recorded
+
+
+MAIN_TRAIN = '''
+def train(ctx):
+    import numpy as np
+    import tensorflow as tf
+
+    x = np.linspace(0, 1, 256, dtype="float32").reshape(64, 4)
+    data = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1))).repeat().batch(ctx.global_batch_size)
+    with ctx.strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    ctx.restore(model=model, optimizer=model.optimizer)
+    model.fit(data, epochs=ctx.epochs, initial_epoch=ctx.initial_epoch, steps_per_epoch=ctx.steps_per_epoch,
+              callbacks=ctx.keras_callbacks(), verbose=0)
+'''
+
+
+@pytest.mark.timeout(180)
+def test_train_fn_defined_in_main_trains_and_the_config_says_so(fast_cfg, no_leaks):
+    """raytf.fit(cfg, train_fn=train) with `train` from __main__ (a script or a notebook cell): sent by value,
+    trained; config.yaml records it, and that config alone is refused in one line (nothing started)."""
+    train = as_main(MAIN_TRAIN)["train"]
+    result = raytf.fit(fast_cfg("run.name=mainfn", "train.epochs=1", "train.steps_per_epoch=4"), train_fn=train,
+                       quiet=True)
+    assert result.status == "succeeded" and result.final_metrics["step"] == 4
+    assert result.config.train.entrypoint == "<function train defined in __main__>"
+    recorded = raytf.load_result(result.run_dir).config
+    assert recorded.train.entrypoint == "<function train defined in __main__>"
+    with pytest.raises(ConfigError) as refused:
+        raytf.fit(recorded, ["run.name=mainfn-again"], quiet=True)
+    assert "is a function a program gave raytf.fit(train_fn=...)" in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+UNGUARDED_SCRIPT = """
+import sys
+
+import raytf
+
+def train(ctx):
+    import tensorflow as tf
+    with ctx.strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    data = tf.data.Dataset.from_tensors((tf.ones([4]), tf.ones([]))).repeat().batch(ctx.global_batch_size)
+    model.fit(data, epochs=1, steps_per_epoch=3, callbacks=ctx.keras_callbacks(), verbose=0)
+
+def broken(ctx):
+    raise ValueError("a bug in the training function")
+
+cfg = raytf.load_config(sys.argv[1], sys.argv[2:])
+print("first:", raytf.fit(cfg, ["run.name=script-ok"], train_fn=train, quiet=True).status, flush=True)
+raytf.fit(cfg, ["run.name=script-bug"], train_fn=broken, quiet=True)
+print("not reached")
+"""
+
+
+@pytest.mark.slow  # step 2: a script of its own (two runs), joining the session's Ray
+@pytest.mark.timeout(300)
+def test_a_script_without_a_main_guard_trains_and_its_failure_exits_1(tmp_path, ray_local, no_leaks):
+    """The script's driver code is at module level (no `if __name__ == "__main__":`): the tasks get its functions
+    by value and never import it (had they, it would run again in each task). A failing function raises
+    TrainingFailedError out of the script: it exits 1, as CI pipelines and schedulers read it."""
+    from tests.conftest import ROOT, state_address
+
+    script = tmp_path / "train_script.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(ROOT / "conf/local.yaml"), f"storage.path={tmp_path}", "cluster.standby=0",
+         f"ray.address={state_address()}"], cwd=tmp_path, capture_output=True, text=True, timeout=280)
+    assert "first: succeeded" in proc.stdout, proc.stderr[-3000:]
+    assert proc.returncode == 1 and "not reached" not in proc.stdout
+    assert "raytf.errors.TrainingFailedError" in proc.stderr and "a bug in the training function" in proc.stderr
+    assert json.loads((tmp_path / "script-bug" / "result.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.slow  # step 2: a relaunch and a failure of the path the default run trains once
+@pytest.mark.timeout(420)
+def test_a_ray_train_run_resumes_by_name_and_its_failure_raises(tmp_path, ray_local, no_leaks):
+    """RunConfig(name=...) again resumes from the newest checkpoint (ray.train.get_checkpoint() has it); Ray
+    Train's other Keras callback (ray.train.tensorflow.keras) works too; a loop that raises on rank 1 makes
+    trainer.fit() raise Ray Train's TrainingFailedError (a WorkerGroupError), also raytf's."""
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+
+    from raytf.compat import TensorflowTrainer
+
+    loop = as_main(RAY_TRAIN_LOOP.replace("ray.air.integrations.keras", "ray.train.tensorflow.keras"))["train_func"]
+
+    def trainer(name, fn=loop):
+        # A tuple is not YAML's: the config travels with the function (pickled), not in train.params.
+        return TensorflowTrainer(
+            fn, train_loop_config={"lr": 0.05, "epochs": 1, "batch": 8, "name": name, "shape": (4,)},
+            scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+            run_config=RunConfig(name=name, storage_path=str(tmp_path)),
+            datasets={"train": ray.data.from_items(_rows(32))}, raytf_config=["cluster.standby=0"])
+
+    first = trainer("again").fit()
+    again = trainer("again").fit()
+    assert [a["resumed_from"] for a in again.raytf.attempts][-1] == Path(first.checkpoint.path).name
+    final = again.raytf.metrics
+    final = final[(final["kind"] == "epoch") & (final["attempt"] == 2)]
+    assert set(final["resumed"].dropna()) == {1}  # get_checkpoint() gave the loop the first run's checkpoint
+    assert len(again.best_checkpoints) == 2  # CheckpointConfig's default: every checkpoint kept
+    assert again.raytf.config.train.params == {}  # (the loop got its config all the same: it trained)
+
+    failing = as_main("import ray.train\n\ndef boom(config):\n"
+                      "    if ray.train.get_context().get_world_rank() == 1:\n"
+                      "        raise KeyError('no such feature')\n")["boom"]
+    with pytest.raises(ray.train.TrainingFailedError) as raised:
+        trainer("boom", failing).fit()
+    e = raised.value
+    assert isinstance(e, ray.train.WorkerGroupError) and isinstance(e, raytf.TrainingFailedError)
+    assert list(e.worker_failures) == [1] and (e.rank, e.role, e.host) == (1, "worker", "127.0.0.1")
+    assert "KeyError: 'no such feature'" in str(e) and "boom" in e.remote_traceback
+    assert e.result.status == "failed" and e.result.error is e
+
+
+# Ray's TF examples as shipped in its wheel (ray/train/examples/tf/), run as scripts with --smoke-test (their own
+# ray.init(num_cpus=4): 2 workers, Ray Data and the driver), the one import changed and, since nothing may be
+# downloaded here, their data loading replaced by synthetic data of the same shape.
+SYNTHETIC_MNIST = '''
+def _synthetic_mnist():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 10, 2048)
+    images = (rng.integers(0, 64, (2048, 28, 28)) + labels[:, None, None] * 19).astype(np.uint8)
+    return (images, labels), (images[:64], labels[:64])
+
+'''
+SYNTHETIC_REGRESSION = '''
+def _synthetic_regression():
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(1024, 100))
+    frame = pd.DataFrame(x, columns=[f"x{i:03}" for i in range(100)])
+    frame["y"] = x @ rng.normal(size=100) / 10
+    return ray.data.from_pandas(frame)
+
+'''
+EXAMPLES = {
+    "tensorflow_mnist_example": [("tf.keras.datasets.mnist.load_data()", "_synthetic_mnist()"),
+                                 ("\ndef mnist_dataset(", SYNTHETIC_MNIST + "\ndef mnist_dataset(")],
+    "tensorflow_regression_example": [
+        ('ray.data.read_csv("s3://anonymous@air-example-data/regression.csv")', "_synthetic_regression()"),
+        ("\ndef build_model(", "import numpy as np\n" + SYNTHETIC_REGRESSION + "\ndef build_model(")],
+}
+
+
+def ray_example_on_raytf(name: str, where: Path) -> Path:
+    """Ray's example `name` with `from ray.train.tensorflow import TensorflowTrainer` changed to raytf.compat's and
+    its data loading replaced (each change made exactly once), written to `where`."""
+    import ray.train.examples.tf as examples
+
+    source = (Path(examples.__file__).parent / f"{name}.py").read_text()
+    changes = [("from ray.train.tensorflow import TensorflowTrainer", "from raytf.compat import TensorflowTrainer"),
+               *EXAMPLES[name]]
+    for old, new in changes:
+        assert source.count(old) == 1, (name, old)
+        source = source.replace(old, new)
+    path = where / f"{name}.py"
+    path.write_text(source)
+    return path
+
+
+@pytest.mark.slow  # step 2: each starts a Ray of its own (the examples' ray.init) and trains 4 epochs
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_rays_tensorflow_examples_run_with_one_import_changed(name, tmp_path):
+    script = ray_example_on_raytf(name, tmp_path)
+    # Ray's default storage_path is ~/ray_results: a HOME of the test's own keeps the runs out of the real one.
+    env = {**os.environ, "HOME": str(tmp_path), "RAY_AUTH_MODE": "token"}
+    proc = subprocess.run([sys.executable, str(script), "--smoke-test"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=560)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    (run,) = (tmp_path / "ray_results").iterdir()
+    summary = json.loads((run / "result.json").read_text())
+    assert summary["status"] == "succeeded" and summary["num_replicas_in_sync"] == 2
+    assert summary["config"]["train"]["entrypoint"] == "<function train_func defined in __main__>"
+    assert len(summary["checkpoints"]) == 4 and summary["final_metrics"]["epoch"] == 4  # a report per epoch
+    assert "loss" in summary["final_metrics"]
+    if name == "tensorflow_regression_example":
+        assert "{'loss': " in proc.stdout  # its own print(results.metrics)
+
+
+@pytest.mark.slow  # step 2: a benchmark's smoke run (four trainings on a Ray of its own)
+@pytest.mark.timeout(900)
+def test_the_loss_difference_benchmark_shows_it_explained():
+    """benchmarks/ray_train_loss.py --smoke: the same program and data (and initial weights) through Ray Train,
+    raytf.compat and ctx.dataset at the per-replica batch that means Ray's to_tf batch take the same steps and end
+    at the same loss; ctx.dataset given Ray's number takes half the steps per epoch and ends higher."""
+    from tests.conftest import benchmark_smoke
+
+    out = benchmark_smoke("benchmarks.ray_train_loss", timeout_s=860).stdout
+    runs = {}
+    for line in out.splitlines():
+        if line.startswith("seed 0: ") and "steps/epoch" in line:
+            name, _, rest = line.removeprefix("seed 0: ").partition(": ")
+            steps, _, losses = rest.removeprefix("steps/epoch ").partition(", loss ")
+            runs[name] = (int(steps), [float(v) for v in losses.split(" (")[0].split()])
+    assert set(runs) == {"ray_train", "compat", "ctx_32", "ctx_16"}, out
+    steps = {name: s for name, (s, _) in runs.items()}
+    assert steps["ray_train"] == steps["compat"] == steps["ctx_16"] == 2 * steps["ctx_32"], steps
+    final = {name: loss[-1] for name, (_, loss) in runs.items()}
+    assert final["compat"] == pytest.approx(final["ray_train"], abs=0.01)
+    assert final["ctx_16"] == pytest.approx(final["ray_train"], abs=0.01)
+    assert final["ctx_32"] > final["ray_train"] + 0.005, final
+
+
+EVALUATE = '''
+def evaluate(ctx):
+    import tensorflow as tf
+
+    model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    ctx.restore(model=model, optimizer=model.optimizer)
+    for checkpoint in ctx.watch_checkpoints(poll_s=0.5):
+        ctx.report({"seen_epoch": checkpoint.epoch}, kind="eval")
+'''
+
+
+@pytest.mark.slow  # step 2: the evaluator's variant of the default run's train_fn path
+@pytest.mark.timeout(300)
+def test_eval_fn_defined_in_main_evaluates_the_checkpoints(fast_cfg, no_leaks):
+    """raytf.fit(cfg, train_fn=..., eval_fn=...): the side-car evaluator runs a function from __main__ too."""
+    main = as_main(MAIN_TRAIN + EVALUATE)
+    cfg = fast_cfg("run.name=mainev", "train.epochs=2", "train.steps_per_epoch=4", "cluster.worker.cpus=0.5")
+    # (Given to fit as overrides: a config enabling the evaluator is validated with the eval_fn it records.)
+    result = raytf.fit(cfg, ["cluster.evaluator.enabled=true", "cluster.evaluator.cpus=0.5"], train_fn=main["train"],
+                       eval_fn=main["evaluate"], quiet=True)
+    assert result.status == "succeeded", result.error
+    assert result.config.train.eval_entrypoint == "<function evaluate defined in __main__>"
+    seen = result.metrics
+    assert seen[seen["role"] == "evaluator"]["seen_epoch"].max() == 2  # it saw the last checkpoint
+
+
+def test_a_ray_that_moved_ray_trains_seam_is_one_line(monkeypatch):
+    """The one private Ray API raytf.compat needs, checked on the driver before anything starts (no Ray started)."""
+    from ray.train.v2._internal.execution import train_fn_utils
+
+    from raytf._task import ray_train_private
+
+    ray_train_private.check()  # Ray 2.60 has it
+    monkeypatch.setenv("RAY_TRAIN_V2_ENABLED", "0")
+    with pytest.raises(ray_train_private.RayTrainMoved, match="RAY_TRAIN_V2_ENABLED=0"):
+        ray_train_private.check()
+    monkeypatch.delenv("RAY_TRAIN_V2_ENABLED")
+    monkeypatch.delattr(train_fn_utils, "set_train_fn_utils")
+    with pytest.raises(ray_train_private.RayTrainMoved) as moved:
+        ray_train_private.check()
+    message = str(moved.value)
+    assert "moved Ray Train v2's private train_fn_utils" in message and "set_train_fn_utils" in message
+    assert "Fix: pip install" in message and "\n" not in message
