@@ -196,6 +196,7 @@ class TensorBoardSink:
         self.root = self.files.path
         self.writers: dict[str, object] = {}
         self._flushed = time.monotonic()
+        self.failed = False  # a write failed (a full disk): no more are tried
 
     FLUSH_S = 5.0
 
@@ -211,7 +212,7 @@ class TensorBoardSink:
         return self.writers[name]
 
     def __call__(self, e: ev.Event) -> None:
-        if e.kind not in (ev.STEP, ev.EPOCH, ev.EVAL):
+        if e.kind not in (ev.STEP, ev.EPOCH, ev.EVAL) or self.failed:
             return
         metrics = e.payload.get("metrics") or {}
         if not metrics:
@@ -219,17 +220,28 @@ class TensorBoardSink:
         from tensorboardX.proto.event_pb2 import Event
         from tensorboardX.summary import scalar
 
-        w = self._writer(f"{e.role}{e.rank}")
-        step = int(e.payload["step"])
-        for name, value in metrics.items():
-            w.write_event(Event(wall_time=e.time, step=step, summary=scalar(f"{e.kind}/{name}", float(value))))
-        if time.monotonic() - self._flushed >= self.FLUSH_S:  # TensorBoard can watch the files live
-            for writer in self.writers.values():
-                writer.flush()
-            self._flushed = time.monotonic()
+        try:
+            w = self._writer(f"{e.role}{e.rank}")
+            step = int(e.payload["step"])
+            for name, value in metrics.items():
+                w.write_event(Event(wall_time=e.time, step=step, summary=scalar(f"{e.kind}/{name}", float(value))))
+            if time.monotonic() - self._flushed >= self.FLUSH_S:  # TensorBoard can watch the files live
+                for writer in self.writers.values():
+                    writer.flush()
+                self._flushed = time.monotonic()
+        except OSError as e:  # (a full disk): the files are given up, never the run; said once
+            self._give_up(e)
+
+    def _give_up(self, e: OSError) -> None:
+        log.warning("TensorBoard files in %s are no longer written: %s", self.run_dir.uri_of(TENSORBOARD_DIR), e)
+        self.failed = True
 
     def close(self) -> None:
         for w in self.writers.values():
-            w.close()
-        self.files.close(publish=bool(self.writers), what="TensorBoard files")
+            try:
+                w.close()
+            except OSError as e:  # (its last bytes: as above)
+                if not self.failed:
+                    self._give_up(e)
+        self.files.close(publish=bool(self.writers) and not self.failed, what="TensorBoard files")
         self.writers = {}

@@ -203,3 +203,29 @@ def test_runs_ls_and_show_are_retried(tmp_path, monkeypatch):
     assert runs._not_a_run(str(tmp_path / "runs" / "exp1")) is None
     assert runs._summary(storage.RunDir.at(str(tmp_path / "runs" / "exp1")))["status"] == "succeeded"
     assert fs.calls == {"get_file_info": 3, "read": 3}
+
+
+def test_tensorboard_files_on_a_full_disk_are_given_up_never_the_run(tmp_path, monkeypatch, caplog):
+    """The driver's TensorBoard sink writes in place on a local run directory: a full disk there costs the files,
+    with one warning, not the run (the driver's event loop goes on)."""
+    from tensorboardX.event_file_writer import EventsWriter
+
+    from raytf._core import events as ev
+    from raytf._driver.sinks import TensorBoardSink
+
+    sink = TensorBoardSink(storage.RunDir(str(tmp_path / "runs"), "r"))
+    row = ev.Event(ev.STEP, "worker", 0, 1, {"epoch": 1, "step": 1, "metrics": {"loss": 1.0}})
+    sink(row)
+    writes = []
+
+    def full(self, event):
+        writes.append(event)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(EventsWriter, "write_event", full)
+    with caplog.at_level(logging.WARNING, logger="raytf"):
+        for _ in range(3):
+            sink(row)
+        sink.close()
+    assert len(writes) == 1 and sink.failed
+    assert caplog.text.count("are no longer written") == 1 and "No space left" in caplog.text
