@@ -176,10 +176,11 @@ class TaskGroup:
         return self.infos
 
     def launch(self, *, attempt: int, python_path: list[str], resume_from, max_workers: int | None = None,
-               datasets: dict[int, dict[str, Any]] | None = None) -> tuple[dict, dict]:
+               datasets: dict[int, dict[str, Any]] | None = None, data_service=None) -> tuple[dict, dict]:
         """Start the training: (primary, background) refs to each task's call. The end of every primary
         ref (MWMS workers, the PS chief) is the end of training; background ones are the PS servers'
-        serve() and the evaluator's run(). `datasets`: rank -> {name: ray.data.DataIterator} (Ray Data input)."""
+        serve() and the evaluator's run(). `datasets`: rank -> {name: ray.data.DataIterator} (Ray Data input);
+        `data_service`: the run's tf.data service (a _core.dataservice.Service), for the tasks running user code."""
         datasets = datasets or {}
         cfg, bus = self.cfg, self.bus
         spec = topology.cluster_spec(
@@ -200,7 +201,8 @@ class TaskGroup:
             kwargs = dict(tf_config=None if single else topology.tf_config(spec, t.role, t.index),
                           run_dir=self.run_dir, resume_from=resume_from,
                           is_chief=topology.is_chief(spec, t.role, t.index), max_workers=max_workers,
-                          stream=streamed(cfg.train.stream_output, t.rank), datasets=datasets.get(t.rank), **common)
+                          stream=streamed(cfg.train.stream_output, t.rank), datasets=datasets.get(t.rank),
+                          data_service=data_service, **common)
             ref = (a.run_script if script_mode(cfg) else a.run).remote(**kwargs)
             (background if t.role == EVALUATOR else primary)[ref] = t
         return primary, background
