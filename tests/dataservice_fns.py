@@ -35,7 +35,7 @@ def pipeline(ctx: raytf.TrainContext):
     def mark(i):
         if slow:  # busy, in TF ops: sums until the clock moved on by `slow` ms
             t0 = tf.timestamp()
-            i = tf.while_loop(lambda j: tf.timestamp() - t0 < slow / 1000, lambda j: j, [i])
+            (i,) = tf.while_loop(lambda j: tf.timestamp() - t0 < slow / 1000, lambda j: (j,), (i,))
         return i, tf.io.read_file(path)
 
     return tf.data.Dataset.range(int(ctx.params.get("rows", 64))).map(mark).batch(ctx.global_batch_size)

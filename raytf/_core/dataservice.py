@@ -3,8 +3,12 @@ training tasks get, the job names, what TF cannot serve, what a lost server cost
 
 One dispatcher and `data_service.workers` workers per attempt (TF's DispatchServer and WorkerServer, each in an
 actor of its own), in a placement group of their own: bundle i holds worker i, and the dispatcher (which reserves
-nothing: it hands out splits and keeps the job table) runs in bundle 0, beside worker 0, so a restart finds its
-journal on the same node.
+nothing: it hands out splits and keeps the job table) runs in bundle 0, beside worker 0.
+
+A server that dies is started again at its address (host:port), in its bundle (on its node while the node lives):
+the dispatcher from its journal; a worker takes its tasks back, which the dispatcher keeps by its address. TF's
+consumers wait for every task of a job to end, a lost worker's too, and a worker at another address never gets them
+(a job then never ends: seen here, TF 2.21); so a server lost with its node fails the attempt (the retry path).
 """
 
 from __future__ import annotations
@@ -24,11 +28,6 @@ ROLE = "data_service"  # WorkerError.role of a failure of the service's servers
 # The environment variable a task's process (and a script's child) finds the run's service in (Service.to_json).
 SERVICE_ENV = "RAYTF_DATA_SERVICE"
 
-# A worker heartbeats its dispatcher this often, and the dispatcher gives up a worker silent for WORKER_TIMEOUT_MS:
-# only then do the consumers stop waiting for the tasks it had. TF's own default is far longer: a consumer of a killed
-# worker's job waited past 3 minutes for its end in a trial here (TF 2.21).
-HEARTBEAT_MS = 1000
-WORKER_TIMEOUT_MS = 10_000
 # Times one slot (the dispatcher, or worker i) is started again within an attempt; one more loss fails the attempt
 # (the normal retry path): a pipeline that kills its worker every time would otherwise be restarted for ever.
 MAX_RESTARTS = 3
@@ -176,7 +175,7 @@ def fmt_bundle(bundle: dict[str, float]) -> str:
 # -- lost servers ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Restart:
-    """Start the slot's server again (a dispatcher at its port, from its journal; a worker anywhere in its bundle)."""
+    """Start the slot's server again at its address (a dispatcher from its journal; a worker takes its tasks back)."""
 
     role: str
     index: int
@@ -190,9 +189,14 @@ class Fail:
     kind: str
 
 
-def on_lost(role: str, index: int, restarts: int, why: str) -> Restart | Fail:
-    """What to do when a server's actor died (`restarts`: times this slot was started again in this attempt)."""
+def on_lost(role: str, index: int, restarts: int, why: str, *, node_alive: bool) -> Restart | Fail:
+    """What to do when a server's actor died (`restarts`: times this slot was started again in this attempt;
+    `node_alive`: Ray still counts its node alive, where its address is)."""
     name = "the dispatcher" if role == DISPATCHER else f"service worker {index}"
+    if not node_alive:
+        held = "its journal and its address" if role == DISPATCHER else \
+            "its address, and the tasks TF's consumers wait for by it"
+        return Fail(f"tf.data service: {name} was lost with its node ({why}): {held} went with it", "system")
     if restarts >= MAX_RESTARTS:
         return Fail(f"tf.data service: {name} was lost {restarts + 1} times in this attempt (last: {why})", "system")
     return Restart(role, index)
@@ -207,8 +211,8 @@ def lost_line(role: str, index: int, why: str, mode: ProcessingMode | str) -> st
     cost = ("the elements it had taken from the dispatcher and not yet delivered are lost for this epoch "
             "(distributed_epoch visits each element at most once when a worker is lost)"
             if mode == ProcessingMode.distributed_epoch.value else
-            "its replacement starts the pipeline over (parallel_epochs)")
-    return f"tf.data service: worker {index} was lost ({why}); starting another: {cost}"
+            "its tasks start the pipeline over (parallel_epochs)")
+    return f"tf.data service: worker {index} was lost ({why}); starting it again at its address: {cost}"
 
 
 def input_line(summary: dict[str, Any] | None) -> str | None:

@@ -1,6 +1,7 @@
 """The tf.data service on Ray, the driver's side: each attempt's dispatcher and workers (TF's servers, each in an
 actor of its own, _task/dataservice.py) in a placement group of their own, started before the trainers and stopped
-with them; servers that die are started again while training goes on (_core/dataservice.py says when not).
+with them; servers that die are started again at their address while training goes on (_core/dataservice.py says
+why there, and when not).
 
 Imports Ray, never TensorFlow.
 """
@@ -187,8 +188,8 @@ class DataService:
 
     # -- while it trains ---------------------------------------------------------------------------------------------
     def poll(self) -> WorkerError | None:
-        """Once per round of the attempt loop: a server that died is started again (a worker anywhere in its bundle;
-        the dispatcher at its address, from its journal); one that cannot be is the attempt's failure (returned)."""
+        """Once per round of the attempt loop: a server that died is started again at its address, in its bundle (the
+        dispatcher from its journal); one that cannot be is the attempt's failure (returned)."""
         if self.service is None:
             return None
         watched = {s.ref: s for s in self.slots if s.ref is not None}
@@ -221,19 +222,13 @@ class DataService:
         node = slot.info.get("node_id", "")
         self.lost.append({"attempt": self.attempt, "server": slot.name, "host": slot.info.get("host"),
                           "time": time.time(), "cause": why})
-        decision = rules.on_lost(slot.role, slot.index, slot.restarts, why)
+        decision = rules.on_lost(slot.role, slot.index, slot.restarts, why, node_alive=_node_alive(node))
         if isinstance(decision, rules.Fail):
             return WorkerError(decision.message, role=ROLE, node_id=node, kind=decision.kind)
-        port = None
-        if slot.role == DISPATCHER:
-            if not _node_alive(node):  # its journal was on that node, and the trainers know it by its address
-                return WorkerError(f"tf.data service: the dispatcher was lost with its node ({why}): its journal and "
-                                   "its address went with it", role=ROLE, node_id=node, kind=failure.SYSTEM)
-            port = slot.info.get("port")
         log.warning("%s", rules.lost_line(slot.role, slot.index, why, self.cfg.data_service.processing_mode))
         _kill(slot.actor)
         slot.restarts += 1
-        self._create(slot, port)
+        self._create(slot, slot.info.get("port"))
         self._start(slot)
         return None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import tempfile
 import threading
 from typing import TYPE_CHECKING, Any
@@ -60,20 +61,24 @@ class DataServiceServer:
 
         self.role, self.index = role, index
         self._host = advertise or ray.util.get_node_ip_address()
-        # A restarted dispatcher takes its old port (the trainers and workers know it by that address).
+        # A restarted server takes its old port: the trainers and the workers know the dispatcher by its address, and
+        # the dispatcher keeps a worker's tasks by its address.
         wanted = (port, port) if port else (tuple(port_range) if port_range else None)
-        self._sock = reserve_port(wanted)
+        self._sock = _hold(port) if port else reserve_port(wanted)
         self._port = self._sock.getsockname()[1] if self._sock is not None else None
         self._no_port = None
         if self._sock is None:
-            self._no_port = (f"tf.data service dispatcher: its port {port} on {self._host} is taken by another "
-                             "process, so it cannot restart at the address the trainers know" if port else
+            self._no_port = (f"tf.data service {role} {index}: its port {port} on {self._host} was taken by another "
+                             "process, so it cannot start again at its address" if port else
                              ports.none_free(wanted, self._host))
         self._node_id = ray.get_runtime_context().get_node_id()
         self._server = None
         self._journal: scratch.Scratch | None = None
         self._output = None
         self._stopped = threading.Event()
+
+    def __repr__(self) -> str:  # what Ray's state API and logs call the actor (its `repr_name`)
+        return f"DataServiceServer({self.role} {self.index})"
 
     def address(self) -> dict[str, Any]:
         return {"role": self.role, "index": self.index, "host": self._host, "port": self._port,
@@ -106,13 +111,11 @@ class DataServiceServer:
                 # fault_tolerant_mode: every change of its state (datasets, jobs, the split cursor) is in the journal
                 # before it answers, so a dispatcher started again from it goes on where it was.
                 self._server = svc.DispatchServer(svc.DispatcherConfig(
-                    port=self._port, work_dir=os.path.join(self._journal.path, "journal"), fault_tolerant_mode=True,
-                    worker_timeout_ms=rules.WORKER_TIMEOUT_MS))
+                    port=self._port, work_dir=os.path.join(self._journal.path, "journal"), fault_tolerant_mode=True))
             else:
                 here = f"{self._host}:{self._port}"
                 self._server = svc.WorkerServer(svc.WorkerConfig(
                     dispatcher_address=dispatcher, worker_address=here, port=self._port,
-                    heartbeat_interval_ms=rules.HEARTBEAT_MS,
                     # TF's default names "localhost", which only this host could reach.
                     data_transfer_address=f"{self._host}:%dts_port%"))
             self._release_port()
@@ -144,6 +147,22 @@ class DataServiceServer:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+def _hold(port: int) -> socket.socket | None:
+    """Hold `port` again for a restarted server, as reserve_port holds one (bound, then SO_REUSEPORT for TF's
+    server), with SO_REUSEADDR: its predecessor's connections linger in TIME_WAIT on it for a minute after its death,
+    which would refuse a plain bind. (Still refused while another socket listens on it, or holds it without
+    SO_REUSEADDR, as every task's reserve_port does.) None when it is taken."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("", port))
+    except OSError:
+        sock.close()
+        return None
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    return sock
 
 
 # -- the training task's side --------------------------------------------------------------------------------------

@@ -73,8 +73,7 @@ class _Killer:
 
         servers = list_actors(address=state_address(), filters=[("class_name", "=", "DataServiceServer"),
                                                                  ("state", "=", "ALIVE")], detail=True)
-        # The dispatcher reserves nothing (it runs in worker 0's bundle); a worker its data_service.cpus.
-        victim = next(a for a in servers if bool((a.required_resources or {}).get("CPU")) == (role == "worker"))
+        victim = next(a for a in servers if (a.repr_name or "").startswith(f"DataServiceServer({role} "))
         os.kill(victim.pid, 9)
         self.killed.append((epoch, role, time.time()))
 
