@@ -145,6 +145,27 @@ def steps_warning(steps_per_epoch: int) -> str:
             "ctx.data_service(ds) (epochs of steps_per_epoch steps)")
 
 
+def unknown_dims(features: list[tuple[str, tuple[int | None, ...]]]) -> str | None:
+    """Under MultiWorkerMirroredStrategy a worker whose share ran out steps on with zero-size stand-ins for its input
+    while another still has data (tf.distribute's per-step agreement on the end of an epoch). TF makes them from the
+    element's shapes, zeroing every unknown dimension and the first only of a fully known shape (tensorflow
+    distribute/input_lib.py, _dummy_tensor_fn): an unknown dimension other than the batch becomes 0 while the batch
+    keeps its size, and the step then fails (a Keras Dense layer: "Matrix size-incompatible") or computes on empty
+    images. `features`: (name, shape) of the dense tensors of an element; the warning, or None."""
+    bad = [(name, shape) for name, shape in features if len(shape) > 1 and None in shape[1:]]
+    if not bad:
+        return None
+    shown = ", ".join(f"{name} {_shape(shape)}" for name, shape in bad)
+    return (f"ctx.data_service(ds): {shown} has unknown dimensions besides the batch: at an epoch's end a worker that "
+            "ran out steps on with stand-ins TF makes from these shapes, zeroing the unknown ones, not the batch, and "
+            "the step fails or trains on empty inputs. Fix: give the pipeline static shapes, e.g. "
+            "x = tf.ensure_shape(x, [None, 28, 28, 3]) in its last map")
+
+
+def _shape(shape: tuple[int | None, ...]) -> str:
+    return "(" + ", ".join("None" if d is None else str(d) for d in shape) + ")"
+
+
 # -- placement -----------------------------------------------------------------------------------------------------
 FIX = ("Fix: fewer service workers (data_service.workers), less per worker (data_service.cpus, "
        "data_service.resources), nodes that offer them, or raise cluster.placement_timeout_s")

@@ -184,6 +184,17 @@ _HINTS = (
      "the program used TensorFlow (a tf.config call, a tensor, a dataset, a model) before it built "
      "tf.distribute.MultiWorkerMirroredStrategy(): build the strategy first, right after the imports (TF sets its "
      "collective ops up then, once)"),
+    # A Conv2D given an empty batch (a MultiWorkerMirroredStrategy worker whose share of an epoch ran out first steps
+    # on with zero-size stand-ins: the tf.data service's distributed_epoch, unequal shards) returns it unchanged
+    # under TF's oneDNN CPU kernels (TF 2.21: tf.nn.conv2d(zeros([0, 28, 28, 3]), ...) is (0, 28, 28, 3)); the next
+    # layer then fails. Graph mode (Keras fit), eager mode.
+    *((marker, "a worker trained a step on an empty batch (its share of the epoch ran out before its peers', as "
+               "the tf.data service's distributed_epoch shares it), and TF's oneDNN Conv2D on CPU mishandles an "
+               "empty batch (it returns its input). Fix: make every step full, with ds.repeat() before "
+               "ctx.data_service(ds) and train.steps_per_epoch; or turn oneDNN off: "
+               "ray.runtime_env.env_vars.TF_ENABLE_ONEDNN_OPTS=0")
+      for marker in ("Matrix size-incompatible: In[0]: [0,", "Must provide as many biases as the last dimension of "
+                                                               "the input tensor: ")),
 )
 
 

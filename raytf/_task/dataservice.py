@@ -224,11 +224,25 @@ def distribute(ds, sink):
     steps = getattr(getattr(getattr(sink, "cfg", None), "train", None), "steps_per_epoch", None)
     if steps is not None and int(ds.cardinality()) >= 0:
         log.warning("%s", rules.steps_warning(steps))
+    workers = int(getattr(sink, "num_workers", 0) or os.environ.get("RAYTF_NUM_WORKERS", "1"))
+    if role == "worker" and workers > 1 and (partial := rules.unknown_dims(_dense_shapes(tf, ds.element_spec))):
+        log.warning("%s", partial)
     emit = getattr(sink, "_emit", None)
     if emit is not None:  # the driver learns the service is used (or warns at the end that it served nothing)
         emit(ev.DATA_SERVICE, {"job": job})
     return ds.apply(tf.data.experimental.service.distribute(
         processing_mode=service.processing_mode, service=service.target, job_name=job))
+
+
+def _dense_shapes(tf, spec) -> list[tuple[str, tuple[int | None, ...]]]:
+    """(where, shape) of each dense tensor of an element spec: "the element", "element 0", "element 1/image"."""
+    from tensorflow.python.util import nest
+
+    out = []
+    for path, s in nest.flatten_with_joined_string_paths(spec):
+        if isinstance(s, tf.TensorSpec) and s.shape.rank is not None:
+            out.append((f"element {path}" if path else "the element", tuple(s.shape.as_list())))
+    return out
 
 
 def _ops(ds) -> set[str]:

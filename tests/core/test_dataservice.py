@@ -164,3 +164,18 @@ def test_runs_show_line():
 def test_the_warnings_name_the_fix():
     assert "served nothing" in ds.unused(2) and "data_service.workers=0" in ds.unused(2)
     assert "train.steps_per_epoch=null" in ds.steps_warning(8) and "ds.repeat()" in ds.steps_warning(8)
+
+
+def test_unknown_dimensions_besides_the_batch_are_warned_about():
+    line = ds.unknown_dims([("element 0", (64, None, None, 3)), ("element 1", (64,)), ("element 2", (None, 5))])
+    assert line.startswith("ctx.data_service(ds): element 0 (64, None, None, 3) has unknown dimensions besides the "
+                           "batch") and "tf.ensure_shape" in line and "element 2" not in line
+    assert ds.unknown_dims([("the element", (None, 28, 28, 3)), ("element 1", (None,))]) is None
+
+
+@pytest.mark.parametrize("error", [
+    "InvalidArgumentError: Graph execution error: ... Matrix size-incompatible: In[0]: [0,3], In[1]: [8,10]",
+    "Must provide as many biases as the last dimension of the input tensor: [8] vs. [0,28,28,3] [Op:BiasAdd]"])
+def test_an_empty_batch_through_onednns_conv2d_gets_its_fix(error):
+    advice = failure.hint(error)
+    assert "ds.repeat() before ctx.data_service(ds)" in advice and "TF_ENABLE_ONEDNN_OPTS=0" in advice

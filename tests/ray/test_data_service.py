@@ -109,3 +109,20 @@ def test_killed_service_worker_and_dispatcher_are_replaced_and_training_goes_on(
         print(f"\nkilled a service worker in epoch 0, the dispatcher in epoch 1: {counts}")
     assert all(c["repeated"] == 0 for c in counts), counts  # at most once
     assert counts[1]["lost"] == 0 and counts[2]["lost"] == 0, counts  # the journal kept the dispatcher's cursor
+
+
+# The slow step, with the other benchmarks' smokes: its own Ray, a run of 2 trainers and one with 2 trainers and a
+# service of one worker.
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_data_service_benchmark_smoke_mode_runs():
+    """`python -m benchmarks.data_service --smoke`: the pipeline in the trainers, then served; both succeed, train
+    the same steps, and the table prints the trainers' own CPU and input wait per step side by side."""
+    from tests.conftest import benchmark_smoke
+
+    out = benchmark_smoke("benchmarks.data_service", timeout_s=280)
+    rows = {line.split("|")[1].strip(): line for line in out.stdout.splitlines() if line.startswith("| ")}
+    assert rows["local"].rstrip(" |").endswith("1/1") and rows["service"].rstrip(" |").endswith("1/1"), out.stdout
+    steps = {name: rows[name].split("|")[-3].strip() for name in ("local", "service")}
+    assert steps["local"] == steps["service"] == "8", out.stdout  # 512 rows / global batch 64 per epoch
+    assert "trainers' own CPU ms/step" in out.stdout and "service ÷ local (paired by round)" in out.stdout
