@@ -120,7 +120,7 @@ def unservable(ops: set[str]) -> str | None:
         return None
     return (f"ctx.data_service(ds): the pipeline uses {' and '.join(found)}, which runs Python code: TF's tf.data "
             "service cannot run it in its workers (tf.data.experimental.service, Limitations: no Python-based "
-            "processing). Fix: express that step with TensorFlow ops (tf.io, tf.image, tf.strings, tf.numpy-like "
+            "processing). Fix: express that step with TensorFlow ops (tf.io, tf.image, tf.strings, "
             "tf.experimental.numpy), or keep this pipeline in the trainers (data_service.workers=0)")
 
 

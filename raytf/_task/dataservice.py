@@ -210,10 +210,11 @@ def distribute(ds, sink):
 
     if not isinstance(ds, tf.data.Dataset):
         raise TypeError(rules.not_a_dataset(ds))
-    if tf.executing_eagerly():  # (a ParameterServerStrategy per-worker dataset function is traced: TF says it there)
-        problem = rules.unservable(_ops(ds))
-        if problem:
-            raise Unservable(problem)
+    # (A ParameterServerStrategy per-worker dataset function is traced, on the coordinator: its graph is not at hand
+    # to look into, nor its cardinality; TF says what it cannot serve when a worker registers the dataset.)
+    eager = tf.executing_eagerly()
+    if eager and (problem := rules.unservable(_ops(ds))):
+        raise Unservable(problem)
     role = getattr(sink, "role", None) or os.environ.get("RAYTF_ROLE", "worker")
     with _lock:
         key = (service.run, service.attempt)
@@ -222,7 +223,7 @@ def distribute(ds, sink):
     job = rules.job_name(service, group="eval" if role == "evaluator" else "train",
                          epoch=int(getattr(sink, "epoch", 0) or 0), call=call)
     steps = getattr(getattr(getattr(sink, "cfg", None), "train", None), "steps_per_epoch", None)
-    if steps is not None and int(ds.cardinality()) >= 0:
+    if steps is not None and eager and int(ds.cardinality()) >= 0:
         log.warning("%s", rules.steps_warning(steps))
     workers = int(getattr(sink, "num_workers", 0) or os.environ.get("RAYTF_NUM_WORKERS", "1"))
     if role == "worker" and workers > 1 and (partial := rules.unknown_dims(_dense_shapes(tf, ds.element_spec))):
