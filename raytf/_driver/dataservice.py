@@ -259,8 +259,9 @@ class DataService:
         self.pg = None
         node = slots[0].info.get("node_id") if slots else None
         if node and _node_alive(node):  # bounded, and never a reason to fail (the next attempt's sweep runs too)
-            ref = _sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
-            ready, _ = ray.wait([ref], timeout=5)
+            ref = _sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
+                slots[0].journal)
+            ready, _ = ray.wait([ref], timeout=10)
             if ready:
                 try:
                     ray.get(ref)

@@ -13,6 +13,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from raytf._core import dataservice as rules
@@ -36,10 +37,16 @@ def journal_root() -> str:
     return os.path.join(tempfile.gettempdir(), JOURNAL_ROOT_NAME)
 
 
-def sweep_journals() -> list[str]:
+def sweep_journals(journal: str | None = None, timeout_s: float = 5.0) -> list[str]:
     """The journals on this node whose dispatcher is gone (run by the driver on the dispatcher's node after the
-    attempt's servers were killed: ray.kill skips their `finally`)."""
-    return scratch.sweep(journal_root())
+    attempt's servers were killed: ray.kill skips their `finally`). `journal`, the attempt's, is waited for up to
+    `timeout_s`: Ray may report the actor dead a moment before its process has exited (and dropped its lock)."""
+    deadline = time.monotonic() + timeout_s
+    removed = scratch.sweep(journal_root())
+    while journal and os.path.isdir(journal) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the lock goes with the process, at its exit: nothing to wait on but the lock itself
+        removed += scratch.sweep(journal_root())
+    return removed
 
 
 def service_log(role: str, index: int, attempt: int) -> str:
