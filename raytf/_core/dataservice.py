@@ -167,8 +167,9 @@ def _shape(shape: tuple[int | None, ...]) -> str:
 
 
 # -- placement -----------------------------------------------------------------------------------------------------
-FIX = ("Fix: fewer service workers (data_service.workers), less per worker (data_service.cpus, "
-       "data_service.resources), nodes that offer them, or raise cluster.placement_timeout_s")
+_FEWER = ("Fix: fewer service workers (data_service.workers), less per worker (data_service.cpus, "
+          "data_service.resources), or nodes that offer them")
+FIX = f"{_FEWER}, or raise cluster.placement_timeout_s"  # a cluster that may grow, or is busy
 
 
 def placement_problem(cfg: Config, task_bundles: list[dict[str, float]], nodes: list[dict[str, float]],
@@ -182,10 +183,10 @@ def placement_problem(cfg: Config, task_bundles: list[dict[str, float]], nodes: 
             "data_service.resources)")
     why = shortfall(mine, "SPREAD", nodes)
     if why:
-        return f"{what} can never be placed on this Ray: {why}. {FIX}"
+        return f"{what} can never be placed on this Ray: {why}. {_FEWER}"
     why = shortfall(mine + list(task_bundles), "SPREAD" if task_strategy != "STRICT_PACK" else task_strategy, nodes)
     if why:
-        return f"{what} can never be placed beside the run's tasks on this Ray: {why}. {FIX}"
+        return f"{what} can never be placed beside the run's tasks on this Ray: {why}. {_FEWER}"
     return None
 
 
