@@ -210,9 +210,9 @@ class TrainContext(StepCounter):
 
     # -- the tf.data service -------------------------------------------------------------------
     def data_service(self, ds):
-        """`ds`, the training function's own tf.data pipeline, read through the run's tf.data service: what it does up
-        to here runs in the service's workers (data_service.workers CPU actors, anywhere in the cluster), what
-        follows here. Returns `ds` as it is when the run has no service. See raytf.data_service."""
+        """`ds`, the training function's own tf.data pipeline, read through the run's tf.data service: the pipeline up
+        to this call runs in the service's workers (data_service.workers CPU actors, anywhere in the cluster), what
+        follows it runs here. Returns `ds` as it is when the run has no service. See raytf.data_service."""
         from raytf._task import dataservice
 
         return dataservice.distribute(ds, self)
