@@ -33,6 +33,7 @@ from raytf._core.stragglers import Stragglers
 from raytf._core.topology import TaskAddress
 from raytf._driver import connect, placement, standby, tracking, usercode
 from raytf._driver.data import Datasets
+from raytf._driver.dataservice import DataService
 from raytf._driver.group import TaskGroup
 from raytf._driver.headwatch import HeadWatch
 from raytf._driver.port import BusUnresponsive, RayPort
@@ -80,6 +81,7 @@ class Driver(RunRecord):
         self.on_event = on_event
         self._given_datasets = datasets  # raytf.fit's datasets=; checked once Ray is up (see run)
         self.data: Datasets | None = None
+        self.service: DataService | None = None  # the tf.data service (data_service.workers), its servers per attempt
         self.run_dir = storage.RunDir(cfg.storage, cfg.run.name)
         self.plan: Plan = make_plan(cfg)
         self.tasks: list[dict[str, Any]] = []
@@ -174,6 +176,9 @@ class Driver(RunRecord):
             self.data = Datasets.of_run(cfg, self._given_datasets, python_path)
             if self.data is not None:
                 self.data.check(cfg, self.plan, embedded=self.embedded)
+            if cfg.data_service.workers:
+                DataService.check(cfg, self.plan, embedded=self.embedded)
+                self.service = DataService(cfg, rd, embedded=self.embedded)
         except BaseException:
             self._close_sinks()
             raise
@@ -390,8 +395,11 @@ class Driver(RunRecord):
         self.suspects = set()
         try:
             try:
+                if self.service is not None:  # before the trainers: a placement group of its own
+                    self.service.start(attempt.number)
                 group.start(pg)
                 self.tasks = group.addresses()
+                served = self.service.wait_ready() if self.service is not None else None
                 attempt.standby_tasks = len(group.adopted)
                 if group.adopted:
                     log.info("attempt %d: %d of %d tasks start in standby processes (TensorFlow imported already)",
@@ -406,7 +414,7 @@ class Driver(RunRecord):
                 primary, background = group.launch(attempt=attempt.number, python_path=python_path,
                                                    resume_from=self.resumed_from,
                                                    max_workers=self.cfg.cluster.num_workers, datasets=shares,
-                                                   functions=self.functions)
+                                                   functions=self.functions, data_service=served)
             except WorkerError as e:
                 raise self._fail(attempt, [e]) from None
             loop = AttemptLoop(
@@ -434,6 +442,8 @@ class Driver(RunRecord):
             group.teardown(skip=self.suspects)  # (their scratch sweep would wait on unreachable nodes)
             if self.data is not None:
                 self.data.release()
+            if self.service is not None:
+                self.service.stop()
 
     def _conclude(self, loop: AttemptLoop, port: RayPort, attempt: Attempt) -> None:
         """Turn the loop's end into the attempt's: return (done), raise TrainingFailedError (retried or not by
@@ -494,6 +504,8 @@ class Driver(RunRecord):
         """Once per round of the attempt loop."""
         self._flush_metrics()
         attempt = self.attempts[-1]
+        if self.service is not None and (lost := self.service.poll()) is not None:
+            raise self._fail(attempt, [lost])  # a server that cannot be started again: the normal retry path
         if (self._refilled != attempt.number and self.group is not None and attempt.first_step_at is not None
                 and time.time() - attempt.first_step_at >= standby.REFILL_AFTER_S):
             # Trained long enough to be worth a faster retry (standby.REFILL_AFTER_S says why not sooner).
@@ -525,6 +537,8 @@ class Driver(RunRecord):
                     if k in e.payload:
                         self.versions[k] = e.payload[k]
             self.metrics.add(e)
+            if self.service is not None:
+                self.service.observe(e)
             if e.kind == ev.STEP:
                 self._straggler_watch(e)
             self.progress(e)

@@ -186,11 +186,12 @@ class TaskGroup:
 
     def launch(self, *, attempt: int, python_path: list[str], resume_from, max_workers: int | None = None,
                datasets: dict[int, dict[str, Any]] | None = None,
-               functions: Functions | None = None) -> tuple[dict, dict]:
+               functions: Functions | None = None, data_service=None) -> tuple[dict, dict]:
         """Start the training: (primary, background) refs to each task's call. The end of every primary
         ref (MWMS workers, the PS chief) is the end of training; background ones are the PS servers'
         serve() and the evaluator's run(). `datasets`: rank -> {name: ray.data.DataIterator} (Ray Data input);
-        `functions`: the functions given as values (a task running a function gets its role's, pickled)."""
+        `functions`: the functions given as values (a task running a function gets its role's, pickled);
+        `data_service`: the run's tf.data service (a _core.dataservice.Service), for the tasks running user code."""
         datasets = datasets or {}
         functions = functions or Functions()
         cfg, bus = self.cfg, self.bus
@@ -212,7 +213,8 @@ class TaskGroup:
             kwargs = dict(tf_config=None if single else topology.tf_config(spec, t.role, t.index),
                           run_dir=self.run_dir, resume_from=resume_from,
                           is_chief=topology.is_chief(spec, t.role, t.index), max_workers=max_workers,
-                          stream=streamed(cfg.train.stream_output, t.rank), datasets=datasets.get(t.rank), **common)
+                          stream=streamed(cfg.train.stream_output, t.rank), datasets=datasets.get(t.rank),
+                          data_service=data_service, **common)
             if script_mode(cfg):
                 ref = a.run_script.remote(**kwargs)
             else:

@@ -40,7 +40,7 @@ def _group(plan: Plan, name: str, avoid: set[str]) -> tuple[PlacementGroup, obje
 
 
 def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, avoid: set[str] | None = None,
-            poll_s: float = 2.0) -> PlacementGroup:
+            poll_s: float = 2.0, what: str | None = None, fix: str = PLACEMENT_FIX) -> PlacementGroup:
     """One bundle per task, all or nothing; raises PlacementError (and releases the group) on timeout.
 
     With `can_grow=False` (an embedded single-machine Ray: no autoscaler will add nodes) a request the
@@ -50,12 +50,12 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
     network alive for a while, and a group offered to it then stays pending for good (Ray 2.60: one bundle
     reserved on a live node, the two-phase reservation on the lost one never answered; raytf issue 16's
     partition test). So they are kept out of the group while Ray counts them alive, for at most AVOID_S (and
-    half the timeout)."""
-    what = f"placement group for {len(plan.bundles)} tasks ({plan.placement_strategy})"
+    half the timeout). `what` and `fix` say whose group it is and what to change (the tasks' by default)."""
+    what = what or f"placement group for {len(plan.bundles)} tasks ({plan.placement_strategy})"
     if not can_grow:
         why = shortfall(plan.bundles, plan.placement_strategy, _node_totals())
         if why:
-            raise PlacementError(f"{what} can never be placed on this embedded Ray: {why}. {PLACEMENT_FIX}")
+            raise PlacementError(f"{what} can never be placed on this embedded Ray: {why}. {fix}")
     start = time.monotonic()
     deadline = start + timeout_s
     avoid = set(avoid) & _alive() if avoid else set()  # a node Ray has declared dead is left out anyway
@@ -82,7 +82,7 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
     why = shortfall(plan.bundles, plan.placement_strategy, _node_totals())
     if not why:
         why = f"the cluster could hold it but has only {ray.available_resources()} free now (other jobs)"
-    raise PlacementError(f"{what} not ready after cluster.placement_timeout_s={timeout_s:g}s: {why}. {PLACEMENT_FIX}")
+    raise PlacementError(f"{what} not ready after cluster.placement_timeout_s={timeout_s:g}s: {why}. {fix}")
 
 
 def capacity(bundles: list[dict[str, float]], strategy: str, *, avoid: set[str], timeout_s: float = 1.0) -> bool:

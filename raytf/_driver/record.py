@@ -89,6 +89,8 @@ class RunRecord:
                       for role in dict.fromkeys(t.role for t in self.plan.tasks)},
             "lost_tasks": self.lost_tasks,
             "stragglers": self.previous_stragglers + self.stragglers.to_json(),
+            # The tf.data service (data_service.workers): where its servers ran, who read through it, what was lost.
+            "data_service": self.service.summary() if getattr(self, "service", None) is not None else None,
             "resumed_from": (self.run_dir.uri_of(storage.CHECKPOINTS_DIR, self.resumed_from.dir)
                              if self.resumed_from else None),
             "final_metrics": self.metrics.final(),

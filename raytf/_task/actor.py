@@ -308,15 +308,19 @@ class TaskActor:
         stream: bool,
         max_workers: int | None = None,
         datasets: dict[str, Any] | None = None,
+        data_service=None,
     ) -> dict[str, Any]:
         """Script mode: run the user's program (train.script / train.module) in a child process with this
         task's TF_CONFIG; its exit code is the outcome. The port stays held until the child exits: its TF
         server binds it whenever the script creates its strategy (TF_GRPC_REUSE_PORT is inherited).
         `max_workers`: the run's cluster.num_workers when elastic training runs this attempt smaller
         ($RAYTF_MAX_WORKERS; None: this attempt's size). `datasets`: {name: ray.data.DataIterator}, this task's
-        shares, which the host serves to the script's raytf.dataset (script/feed.py)."""
+        shares, which the host serves to the script's raytf.dataset (script/feed.py). `data_service`: the run's
+        tf.data service (raytf.data_service; the child inherits it in its environment)."""
+        from raytf._task import dataservice
         from raytf._task.script.host import ClusterNotUsed, ScriptHost, child_env
 
+        dataservice.export(data_service)
         spec = self.spec
         emit = _Emitter(bus, spec.role, spec.rank, attempt)
         self._capture(run_dir, attempt, emit, cfg, stream)
@@ -372,6 +376,7 @@ class TaskActor:
         max_workers: int | None = None,
         datasets: dict[str, Any] | None = None,
         function: PickledFunction | None = None,
+        data_service=None,
     ) -> dict[str, Any]:
         """Run the user's function: every MWMS worker, the PS chief (coordinator), or the evaluator.
         Returns an outcome dict; errors in user code come back as a WorkerError with the traceback.
@@ -379,7 +384,11 @@ class TaskActor:
         `max_workers`: the run's cluster.num_workers when elastic training runs this attempt smaller
         (ctx.max_workers; None: this attempt's size). `datasets`: {name: ray.data.DataIterator}, this task's
         shares (ctx.dataset). `function`: the function itself, pickled (raytf.fit(train_fn=...)), in place of
-        importing train.entrypoint (train.eval_entrypoint for the evaluator)."""
+        importing train.entrypoint (train.eval_entrypoint for the evaluator). `data_service`: the run's tf.data
+        service (ctx.data_service)."""
+        from raytf._task import dataservice
+
+        dataservice.export(data_service)
         spec = self.spec
         emit = _Emitter(bus, spec.role, spec.rank, attempt)
         self._capture(run_dir, attempt, emit, cfg, stream)

@@ -214,6 +214,15 @@ class TrainContext(StepCounter):
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
         return ds.with_options(options)
 
+    # -- the tf.data service -------------------------------------------------------------------
+    def data_service(self, ds):
+        """`ds`, the training function's own tf.data pipeline, read through the run's tf.data service: the pipeline up
+        to this call runs in the service's workers (data_service.workers CPU actors, anywhere in the cluster), what
+        follows it runs here. Returns `ds` as it is when the run has no service. See raytf.data_service."""
+        from raytf._task import dataservice
+
+        return dataservice.distribute(ds, self)
+
     # -- checkpoints -------------------------------------------------------------------------
     def restore(self, **trackables: Any) -> int:
         """Register what to checkpoint (model=, optimizer=, any tf.train.Checkpoint trackable) and

@@ -47,6 +47,22 @@ class Scratch:
         # has come between its creation and its locking (not a dead owner), and leaves it alone.
         os.write(self._owner, f"{os.getpid()}\n".encode())
 
+    @classmethod
+    def adopt(cls, path: str) -> Scratch:
+        """Own `path`, a scratch directory whose owner died, as this process's (a restarted tf.data service dispatcher
+        taking its predecessor's journal). OSError when it is gone (swept) or its owner still lives."""
+        self = cls.__new__(cls)
+        self.path = path
+        self._owner = os.open(os.path.join(path, _OWNER), os.O_RDWR)  # (never made anew: a sweep may have run)
+        try:
+            fcntl.flock(self._owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._owner)
+            raise OSError(f"{path} is owned by a live process") from None
+        os.ftruncate(self._owner, 0)
+        os.write(self._owner, f"{os.getpid()}\n".encode())
+        return self
+
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
         if self._owner >= 0:

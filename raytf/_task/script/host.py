@@ -346,6 +346,8 @@ class ScriptHost:
             except BaseException:
                 shutil.rmtree(msg["path"], ignore_errors=True)  # not uploaded, and nobody else removes it
                 raise
+        elif kind == ev.DATA_SERVICE:  # raytf.data_service: the driver learns the service is used
+            self.emit(kind, msg)
         elif kind in (ev.STEP, ev.EPOCH, ev.HEARTBEAT):
             if kind != ev.HEARTBEAT:  # ScriptReporter checked them; a script writing its events pipe itself did not
                 self._names.check(msg.get("metrics") or {})
