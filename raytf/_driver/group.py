@@ -90,10 +90,8 @@ class TaskGroup:
 
     def _standby_slots(self) -> dict[tuple[str, str], list[int]]:
         """(node, runtime_env key) -> the bundles (tasks) a standby could take there: those without GPUs."""
-        try:
-            nodes = ray.util.placement_group_table(self.pg)["bundles_to_node_id"]
-        except (RayError, KeyError) as e:  # no standbys then; the attempt goes on as without them
-            log.debug("standby slots: %s", e)
+        nodes = placement.bundle_nodes(self.pg)
+        if nodes is None:  # no standbys then; the attempt goes on as without them
             return {}
         slots: dict[tuple[str, str], list[int]] = {}
         for i, t in enumerate(self.plan.tasks):
