@@ -294,7 +294,8 @@ class TaskGroup:
         reachable; bounded, and never a reason to fail (the next task on the node sweeps too)."""
         nodes = {i.get("node_id") for i in self.infos} - skip - {None, ""}
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+        pids = {n: tuple(i["pid"] for i in self.infos if i.get("node_id") == n and i.get("pid")) for n in nodes}
+        refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(pids[n])
                 for n in nodes & alive]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
         for ref in ready:

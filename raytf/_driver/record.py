@@ -165,6 +165,9 @@ class RunRecord:
             self._write_result(SUCCEEDED if done else FAILED, lock_timeout_s=10.0)
         except Exception as e:  # storage too: still say what happened, and go
             log.error("result.json not written: %s", e)
+        tensorboard = getattr(self, "tensorboard", None)
+        if tensorboard is not None:  # an object store's TensorBoard files: uploaded if it can, never left in /tmp
+            tensorboard.close_within(10.0)
         log.error(message)
         for handler in logging.getLogger().handlers + log.handlers:
             handler.flush()
