@@ -43,9 +43,12 @@ class Stats:
 
 
 def reset(sock: socket.socket) -> None:
-    """Close `sock` with a TCP RST instead of a FIN (SO_LINGER on, timeout 0)."""
+    """Close `sock` with a TCP RST instead of a FIN (SO_LINGER on, timeout 0). Another thread blocked in a recv on it
+    holds the socket open past close(): shutting its reading side first wakes that thread, and the RST goes once
+    both have let go."""
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RD)
     except OSError:
         pass
     try:

@@ -10,16 +10,18 @@ cancellation.cc / tsl). A thread that wakes and looks before that sees "not canc
 its period; the iterator's destructor (`RootDataset::Iterator::~Iterator`, joining that thread) waits with it. So
 whoever drops the last reference to an iterator waits up to its current period, i.e. up to about the iterator's age,
 at most 60 s: a Keras `fit` on its return (its DataHandler's iterator), a per-epoch or validation iterator at its
-epoch's end. Seen here: 0.4-7 s in one in three 2-worker fits of 3 epochs; 10-30 s in longer CI runs.
+epoch's end. Seen here: 1.3-8.7 s in 9 of 16 2-worker fits of 3 epochs (benchmarks/fit_stall.py, a loaded
+machine); 10-30 s in longer CI runs.
 
 raytf cannot fix the race, but it can keep the wait off the training thread: an iterator's resource handle is
 dropped by a short-lived daemon thread instead of the thread that dropped the iterator (TF releases the GIL while it
-deletes a handle, so that thread waits alone). A task actor's process is ended by `ray.kill`; a script's process
-waits for those threads (`wait`) after the script and its final checkpoint sync, before the interpreter's shutdown
-(which a thread still inside TF's destructor could crash): the wait moves past the script's training. The
-pipeline's buffers are freed at once either way (the prefetch threads are joined before the model thread); only
-the idle model thread waits. The symbol used is in raytf/_core/private_apis.py (ITERATOR_TEARDOWN); without it,
-the stall stays.
+deletes a handle, tensorflow/python/eager/pywrap_tensor.cc's EagerTensor_dealloc: that thread waits alone). A task
+actor's process is ended by `ray.kill`; a script's process waits for those threads (`wait`) after the script and its
+final checkpoint sync, before the interpreter's shutdown (which a thread still inside TF's destructor could crash):
+the wait moves past the script's training. The pipeline's buffers are freed at once either way (the prefetch threads
+are joined before the model thread); only the idle model thread waits. The symbol used is in
+raytf/_core/private_apis.py (ITERATOR_TEARDOWN); without it, the stall stays. No upstream issue was found for this
+race (searched: TF's issues on iterator teardown and autotuning); reproducer: `python -m benchmarks.fit_stall`.
 """
 
 from __future__ import annotations

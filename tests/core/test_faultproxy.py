@@ -40,13 +40,15 @@ def server():
     srv.server_close()
 
 
-def ask(proxy: FaultProxy, request: bytes = b"GET") -> tuple[bytes, str | None]:
-    """The bytes received for one request and how the connection ended: None (whole), "reset", "eof"."""
+def ask(proxy: FaultProxy, request: bytes = b"GET", half_close: bool = True) -> tuple[bytes, str | None]:
+    """The bytes received for one request and how the connection ended: None (whole), "reset", "eof".
+    `half_close=False`: the client keeps its side open while it reads, as an HTTP client with keep-alive does."""
     got = bytearray()
     try:
         with socket.create_connection((proxy.host, proxy.port), timeout=10) as s:
             s.sendall(request)
-            s.shutdown(socket.SHUT_WR)
+            if half_close:
+                s.shutdown(socket.SHUT_WR)
             while True:
                 data = s.recv(65536)
                 if not data:
@@ -72,9 +74,10 @@ def test_resets_at_accept_before_a_byte(server):
     assert proxy.stats.reset_at_accept == 10 and proxy.stats.reset_mid_response == 0
 
 
-def test_resets_mid_response_after_part_of_the_answer(server):
+@pytest.mark.parametrize("half_close", [True, False], ids=["half-closed", "keep-alive"])
+def test_resets_mid_response_after_part_of_the_answer(server, half_close):
     with FaultProxy(server, reset_share=1.0, mid_response_share=1.0) as proxy:
-        answers = [ask(proxy) for _ in range(10)]
+        answers = [ask(proxy, half_close=half_close) for _ in range(10)]
     assert all(end == "reset" and len(got) < len(BODY) and BODY.startswith(got) for got, end in answers)
     # (a reset drops what the client had not read yet: most, not always all, saw the first part of the answer)
     assert any(got for got, _ in answers)
@@ -95,7 +98,7 @@ def test_a_seeded_share_of_connections_is_reset_the_same_way_every_time(server):
 def test_an_outage_resets_everything_for_a_while_then_forwards_again(server):
     with FaultProxy(server) as proxy:
         results = {}
-        slow = threading.Thread(target=lambda: results.setdefault("slow", ask(proxy, b"SLOW")))
+        slow = threading.Thread(target=lambda: results.setdefault("slow", ask(proxy, b"SLOW", half_close=False)))
         slow.start()
         deadline = time.monotonic() + 5
         while proxy.stats.accepted < 1 and time.monotonic() < deadline:
