@@ -15,15 +15,18 @@ from tests.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.timeout(60)
 
-BODY = bytes(random.Random(1).getrandbits(8) for _ in range(200_000))  # several recv()s' worth
+BODY = random.Random(1).randbytes(200_000)  # several recv()s' worth
+SLOW_STARTED = threading.Event()  # a SLOW answer's first part is sent
+SLOW_GO_ON = threading.Event()  # ... and the rest may follow
 
 
 class _Handler(socketserver.BaseRequestHandler):
     def handle(self):
         request = self.request.recv(1024)
-        if request.startswith(b"SLOW"):
+        if request.startswith(b"SLOW"):  # an answer still being sent when an outage begins
             self.request.sendall(BODY[:1000])
-            time.sleep(2)  # an answer still being sent when an outage begins
+            SLOW_STARTED.set()
+            SLOW_GO_ON.wait(10)
         self.request.sendall(BODY)
 
 
@@ -100,17 +103,16 @@ def test_an_outage_resets_everything_for_a_while_then_forwards_again(server):
         results = {}
         slow = threading.Thread(target=lambda: results.setdefault("slow", ask(proxy, b"SLOW", half_close=False)))
         slow.start()
-        deadline = time.monotonic() + 5
-        while proxy.stats.accepted < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)  # its answer has started (the server sleeps before the rest of it)
+        assert SLOW_STARTED.wait(10)  # its answer has started, the rest held back
         proxy.outage(0.5)
         slow.join(10)
+        SLOW_GO_ON.set()
         got, end = results["slow"]
         assert end == "reset" and len(got) < len(BODY)  # open when it began: reset mid-response
         assert proxy.down and ask(proxy) == (b"", "reset")  # new ones: at accept
-        while proxy.down:
-            time.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while proxy.down and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the outage's clock, bounded
         assert ask(proxy) == (BODY, None)
     assert proxy.stats.reset_by_outage == 1 and proxy.stats.reset_at_accept >= 1
 
