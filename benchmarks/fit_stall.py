@@ -14,11 +14,13 @@ waiting for tf.data's autotuning thread, which missed its cancellation (with `--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -84,9 +86,20 @@ def main(argv: list[str] | None = None) -> int:
         env["TF_CPP_VMODULE"] = "model=2"
     args = [sys.executable, "-m", "benchmarks.fit_stall", "--reps", str(a.reps), "--epochs", str(a.epochs),
             "--ports", ",".join(map(str, ports)), *(["--defer"] if a.defer else [])]
-    procs = [subprocess.Popen([*args, "--worker", str(rank)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
-    outs = [p.communicate(timeout=1800) for p in procs]
+    # Each worker's output to a file: a pipe read after the other worker's would fill, and block its writer in
+    # the middle of a collective (both would wait for ever).
+    with tempfile.TemporaryDirectory(prefix="fit-stall-") as logs, contextlib.ExitStack() as stack:
+        files = [(stack.enter_context(open(f"{logs}/out{r}", "w+")), stack.enter_context(open(f"{logs}/err{r}", "w+")))
+                 for r in (0, 1)]
+        procs = [subprocess.Popen([*args, "--worker", str(rank)], cwd=ROOT, env=env, stdout=out, stderr=err,
+                                  text=True) for rank, (out, err) in enumerate(files)]
+        for p in procs:
+            p.wait(timeout=1800)
+        outs = []
+        for out, err in files:
+            out.seek(0)
+            err.seek(0)
+            outs.append((out.read(), err.read()))
     rows = [json.loads(line) for out, _ in outs for line in out.splitlines() if line.startswith("{")]
     for r in sorted(rows, key=lambda r: (r["fit"], r["rank"])):
         print(f"fit {r['fit']} rank {r['rank']}: fit {r['fit_s']:.2f} s, on_train_end -> return {r['stall_s']:.2f} s")

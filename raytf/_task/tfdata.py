@@ -100,7 +100,8 @@ def install() -> bool:
 
             handle = getattr(self, "_iterator_resource", None)
             if handle is not None and tf.executing_eagerly():
-                weakref.finalize(self, _defer, handle)
+                # Not at the interpreter's exit (an iterator still alive then is TF's to tear down, as before).
+                weakref.finalize(self, _defer, handle).atexit = False
 
         iterator_ops.OwnedIterator._create_iterator = _create_iterator
         _installed = True
