@@ -16,9 +16,10 @@ Reported, with whether each target holds:
   - checkpoint commit latency (rank 0's step row of step S -> the commit event of step S's checkpoint, both on the
     task's clock) per tenth of the run; target: flat (the last third's median within 25 % or 50 ms of the first
     third's);
-  - what is left in the temporary directory: the tasks' (every Ray process of the run is given one of the
-    benchmark's own, TMPDIR, counted whole after the run and its Ray are gone; autograph's files counted by name)
-    and /tmp's raytf-* entries and autograph files (the driver's); target: zero.
+  - what is left in the temporary directories: the tasks' (every Ray process of the run is given one of the
+    benchmark's own, TMPDIR) and the driver's (this process's `tempfile.tempdir`, one of the benchmark's too),
+    counted whole after the run and its Ray are gone, autograph's files by name; target: zero. (/tmp's own raytf-*
+    and autograph entries are shown too, for what other programs on the machine may add.)
 """
 
 from __future__ import annotations
@@ -132,8 +133,8 @@ def _real_tmp() -> dict[str, int]:
             "__autograph_generated_file*": sum(n.startswith("__autograph_generated_file") for n in names)}
 
 
-def report(w: Watch, began: float, ended: float, tmp_before: list[str], tmp_after: list[str], autograph_left: int,
-           real_before: dict[str, int], real_after: dict[str, int], result) -> bool:
+def report(w: Watch, began: float, ended: float, left: list[str], autograph_left: int, real_before: dict[str, int],
+           real_after: dict[str, int], result) -> bool:
     span = ended - began
     holds = []
     print(f"\nrun: {result.status}, {len(result.attempts)} attempt(s), {span / 60:.1f} min of training, "
@@ -171,12 +172,12 @@ def report(w: Watch, began: float, ended: float, tmp_before: list[str], tmp_afte
     else:
         holds.append(False)
         print("\nno checkpoint committed: commit latency NOT measured")
-    left = sorted(set(tmp_after) - set(tmp_before))
-    grown = {k: real_after[k] - real_before[k] for k in real_before if real_after[k] > real_before[k]}
-    clean = not left and not autograph_left and not grown
+    clean = not left and not autograph_left
     holds.append(clean)
-    print(f"\ntemporary files left by the run: tasks' temporary directory {left or 'nothing'} (autograph files: "
-          f"{autograph_left}); /tmp {grown or 'nothing new'}: zero leftovers: {'yes' if clean else 'NO'}")
+    print(f"\ntemporary files left by the run (the tasks' and the driver's temporary directories): {left or 'none'}, "
+          f"autograph files: {autograph_left}: zero leftovers: {'yes' if clean else 'NO'}")
+    grown = {k: real_after[k] - real_before[k] for k in real_before if real_after[k] != real_before[k]}
+    print(f"(/tmp itself, where other programs write too: {grown or 'no change'} in raytf-* and autograph entries)")
     return all(holds) and result.status == "succeeded"
 
 
@@ -212,7 +213,11 @@ def main(argv: list[str] | None = None) -> int:
             del os.environ["TMPDIR"]
         else:
             os.environ["TMPDIR"] = saved
-    tmp_before = _tmp_entries(tmp)
+    # This process's own temporary files (raytf's driver side: TensorBoard files of an object store's run, say) in a
+    # directory of the benchmark's too, from here on (Ray's session directory, made by ray.init, stays where it is).
+    drv_tmp = Path(tempfile.mkdtemp(prefix="rsoakd-", dir="/tmp"))
+    tempfile.tempdir = str(drv_tmp)
+    tmp_before, drv_before = _tmp_entries(tmp), _tmp_entries(drv_tmp)
     cfg = raytf.load_config(ROOT / "conf/local.yaml", [
         f"storage.path={scratch / 'runs'}", "run.name=soak", "train.entrypoint=benchmarks.soak:train",
         "train.epochs=100000", f"train.steps_per_epoch={a.steps_per_epoch}", "train.batch_size=64",
@@ -230,11 +235,14 @@ def main(argv: list[str] | None = None) -> int:
     while not w.step_at and thread.is_alive():
         time.sleep(0.5)  # polling the event callback's record for the first step
     began = time.time()
+    every = max(10.0, a.minutes * 60 / 20)  # a progress line about twenty times a run
+    said = began
     while thread.is_alive() and time.time() - began < a.minutes * 60:
         time.sleep(1.0)
-        print(f"\r{(time.time() - began) / 60:5.1f} min, step {max(w.step_at, default=0)}, "
-              f"{len(w.commits)} commits", end="", flush=True)
-    print()
+        if time.time() - said >= every:
+            said = time.time()
+            print(f"{(said - began) / 60:5.1f} min, step {max(w.step_at, default=0)}, {len(w.commits)} commits",
+                  flush=True)
     tmp_name = stop_file.with_suffix(".tmp")
     tmp_name.write_text(str(w.epoch + 2))
     os.replace(tmp_name, stop_file)  # whole, for ranks reading it at an epoch's start
@@ -243,13 +251,15 @@ def main(argv: list[str] | None = None) -> int:
     w.stop()
     ray.shutdown()
     result = done["result"]
-    tmp_after, autograph_left = _tmp_entries(tmp), _autograph(tmp)
+    left = sorted(set(_tmp_entries(tmp)) - set(tmp_before)) + sorted(set(_tmp_entries(drv_tmp)) - set(drv_before))
+    autograph_left = _autograph(tmp) + _autograph(drv_tmp)
     real_after = _real_tmp()
-    ok = report(w, began, ended, tmp_before, tmp_after, autograph_left, real_before, real_after, result)
+    ok = report(w, began, ended, left, autograph_left, real_before, real_after, result)
     if a.json:
         Path(a.json).write_text(json.dumps({"commits": w.commits, "rss": w.rss}))
     shutil.rmtree(scratch, ignore_errors=True)
     shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(drv_tmp, ignore_errors=True)
     print(f"\ntargets {'hold' if ok else 'do NOT all hold'}")
     if a.smoke:  # a minute says that it runs, not whether memory settles: the run itself must succeed
         return 0 if result.status == "succeeded" else 1
