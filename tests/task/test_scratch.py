@@ -61,6 +61,10 @@ with tempfile.NamedTemporaryFile("w", suffix=".py", prefix="__autograph_generate
 os.makedirs(os.path.join(tempfile.mkdtemp(prefix="raytf-log-"), "task.log"))
 run = scratch.Scratch("run1", "worker0-a1")
 subprocess.run([sys.executable, "-c", "import tempfile; tempfile.mkstemp(prefix='child-')"], check=True)
+# A script's data socket when the run's scratch path is too long for AF_UNIX (a long run.name): in its own directory.
+from raytf._task.script import feed
+sock = feed.socket_path("/" + "x" * 120)
+assert sock.startswith(own + "/"), sock  # (short with TMPDIR=/tmp: this test's is long)
 print(own, run.path, flush=True)
 sys.stdin.read()
 """
