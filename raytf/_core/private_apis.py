@@ -314,11 +314,9 @@ def lookup(api: PrivateApi):
 def owner(api: PrivateApi) -> tuple[object, str]:
     """(the object that holds the symbol, its attribute name): what raytf patches (a class and its method, a module
     and its global), once `problem` said it is there."""
-    head, _, last = api.symbol.rpartition(".")
-    if ":" not in head:  # "module:name"
-        head, last = api.symbol.split(":", 1)
-        return importlib.import_module(head), last
-    return _walk(head), last
+    module, _, path = api.symbol.partition(":")
+    holder, _, last = path.rpartition(".")
+    return (_walk(f"{module}:{holder}") if holder else importlib.import_module(module)), last
 
 
 def version(package: str) -> str:
