@@ -93,10 +93,8 @@ class TaskGroup:
 
     def _standby_slots(self) -> dict[tuple[str, str], list[int]]:
         """(node, runtime_env key) -> the bundles (tasks) a standby could take there: those without GPUs."""
-        try:
-            nodes = ray.util.placement_group_table(self.pg)["bundles_to_node_id"]
-        except (RayError, KeyError) as e:  # no standbys then; the attempt goes on as without them
-            log.debug("standby slots: %s", e)
+        nodes = placement.bundle_nodes(self.pg)
+        if nodes is None:  # no standbys then; the attempt goes on as without them
             return {}
         slots: dict[tuple[str, str], list[int]] = {}
         for i, t in enumerate(self.plan.tasks):
@@ -313,7 +311,8 @@ class TaskGroup:
         reachable; bounded, and never a reason to fail (the next task on the node sweeps too)."""
         nodes = {i.get("node_id") for i in self.infos} - skip - {None, ""}
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+        pids = {n: tuple(i["pid"] for i in self.infos if i.get("node_id") == n and i.get("pid")) for n in nodes}
+        refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(pids[n])
                 for n in nodes & alive]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
         for ref in ready:

@@ -180,6 +180,9 @@ class RunRecord:
             self._write_result(SUCCEEDED if done else FAILED, lock_timeout_s=10.0)
         except Exception as e:  # storage too: still say what happened, and go
             log.error("result.json not written: %s", e)
+        tensorboard = getattr(self, "tensorboard", None)
+        if tensorboard is not None:  # an object store's TensorBoard files: uploaded if it can, never left in /tmp
+            tensorboard.close_within(10.0)
         try:  # the MLflow run's end too, briefly (Ray ends this process soon)
             self._track_end(SUCCEEDED if done else FAILED, timeout_s=min(10.0, self.cfg.tracking.flush_timeout_s))
         except Exception as e:

@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 
 import pyarrow.fs as pafs
@@ -202,6 +203,15 @@ class TensorBoardSink:
             for writer in self.writers.values():
                 writer.flush()
             self._flushed = time.monotonic()
+
+    def close_within(self, timeout_s: float) -> None:
+        """`close()` (an object store's files uploaded) within `timeout_s`, and its local copy gone either way: for
+        a driver about to leave by os._exit (a lost head), which no `finally` survives."""
+        t = threading.Thread(target=self.close, name="raytf-tb-close", daemon=True)
+        t.start()
+        t.join(timeout_s)
+        if not self.local:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def close(self) -> None:
         for w in self.writers.values():

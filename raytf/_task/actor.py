@@ -148,8 +148,10 @@ class _WorkingDir:
 
 
 @ray.remote(num_cpus=0)
-def sweep_scratch() -> list[str]:
-    """Run on a node by the driver after an attempt's teardown: the scratch directories its killed tasks left."""
+def sweep_scratch(pids: tuple[int, ...] = ()) -> list[str]:
+    """Run on a node by the driver after an attempt's teardown: the scratch directories its killed tasks left, once
+    their processes (`pids`, on this node) are gone."""
+    scratch.wait_gone(pids)
     return scratch.sweep()
 
 
@@ -161,6 +163,9 @@ class TaskActor:
     touched by the task it is given), and `adopt(spec, ...)` later makes it a task, as __init__ would have."""
 
     def __init__(self, spec: TaskSpec | None, advertise_address: str | None) -> None:
+        # First, before TensorFlow's import: this process's temporary directory is a scratch directory it owns,
+        # swept once it is gone (ray.kill skips the exit handlers that delete autograph's files).
+        scratch.own_tempdir()
         self._scratch: Scratch | None = None  # per run() / run_script(): see _task/scratch.py
         self._server = None  # ParameterServerStrategy ps/worker: TF's in-process server
         self._sock: socket.socket | None = None
