@@ -27,6 +27,7 @@ from raytf.errors import (
 
 if TYPE_CHECKING:
     from raytf._task.context import TrainContext
+    from raytf._task.dataservice import data_service
     from raytf._task.script.data import dataset
     from raytf.api.plots import plot
     from raytf.api.result import Result, load_result
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
 # Imported on first use: they pull in pyarrow, pandas and matplotlib, which a script run by raytf (that
 # only calls raytf.report) and the CLI's start-up do not need.
 _LAZY = {"TrainContext": "raytf._task.context", "plot": "raytf.api.plots", "Result": "raytf.api.result",
-         "load_result": "raytf.api.result", "dataset": "raytf._task.script.data"}
+         "load_result": "raytf.api.result", "dataset": "raytf._task.script.data",
+         "data_service": "raytf._task.dataservice"}
 
 
 def __getattr__(name: str):
@@ -58,6 +60,7 @@ __all__ = [
     "TrainContext",
     "TrainingFailedError",
     "WorkerError",
+    "data_service",
     "dataset",
     "fit",
     "load_config",

@@ -21,6 +21,7 @@ import sys
 import pyarrow as pa
 
 from raytf import _storage as storage
+from raytf._core.dataservice import input_line
 from raytf.errors import RaytfError, StorageError
 
 log = logging.getLogger("raytf")
@@ -206,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"first step {_or_dash(s.get('first_step_s'), 's')}")
             for t in s.get("tasks") or []:
                 print(f"  task {t['role']:9} rank {t['rank']:<3} node {str(t['node_id'])[:12]}  {t['address']}")
+            if (served := input_line(s.get("data_service"))) is not None:
+                print(served)
             for a in s.get("attempts") or []:
                 print(f"  attempt {a['attempt']}: {a['status']:11} "
                       + " ".join(f"{k}={_or_dash(a.get(k))}" for k in ("cause", "rank", "decision", "recovery_s",

@@ -22,6 +22,8 @@ BUSY = "busy"
 # The bus' own, in a drain: what it could not keep of a rank's events since the attempt began (the rank sent faster
 # than the driver drained); payload: steps (step rows, not in metrics.parquet), output_lines (not streamed).
 DROPPED = "dropped"
+# A task read a pipeline through the run's tf.data service (ctx.data_service / raytf.data_service); payload: job.
+DATA_SERVICE = "data_service"
 
 # What the bus may merge or drop when a rank sends more than its bound: heartbeats (the latest says it all), step
 # rows (past the bound only the latest is kept, for progress and the hang watch; the others are counted) and

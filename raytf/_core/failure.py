@@ -157,8 +157,10 @@ _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|
 
 
 # raytf's own exceptions that are configuration errors, by name (a script's child reports only the name):
-# raytf.dataset(name) for a dataset the run was not given (_core/data.DatasetNotGiven).
-CONFIG_ERRORS = frozenset({"DatasetNotGiven"})
+# raytf.dataset(name) for a dataset the run was not given (_core/data.DatasetNotGiven), raytf.data_service(ds) for a
+# pipeline the tf.data service cannot run (_core/dataservice.Unservable); a TensorFlow or tf-keras without a private
+# symbol correctness needs (_core/private_apis.PrivateApiMissing: refused at start).
+CONFIG_ERRORS = frozenset({"DatasetNotGiven", "Unservable", "PrivateApiMissing"})
 
 
 def exit_failure(returncode: int, stderr_tail: list[str], raised: str | None = None) -> tuple[str, str]:
@@ -186,6 +188,17 @@ _HINTS = (
      "the program used TensorFlow (a tf.config call, a tensor, a dataset, a model) before it built "
      "tf.distribute.MultiWorkerMirroredStrategy(): build the strategy first, right after the imports (TF sets its "
      "collective ops up then, once)"),
+    # A Conv2D given an empty batch (a MultiWorkerMirroredStrategy worker whose share of an epoch ran out first steps
+    # on with zero-size stand-ins: the tf.data service's distributed_epoch, unequal shards) returns it unchanged
+    # under TF's oneDNN CPU kernels (TF 2.21: tf.nn.conv2d(zeros([0, 28, 28, 3]), ...) is (0, 28, 28, 3)); the next
+    # layer then fails. Graph mode (Keras fit), eager mode.
+    *((marker, "a worker trained a step on an empty batch (its share of the epoch ran out before its peers', as "
+               "the tf.data service's distributed_epoch shares it), and TF's oneDNN Conv2D on CPU mishandles an "
+               "empty batch (it returns its input). Fix: make every step full, with ds.repeat() before "
+               "ctx.data_service(ds) and train.steps_per_epoch; or turn oneDNN off: "
+               "ray.runtime_env.env_vars.TF_ENABLE_ONEDNN_OPTS=0")
+      for marker in ("Matrix size-incompatible: In[0]: [0,", "Must provide as many biases as the last dimension of "
+                                                               "the input tensor: ")),
 )
 
 

@@ -64,6 +64,7 @@ class TaskRun:
     # The function itself, pickled (raytf.fit(train_fn=...)), in place of importing train.entrypoint
     # (train.eval_entrypoint for the evaluator); None: import it.
     function: PickledFunction | None = None
+    data_service: Any = None  # the run's tf.data service (a _core.dataservice.Service), for tasks running user code
 
     @property
     def num_workers(self) -> int:

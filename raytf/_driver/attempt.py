@@ -24,6 +24,7 @@ from raytf._core.runloop import AttemptLoop, Timing, drive
 from raytf._core.topology import TaskAddress
 from raytf._driver import placement, standby
 from raytf._driver.data import Datasets
+from raytf._driver.dataservice import DataService
 from raytf._driver.group import TaskGroup
 from raytf._driver.port import BusUnresponsive, RayPort
 from raytf._driver.record import RunRecord
@@ -36,17 +37,26 @@ from raytf.errors import PlacementError, WorkerError
 log = logging.getLogger("raytf")
 
 
+class _ServiceLost(Exception):
+    """Out of the attempt loop's round: the tf.data service lost a server it cannot start again."""
+
+    def __init__(self, error: WorkerError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 class AttemptRunner:
     """Carries out the attempts of one launch; `dispatch` takes the tasks' events (the record, then the sinks)."""
 
     def __init__(self, cfg: Config, run_dir: RunDir, run: Run, record: RunRecord, *, sinks: Sinks,
                  progress: Progress, ray_metrics: Any, dispatch: Callable[[list[ev.Event]], None],
                  data: Datasets | None, embedded: bool, code: CodePlan, functions: Functions,
-                 poll_s: float = 0.5) -> None:
+                 service: DataService | None = None, poll_s: float = 0.5) -> None:
         self.cfg, self.run_dir, self.run, self.record, self.sinks = cfg, run_dir, run, record, sinks
         self.progress, self.ray_metrics, self.dispatch, self.data = progress, ray_metrics, dispatch, data
         self.embedded, self.code, self.poll_s = embedded, code, poll_s  # code: how the tasks get the program
         self.functions = functions  # raytf.fit's train_fn=/eval_fn=, pickled
+        self.service = service  # the tf.data service (data_service.workers): its servers started per attempt
         self.script = owns_loop(cfg)  # its epochs, batch and saves are the program's: a script, a Ray Train loop
         self.group: TaskGroup | None = None  # the last attempt's (the run's end refills its standbys)
         self._refilled: int | None = None  # the attempt whose standbys were asked for
@@ -72,6 +82,8 @@ class AttemptRunner:
             group.teardown(skip=set(end.unreachable) if end is not None else set())  # (unreachable: no sweep)
             if self.data is not None:
                 self.data.release()
+            if self.service is not None:
+                self.service.stop()
         if not isinstance(end.end, Done | Interrupted) and elastic.is_elastic(self.cfg):
             # After the teardown, as Ray has had that long to declare a lost node dead.
             end = dataclasses.replace(end, node_lost=bool(end.unreachable) or self._node_gone(group))
@@ -80,8 +92,11 @@ class AttemptRunner:
     def _train(self, attempt: Attempt, cfg: Config, plan, pg, group: TaskGroup) -> AttemptEnd:
         batch = None if self.script else cfg.train.batch_size
         try:
+            if self.service is not None:  # before the trainers: a placement group of its own
+                self.service.start(attempt.number)
             group.start(pg)
             tasks = group.addresses()
+            served = self.service.wait_ready() if self.service is not None else None
             self.record.placed(plan, tasks)
             attempt.standby_tasks = len(group.adopted)
             if group.adopted:
@@ -94,7 +109,7 @@ class AttemptRunner:
             primary, background = group.launch(attempt=attempt.number, python_path=self.code.python_path,
                                                resume_from=self.run.resumed_from,
                                                max_workers=self.cfg.cluster.num_workers, datasets=shares,
-                                               functions=self.functions)
+                                               functions=self.functions, data_service=served)
         except WorkerError as e:
             return AttemptEnd(Failed((e,)), (e,))
         loop = AttemptLoop(
@@ -114,6 +129,8 @@ class AttemptRunner:
         except (RayActorError, BusUnresponsive) as e:  # the bus: the group reads the tasks' own outcomes
             error = WorkerError(f"the run's event bus died: {e}", role="events", kind=failure.SYSTEM)
             return AttemptEnd(Failed((error,)), (error,))
+        except _ServiceLost as e:  # a tf.data service server that cannot be started again: the normal retry path
+            return AttemptEnd(Failed((e.error,)), (e.error,))
         end = self._conclude(loop, port, attempt, group)
         if isinstance(end.end, Done):
             self.run.trained()  # a head lost during the teardown does not undo that
@@ -197,6 +214,8 @@ class AttemptRunner:
         """Once per round of the attempt loop."""
         self.record.flush_metrics()
         attempt = self.run.attempt
+        if self.service is not None and (lost := self.service.poll()) is not None:
+            raise _ServiceLost(lost)
         if (self._refilled != attempt.number and self.group is not None and attempt.first_step_at is not None
                 and time.time() - attempt.first_step_at >= standby.REFILL_AFTER_S):
             # Trained long enough to be worth a faster retry (standby.REFILL_AFTER_S says why not sooner).

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import ray
 from ray.exceptions import RuntimeEnvSetupError
 
+from raytf._core import private_apis as apis
 from raytf._core import shipping
 from raytf._core.function import Functions, unrunnable
 from raytf._driver import usercode
@@ -57,10 +58,10 @@ def ensure_ray(cfg: Config) -> bool:
             # Token auth for the embedded Ray, explicitly: Ray turns it on by default for a new local cluster
             # only from 2.59, and says so in a warning on every start; a Ray without it runs any code sent to
             # its ports by anyone who can reach this machine. A user's RAY_AUTH_MODE stands (and is warned of).
-            if AUTH_MODE_ENV not in os.environ:
+            if AUTH_MODE_ENV not in os.environ and apis.available(apis.EMBEDDED_AUTH, log.warning):
                 os.environ[AUTH_MODE_ENV] = "token"
                 _reload_ray_config()
-            if os.environ[AUTH_MODE_ENV].lower() != "token":
+            if os.environ.get(AUTH_MODE_ENV, "token").lower() != "token":
                 log.warning("%s=%s: the embedded Ray accepts work from anyone who can reach this machine's Ray "
                             "ports. Fix: unset it (raytf then starts Ray with token auth)", AUTH_MODE_ENV,
                             os.environ[AUTH_MODE_ENV])
@@ -79,7 +80,7 @@ def ensure_ray(cfg: Config) -> bool:
             raise refused from None
         raise RaytfError(f"ray.address ({address!r}): cannot connect to Ray: {e}. Fix: start it with "
                          "`ray start --head`, or set ray.address=null for an embedded local Ray") from None
-    if not address.startswith("ray://") and not token_auth():
+    if not address.startswith("ray://") and token_auth() is False:
         log.warning("the Ray cluster at %s does not use token auth: anyone who can reach its ports can run code "
                     "on every node. Fix: start every node (and this driver) with RAY_AUTH_MODE=token and the "
                     "cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN (README: Security)", address)
@@ -89,27 +90,28 @@ def ensure_ray(cfg: Config) -> bool:
 def _reload_ray_config() -> None:
     """This process's Ray reads RAY_AUTH_MODE once, when it loads: re-read it, as Ray's own
     `authentication_token_setup._enable_token_auth` does (Ray 2.60), or this driver would talk to its own
-    token-auth GCS without a token (InvalidAuthToken)."""
-    from ray._raylet import Config as RayletConfig
+    token-auth GCS without a token (InvalidAuthToken). A private API (raytf/_core/private_apis.py, EMBEDDED_AUTH):
+    without it raytf leaves the mode to Ray."""
+    apis.lookup(apis.RAYLET_CONFIG)("")
 
-    RayletConfig.initialize("")
 
-
-def token_auth() -> bool:
-    """Whether this process talks to Ray with token auth (the mode is process-wide: RAY_AUTH_MODE)."""
-    try:
-        from ray._raylet import AuthenticationMode, get_authentication_mode
-    except ImportError:
-        return False
-    return get_authentication_mode() == AuthenticationMode.TOKEN
+def token_auth() -> bool | None:
+    """Whether this process talks to Ray with token auth (the mode is process-wide: RAY_AUTH_MODE); None when this
+    Ray cannot say (its private accessor moved: one warning, AUTH_CHECK)."""
+    if not apis.available(apis.AUTH_CHECK, log.warning):
+        return None
+    return apis.lookup(apis.AUTH_MODE)() == apis.lookup(apis.AUTH_TOKEN)
 
 
 def started_here() -> bool:
     """Whether the Ray this process is connected to was started by this process (`ray.init()` without an
     address, here or in the user's notebook: one machine, no autoscaler), not a cluster it joined
     (`ray.init(address=...)`, Ray Client). Ray keeps that only on its private node object: a head node
-    started in-process, not a connection to a running one."""
-    node = getattr(ray._private.worker, "_global_node", None)
+    started in-process, not a connection to a running one (raytf/_core/private_apis.py, EMBEDDED: without it, a
+    cluster is assumed: an impossible placement is waited for, not refused at once)."""
+    if not apis.available(apis.EMBEDDED, log.warning):
+        return False
+    node = apis.owner(apis.GLOBAL_NODE)[0]._global_node  # (read now: None until Ray is up)
     return bool(node is not None and getattr(node, "head", False))
 
 

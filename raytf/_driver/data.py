@@ -17,6 +17,7 @@ from typing import Any
 import ray
 
 from raytf._core import data as rules
+from raytf._core import private_apis as apis
 from raytf._core.plan import Plan, TaskSpec
 from raytf._core.tasks import TaskInfo
 from raytf.config import Config
@@ -129,10 +130,12 @@ class Datasets:
     @staticmethod
     def known_rows(ds) -> int | None:
         """The dataset's row count when Ray Data knows it without reading (Parquet metadata, from_items), else None.
-        Dataset._meta_count is Ray's own never-executing count (what Dataset.count tries first)."""
-        meta = getattr(ds, "_meta_count", None)
+        Dataset._meta_count is Ray's own never-executing count (what Dataset.count tries first; a private API:
+        raytf/_core/private_apis.py, DATA_ROWS)."""
+        if not apis.available(apis.DATA_ROWS, log.warning):
+            return None
         try:
-            rows = meta() if meta is not None else None
+            rows = ds._meta_count()
         except Exception as e:  # an internal API: no count, no check before training
             log.debug("datasets: row count unknown (%s)", e)
             return None
@@ -152,16 +155,9 @@ class Datasets:
         hints = [nodes.get(t.rank) for t in workers]
         out: dict[int, dict[str, Any]] = {t.rank: {} for t in tasks if reading[t.rank] is not None}
         for name, ds in self.datasets.items():
-            # A deep copy: its DataContext is its own, the caller's dataset keeps its options (a notebook's next
-            # ds.take() has its progress bars, and no trainers' CPUs excluded).
-            ds = ds.copy(ds, _deep_copy=True)
+            ds = _own_copy(ds)
             options = copy.deepcopy(ds.context.execution_options)
-            # The tasks' CPUs and GPUs are held by their placement group: Ray Data would otherwise count them as
-            # its own and plan tasks that cannot start. (`_set_exclude_resources`: what Ray Train v1 sets, without
-            # the deprecation warning of the public setter; Ray 2.60.)
-            exclude = getattr(options, "_set_exclude_resources", None)
-            if exclude is not None:
-                exclude(ExecutionResources(cpu=sum(t.cpus for t in tasks), gpu=sum(t.gpus for t in tasks)))
+            _exclude(options, ExecutionResources(cpu=sum(t.cpus for t in tasks), gpu=sum(t.gpus for t in tasks)))
             ds.context.execution_options = options
             # Ray Data's progress bars and start lines come from its split coordinator, every epoch of every
             # dataset, to the driver's terminal through log_to_driver: raytf's own progress says how training goes.
@@ -175,7 +171,7 @@ class Datasets:
                                             locality_hints=hints if all(hints) else None)
                 for t, it in zip(workers, shares):
                     out[t.rank][name] = it
-                coordinator = getattr(shares[0], "_coord_actor", None)
+                coordinator = _coordinator(shares[0])
                 if coordinator is not None:
                     self._coordinators.append(coordinator)
             for t in tasks:
@@ -192,3 +188,34 @@ class Datasets:
             except Exception as e:
                 log.debug("datasets: split coordinator: %s", e)
         self._coordinators = []
+
+
+# Ray Data's private API (raytf/_core/private_apis.py: DATA_COPY, DATA_EXCLUDE, DATA_COORDINATORS); without one, the
+# public way or nothing, one warning each.
+
+def _own_copy(ds):
+    """A deep copy: its DataContext is its own, the caller's dataset keeps its options (a notebook's next ds.take()
+    has its progress bars, and no trainers' CPUs excluded). Without Dataset.copy's _deep_copy: the dataset itself."""
+    if not apis.available(apis.DATA_COPY, log.warning):
+        return ds
+    return ds.copy(ds, _deep_copy=True)
+
+
+def _exclude(options, resources) -> None:
+    """The tasks' CPUs and GPUs are held by their placement group: Ray Data would otherwise count them as its own
+    and plan tasks that cannot start. `_set_exclude_resources`: what Ray Train v1 sets, without the deprecation
+    warning of the public setter (Ray 2.60); without it, the public setter (and its warning)."""
+    if apis.available(apis.DATA_EXCLUDE, log.warning):
+        options._set_exclude_resources(resources)
+        return
+    try:
+        options.exclude_resources = resources
+    except Exception as e:  # (Ray 2.60's setter calls the private one: then Ray Data plans with the CPUs it sees)
+        log.debug("datasets: exclude_resources: %s", e)
+
+
+def _coordinator(share):
+    """A split's coordinator actor (ended with its attempt), None when this Ray Data keeps it elsewhere."""
+    if not apis.available(apis.DATA_COORDINATORS, log.warning):
+        return None
+    return getattr(share, "_coord_actor", None)

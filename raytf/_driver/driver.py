@@ -30,9 +30,11 @@ from raytf._core.run import Ended, Placing, Retrying, Run
 from raytf._driver import connect, tracking, usercode
 from raytf._driver.attempt import AttemptRunner
 from raytf._driver.data import Datasets
+from raytf._driver.dataservice import DataService
 from raytf._driver.headwatch import HeadWatch
 from raytf._driver.raymetrics import RayMetrics
 from raytf._driver.record import Outcome, RunRecord
+from raytf._driver.resume import Resume
 from raytf._driver.sinks import Progress, Sinks, TensorBoardSink
 from raytf._s3 import plain_http_endpoint
 from raytf.config import (
@@ -45,7 +47,7 @@ from raytf.config import (
     validate,
     validate_run,
 )
-from raytf.errors import ConfigError, RaytfError
+from raytf.errors import RaytfError
 
 log = logging.getLogger("raytf")
 
@@ -75,8 +77,7 @@ class Driver:
         self.run_dir = storage.RunDir(cfg.storage, cfg.run.name)
         self.plan = make_plan(cfg)
         self.t0 = time.time()
-        self._verified: set[str] = set()  # checkpoints whose files this launch checked against their manifest
-        self._refused: set[str] = set()  # and those that did not match (named once)
+        self.resume = Resume(cfg, self.run_dir)
         self.tracking = tracking.for_run(cfg)  # (MLflow missing: a ConfigError now, before anything starts)
 
     # -- the run -----------------------------------------------------------------------------
@@ -84,7 +85,7 @@ class Driver:
         cfg = self.cfg
         python_path = connect.python_path(cfg)
         connect.check_entrypoint(cfg, python_path, self.functions)
-        previous, table, resumed_from = self._check_run_dir()
+        previous, table, resumed_from = self.resume.earlier()
         self._warn(cfg)
         self.run_dir.write_text(storage.CONFIG_FILE, to_yaml(redacted(cfg)))
         run = self.machine = Run(cfg, previous=len(previous.get("attempts", [])))
@@ -97,7 +98,8 @@ class Driver:
                             steps_per_epoch=None if script else cfg.train.steps_per_epoch,
                             batch_size=None if script else cfg.train.batch_size, quiet=self.quiet)
         ray_metrics = RayMetrics(cfg.run.name, enabled=cfg.metrics.ray_metrics)
-        self.sinks = sinks = Sinks(progress, TensorBoardSink(self.run_dir), ray_metrics)
+        record.tensorboard = TensorBoardSink(self.run_dir)  # (closed within a deadline, too, when the head is lost)
+        self.sinks = sinks = Sinks(progress, record.tensorboard, ray_metrics)
         if self.on_event is not None:
             sinks.add(lambda e: self.on_event(e))
         started = connect.ensure_ray(cfg)
@@ -111,12 +113,16 @@ class Driver:
             data = Datasets.of_run(cfg, self._given_datasets, python_path)
             if data is not None:
                 data.check(cfg, record.plan, embedded=embedded)
+            if cfg.data_service.workers:  # the tf.data service: its servers per attempt, in a group of their own
+                DataService.check(cfg, record.plan, embedded=embedded)
+                record.service = DataService(cfg, self.run_dir, embedded=embedded)
+                sinks.add(record.service.observe)
         except BaseException:
             sinks.close()
             raise
         self.runner = AttemptRunner(cfg, self.run_dir, run, record, sinks=sinks, progress=progress,
                                     ray_metrics=ray_metrics, dispatch=self._dispatch, data=data, embedded=embedded,
-                                    code=code, functions=self.functions, poll_s=self.poll_s)
+                                    code=code, functions=self.functions, service=record.service, poll_s=self.poll_s)
         self.tracking.start(self.run_dir, started_at=self.t0)
         record.write_result(RUNNING)
         head_watch = None if embedded else self._watch_head()
@@ -158,7 +164,7 @@ class Driver:
                 finally:
                     self.tracking.attempt_ended(run.attempt.to_json())
             elif isinstance(state, Retrying):
-                state = run.resumed(self._trusted_checkpoint())
+                state = run.resumed(self.resume.trusted())
                 self.record.write_metrics()  # metrics.parquet whole at each attempt's end: rare, and fresh
                 self.record.write_result(RUNNING)
             elif state.status == INTERRUPTED:
@@ -171,24 +177,6 @@ class Driver:
             self.record.observe(e)
             self.sinks(e)
         self.tracking.on_events(events)
-
-    def _check_run_dir(self) -> tuple[dict[str, Any], Any, CheckpointEntry | None]:
-        """The run directory made; earlier launches' result.json ({} for none); with checkpoint.resume, their
-        metrics and the checkpoint to resume from. A second lineage of checkpoints is refused."""
-        cfg, rd = self.cfg, self.run_dir
-        rd.makedirs()
-        previous = rd.read_json(storage.RESULT_FILE) if rd.exists(storage.RESULT_FILE) else {}
-        if cfg.checkpoint.resume:
-            entry = self._trusted_checkpoint()
-            return previous, rd.metrics.read() if rd.metrics.exists() else None, entry
-        if rd.exists(storage.CHECKPOINTS_DIR) and (old := rd.checkpoints.list()):
-            # One lineage per run directory: a second one there would be pruned by (epoch, step) against the
-            # first, resumed from the first's newest on a retry and reported as the first's last checkpoint.
-            raise ConfigError(
-                f"checkpoint.resume=false: run.name={cfg.run.name!r} already has {len(old)} checkpoint(s) in "
-                f"{rd.uri_of(storage.CHECKPOINTS_DIR)}. Fix: a new run.name for a fresh start, "
-                "checkpoint.resume=true to continue it, or delete that directory")
-        return previous, None, None
 
     @staticmethod
     def _warn(cfg: Config) -> None:
@@ -212,26 +200,6 @@ class Driver:
             return None
         self.record.head = address
         return HeadWatch(address, self.record.head_lost, lost_after_s=failure.head_lost_after(os.environ)).start()
-
-    def _trusted_checkpoint(self) -> CheckpointEntry | None:
-        """The checkpoint to resume from: the newest committed one whose files match its manifest. Each one
-        refused is named once, on one line; refusing the only ones there are ends the run (starting over would
-        silently throw away their training)."""
-        checkpoints = self.run_dir.checkpoints
-        entry, refused = checkpoints.trusted(self._verified)
-        for bad, why in refused:
-            if bad.dir in self._refused:
-                continue
-            self._refused.add(bad.dir)
-            instead = f"resuming from {entry.name} instead" if entry else "no earlier committed checkpoint to use"
-            log.warning("checkpoint %s refused: %s; %s", checkpoints.uri(bad.dir), why, instead)
-        if entry is None and refused:
-            bad, why = refused[0]
-            raise ConfigError(
-                f"checkpoint {checkpoints.uri(bad.dir)} refused: {why}. No earlier committed checkpoint matches its "
-                "manifest. Fix: restore its files, or delete it (or the run's checkpoints/) to train from scratch, or "
-                "use a new run.name")
-        return entry
 
 
 def run(cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None,

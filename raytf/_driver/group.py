@@ -100,10 +100,8 @@ class TaskGroup:
 
     def _standby_slots(self) -> dict[tuple[str, str], list[int]]:
         """(node, runtime_env key) -> the bundles (tasks) a standby could take there: those without GPUs."""
-        try:
-            nodes = ray.util.placement_group_table(self.pg)["bundles_to_node_id"]
-        except (RayError, KeyError) as e:  # no standbys then; the attempt goes on as without them
-            log.debug("standby slots: %s", e)
+        nodes = placement.bundle_nodes(self.pg)
+        if nodes is None:  # no standbys then; the attempt goes on as without them
             return {}
         slots: dict[tuple[str, str], list[int]] = {}
         for i, t in enumerate(self.plan.tasks):
@@ -193,11 +191,12 @@ class TaskGroup:
 
     def launch(self, *, attempt: int, python_path: list[str], resume_from, max_workers: int | None = None,
                datasets: dict[int, dict[str, Any]] | None = None,
-               functions: Functions | None = None) -> tuple[dict, dict]:
+               functions: Functions | None = None, data_service=None) -> tuple[dict, dict]:
         """Start the training: (primary, background) refs to each task's call. The end of every primary
         ref (MWMS workers, the PS chief) is the end of training; background ones are the PS servers'
         serve() and the evaluator's run(). `datasets`: rank -> {name: ray.data.DataIterator} (Ray Data input);
-        `functions`: the functions given as values (a task running a function gets its role's, pickled)."""
+        `functions`: the functions given as values (a task running a function gets its role's, pickled);
+        `data_service`: the run's tf.data service (a _core.dataservice.Service), for the tasks running user code."""
         datasets = datasets or {}
         functions = functions or Functions()
         cfg, bus = self.cfg, self.bus
@@ -220,7 +219,7 @@ class TaskGroup:
                 common, tf_config=None if single else topology.tf_config(spec, t.role, t.index),
                 resume_from=resume_from, is_chief=topology.is_chief(spec, t.role, t.index), max_workers=max_workers,
                 stream=streamed(cfg.train.stream_output, t.rank), datasets=datasets.get(t.rank),
-                function=None if script_mode(cfg) else functions.for_role(t.role))
+                function=None if script_mode(cfg) else functions.for_role(t.role), data_service=data_service)
             ref = (a.run_script if script_mode(cfg) else a.run).remote(run)
             (background if t.role == EVALUATOR else primary)[ref] = t
         return primary, background
@@ -320,7 +319,8 @@ class TaskGroup:
         reachable; bounded, and never a reason to fail (the next task on the node sweeps too)."""
         nodes = {i.node_id for i in self.infos} - skip - {None, ""}
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+        pids = {n: tuple(i.pid for i in self.infos if i.node_id == n and i.pid) for n in nodes}
+        refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(pids[n])
                 for n in nodes & alive]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
         for ref in ready:

@@ -8,6 +8,7 @@ import time
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
+from raytf._core import private_apis as apis
 from raytf._core.plan import PLACEMENT_FIX, Plan, shortfall
 from raytf.errors import PlacementError
 
@@ -28,19 +29,37 @@ def _alive() -> set[str]:
 AVOID_S = 90.0
 
 
+def avoiding(avoid: set[str], bundles: int) -> dict:
+    """placement_group's keyword arguments that keep `bundles` bundles off the nodes `avoid`. Ray labels every node
+    with its id (ray.io/node-id); "!in(a,b)" keeps a bundle off those nodes. Only passed when needed: Ray before
+    2.47 has no such argument; one without it (raytf/_core/private_apis.py, AVOID_NODES) places as it would."""
+    if not avoid or not apis.available(apis.AVOID_NODES, log.warning):
+        return {}
+    return {"bundle_label_selector": [{"ray.io/node-id": f"!in({','.join(sorted(avoid))})"} for _ in range(bundles)]}
+
+
+def bundle_nodes(pg: PlacementGroup) -> dict[int, str] | None:
+    """Bundle index -> the node it was placed on, from Ray's placement group table (its "bundles_to_node_id", not a
+    documented field: raytf/_core/private_apis.py, STANDBY_SLOTS); None when unknown."""
+    if not apis.available(apis.STANDBY_SLOTS, log.warning):
+        return None
+    try:
+        return dict(ray.util.placement_group_table(pg)["bundles_to_node_id"])
+    except KeyError as e:
+        apis.SWITCHES.turn_off(apis.PG_TABLE, f"changed: no {e} in its table", log.warning)
+    except (ray.exceptions.RayError, TypeError, ValueError) as e:  # (the group gone: this attempt has no slots)
+        log.debug("placement group table: %s", e)
+    return None
+
+
 def _group(plan: Plan, name: str, avoid: set[str]) -> tuple[PlacementGroup, object]:
-    kwargs = {}
-    if avoid:
-        # Ray labels every node with its id (ray.io/node-id); "!in(a,b)" keeps a bundle off those nodes. Only
-        # passed when needed: Ray before 2.47 has no such argument.
-        kwargs["bundle_label_selector"] = [{"ray.io/node-id": f"!in({','.join(sorted(avoid))})"}
-                                           for _ in plan.bundles]
+    kwargs = avoiding(avoid, len(plan.bundles))
     pg = placement_group(plan.bundles, strategy=plan.placement_strategy, name=name, **kwargs)
     return pg, pg.ready()
 
 
 def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, avoid: set[str] | None = None,
-            poll_s: float = 2.0) -> PlacementGroup:
+            poll_s: float = 2.0, what: str | None = None, fix: str = PLACEMENT_FIX) -> PlacementGroup:
     """One bundle per task, all or nothing; raises PlacementError (and releases the group) on timeout.
 
     With `can_grow=False` (an embedded single-machine Ray: no autoscaler will add nodes) a request the
@@ -50,12 +69,12 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
     network alive for a while, and a group offered to it then stays pending for good (Ray 2.60: one bundle
     reserved on a live node, the two-phase reservation on the lost one never answered; raytf issue 16's
     partition test). So they are kept out of the group while Ray counts them alive, for at most AVOID_S (and
-    half the timeout)."""
-    what = f"placement group for {len(plan.bundles)} tasks ({plan.placement_strategy})"
+    half the timeout). `what` and `fix` say whose group it is and what to change (the tasks' by default)."""
+    what = what or f"placement group for {len(plan.bundles)} tasks ({plan.placement_strategy})"
     if not can_grow:
         why = shortfall(plan.bundles, plan.placement_strategy, _node_totals())
         if why:
-            raise PlacementError(f"{what} can never be placed on this embedded Ray: {why}. {PLACEMENT_FIX}")
+            raise PlacementError(f"{what} can never be placed on this embedded Ray: {why}. {fix}")
     start = time.monotonic()
     deadline = start + timeout_s
     avoid = set(avoid) & _alive() if avoid else set()  # a node Ray has declared dead is left out anyway
@@ -82,16 +101,14 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
     why = shortfall(plan.bundles, plan.placement_strategy, _node_totals())
     if not why:
         why = f"the cluster could hold it but has only {ray.available_resources()} free now (other jobs)"
-    raise PlacementError(f"{what} not ready after cluster.placement_timeout_s={timeout_s:g}s: {why}. {PLACEMENT_FIX}")
+    raise PlacementError(f"{what} not ready after cluster.placement_timeout_s={timeout_s:g}s: {why}. {fix}")
 
 
 def capacity(bundles: list[dict[str, float]], strategy: str, *, avoid: set[str], timeout_s: float = 1.0) -> bool:
     """Whether `bundles` can be reserved now (elastic training's grow check): a placement group that is ready
     within `timeout_s`, released at once either way. `avoid`: nodes the bundles must not use (the running group's,
     under STRICT_SPREAD: a worker there would share a host)."""
-    kwargs = {}
-    if avoid:
-        kwargs["bundle_label_selector"] = [{"ray.io/node-id": f"!in({','.join(sorted(avoid))})"} for _ in bundles]
+    kwargs = avoiding(avoid, len(bundles))
     pg = placement_group(bundles, strategy=strategy, name="raytf:capacity-check", **kwargs)
     try:
         ready, _ = ray.wait([pg.ready()], timeout=timeout_s)

@@ -11,6 +11,7 @@ from typing import Any
 
 from raytf._core import breakdown
 from raytf._core import events as ev
+from raytf._core import private_apis as apis
 from raytf._core.tasks import TaskInfo
 
 log = logging.getLogger("raytf")
@@ -52,12 +53,14 @@ def _ray_gauge() -> Callable[..., Any]:
 
 
 def _export_interval_s() -> float:
-    """How often Ray exports a process's metrics (RAY_metrics_report_interval_ms; never below 1 s)."""
+    """How often Ray exports a process's metrics (RAY_metrics_report_interval_ms; never below 1 s). A private
+    accessor (raytf/_core/private_apis.py, METRICS_INTERVAL): without it, Ray's default."""
+    if not apis.available(apis.METRICS_INTERVAL, log.warning):
+        return 10.0
     try:
-        import ray
-
-        return max(1.0, ray._config.metrics_report_interval_ms() / 1000)
-    except Exception:  # (a private accessor: should it move, Ray's default)
+        return max(1.0, apis.lookup(apis.REPORT_INTERVAL)() / 1000)
+    except Exception as e:  # (it moved in another way: the default, said once)
+        apis.SWITCHES.turn_off(apis.REPORT_INTERVAL, f"changed ({type(e).__name__}: {e})", log.warning)
         return 10.0
 
 

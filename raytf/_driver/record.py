@@ -71,6 +71,8 @@ class RunRecord:
         self.first_step_at: float | None = None
         self.committed: set[str] = set()  # checkpoints committed during this launch
         self.head: str | None = None  # the Ray head's address, when watched (a cluster)
+        self.service: Any = None  # the tf.data service (_driver.dataservice.DataService), once the driver made it
+        self.tensorboard: Any = None  # the TensorBoard sink: closed within a deadline when the head is lost
         self._hosts: dict[int, str] = {}  # rank -> host, of the attempt under way
         self._lock = threading.Lock()  # result.json is written by the main thread and the head watch
         self._last_flush = time.monotonic()  # the last metrics part's write
@@ -125,6 +127,8 @@ class RunRecord:
                       for role in dict.fromkeys(t.role for t in self.plan.tasks)},
             "lost_tasks": self.run.lost_tasks,
             "stragglers": self.previous_stragglers + self.stragglers.to_json(),
+            # The tf.data service (data_service.workers): where its servers ran, who read through it, what was lost.
+            "data_service": self.service.summary() if self.service is not None else None,
             "resumed_from": self.run_dir.checkpoints.uri(resumed_from.dir) if resumed_from else None,
             "final_metrics": self.metrics.final(),
             "last_checkpoint": ckpts[-1] if ckpts else None,
@@ -228,6 +232,8 @@ class RunRecord:
             self.write_result(ended.status, lock_timeout_s=10.0)
         except Exception as e:  # storage too: still say what happened, and go
             log.error("result.json not written: %s", e)
+        if self.tensorboard is not None:  # an object store's TensorBoard files: uploaded if it can, never left in /tmp
+            self.tensorboard.close_within(10.0)
         try:  # the MLflow run's end too, briefly (Ray ends this process soon)
             self.track_end(ended.status, timeout_s=min(10.0, self.cfg.tracking.flush_timeout_s))
         except Exception as e:

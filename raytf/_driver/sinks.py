@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -235,6 +236,14 @@ class TensorBoardSink:
     def _give_up(self, e: OSError) -> None:
         log.warning("TensorBoard files in %s are no longer written: %s", self.run_dir.uri_of(TENSORBOARD_DIR), e)
         self.failed = True
+
+    def close_within(self, timeout_s: float) -> None:
+        """`close()` (an object store's files uploaded) within `timeout_s`, and its local copy gone either way: for
+        a driver about to leave by os._exit (a lost head), which no `finally` survives."""
+        t = threading.Thread(target=self.close, name="raytf-tb-close", daemon=True)
+        t.start()
+        t.join(timeout_s)
+        self.files.discard()
 
     def close(self) -> None:
         for w in self.writers.values():

@@ -27,7 +27,7 @@ from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 # The one task-side module the driver imports: Ray needs the actor's class.
-from raytf._task.actor import TaskActor
+from raytf._task.actor import TaskActor, sweep_scratch
 
 log = logging.getLogger("raytf")
 
@@ -51,6 +51,7 @@ class StandbyPool:
         self._task = ray.remote(TaskActor)
         self._warming: dict[tuple[str, str], list[tuple[Any, Any]]] = {}  # (node, key) -> [(actor, warm ref)]
         self._ready: dict[tuple[str, str], list[Any]] = {}
+        self._pids: dict[int, int] = {}  # id(a ready standby's handle) -> its pid (warm()'s): waited for at release
 
     def _harvest(self, where: tuple[str, str]) -> None:
         pending = self._warming.get(where, [])
@@ -65,7 +66,7 @@ class StandbyPool:
                 still.append((actor, ref))
                 continue
             try:
-                ray.get(ref)
+                self._pids[id(actor)] = ray.get(ref)["pid"]
                 self._ready.setdefault(where, []).append(actor)
             except RayError as e:  # a standby that could not import TensorFlow is no standby
                 log.warning("a standby on node %s failed to start: %s", where[0][:12], e)
@@ -92,6 +93,8 @@ class StandbyPool:
         self._harvest(where)
         ready = self._ready.get(where, [])
         taken, self._ready[where] = ready[:count], ready[count:]
+        for a in taken:
+            self._pids.pop(id(a), None)
         return taken
 
     def warming(self) -> list[Any]:
@@ -111,13 +114,23 @@ class StandbyPool:
     def release(self) -> int:
         """End every standby; how many."""
         actors = [a for v in self._ready.values() for a in v] + [a for v in self._warming.values() for a, _ in v]
+        nodes: dict[str, list[int]] = {node: [] for node, _ in [*self._ready, *self._warming]}
+        for (node, _), ready in self._ready.items():  # (a warming one's pid is not known yet)
+            nodes[node] += [self._pids[id(a)] for a in ready if id(a) in self._pids]
         for a in actors:
             try:
                 ray.kill(a, no_restart=True)
             except RayError as e:
                 log.debug("kill: %s", e)
         _wait_gone(actors)
-        self._ready, self._warming = {}, {}
+        self._ready, self._warming, self._pids = {}, {}, {}
+        # Their temporary directories (scratch.own_tempdir), which ray.kill leaves: swept on their nodes once their
+        # processes are gone, bounded.
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(
+            tuple(pids)) for n, pids in nodes.items() if n in alive]
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=10)
         return len(actors)
 
 

@@ -34,6 +34,11 @@ class Staged:
             self._tmp = tempfile.mkdtemp(prefix=prefix)
             self.path = self._tmp if is_dir else os.path.join(self._tmp, posixpath.basename(rel))
 
+    def discard(self) -> None:
+        """The local copy goes, uploaded or not (a driver about to leave by os._exit)."""
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
     def close(self, *, publish: bool = True, retry: bool = True, what: str = "") -> None:
         """Upload what was written (`publish`; a failure is a warning naming `what`), then the local copy goes."""
         if self.in_place or self._tmp is None:

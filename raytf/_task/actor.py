@@ -56,8 +56,10 @@ def reserve_port(port_range: tuple[int, int] | None = None) -> socket.socket | N
 
 
 @ray.remote(num_cpus=0)
-def sweep_scratch() -> list[str]:
-    """Run on a node by the driver after an attempt's teardown: the scratch directories its killed tasks left."""
+def sweep_scratch(pids: tuple[int, ...] = ()) -> list[str]:
+    """Run on a node by the driver after an attempt's teardown: the scratch directories its killed tasks left, once
+    their processes (`pids`, on this node) are gone."""
+    scratch.wait_gone(pids)
     return scratch.sweep()
 
 
@@ -70,6 +72,9 @@ class TaskActor:
     touched by the task it is given), and `adopt(spec, ...)` later makes it a task, as __init__ would have."""
 
     def __init__(self, spec: TaskSpec | None, advertise_address: str | None) -> None:
+        # First, before TensorFlow's import: this process's temporary directory is a scratch directory it owns,
+        # swept once it is gone (ray.kill skips the exit handlers that delete autograph's files).
+        scratch.own_tempdir()
         self._server = None  # ParameterServerStrategy ps/worker: TF's in-process server
         self._output: OutputCapture | None = None  # a server's, from start_server until serve() returns
         self._sock: socket.socket | None = None
@@ -131,8 +136,9 @@ class TaskActor:
     def run(self, run: TaskRun) -> TaskOutcome:
         """Run the user's function: every MWMS worker, the PS chief (coordinator), or the evaluator. Errors in user
         code come back as the outcome's WorkerError, with the traceback."""
-        from raytf._task import roles
+        from raytf._task import dataservice, roles
 
+        dataservice.export(run.data_service)  # (ctx.data_service)
         with TaskCall(self, run) as call:
             roles.run_function(call)
         return call.outcome
@@ -142,7 +148,10 @@ class TaskActor:
         task's TF_CONFIG; its exit code is the outcome. The port stays held until the child exits: its TF
         server binds it whenever the script creates its strategy (TF_GRPC_REUSE_PORT is inherited). Its Ray
         Data shares (run.datasets) are served to the script's raytf.dataset (script/feed.py)."""
+        from raytf._task import dataservice
         from raytf._task.script.host import ClusterNotUsed, ScriptHost
+
+        dataservice.export(run.data_service)  # (raytf.data_service: the child inherits it in its environment)
 
         def kind(e: BaseException) -> str:
             return failure.USER if isinstance(e, (ClusterNotUsed, limits.TooManyMetrics)) else failure.SYSTEM

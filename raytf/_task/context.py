@@ -15,13 +15,10 @@ from raytf._core.progress import StepCounter
 from raytf._storage import RunDir
 from raytf._task import report as reporting
 from raytf._task.control import ControlListener, TrainingStopped  # noqa: F401 (TrainingStopped: the task's)
-from raytf._task.upload import Uploader
+from raytf._task.upload import Uploader, crash_seam
 from raytf.config import Config
 
 log = logging.getLogger(__name__)
-
-CRASH_SEAM_ENV = "RAYTF_TEST_CRASH_BEFORE_COMMIT"
-
 
 class TrainContext(StepCounter):
     """Handed to the training function: the strategy, the run's settings, and the hooks that report
@@ -204,6 +201,15 @@ class TrainContext(StepCounter):
         return tf_runtime.unsharded(self.dataset_shard(name).to_tf(
             feature_columns, label_columns, batch_size=data.global_batch(per_replica, self.num_replicas), **to_tf))
 
+    # -- the tf.data service -------------------------------------------------------------------
+    def data_service(self, ds):
+        """`ds`, the training function's own tf.data pipeline, read through the run's tf.data service: the pipeline up
+        to this call runs in the service's workers (data_service.workers CPU actors, anywhere in the cluster), what
+        follows it runs here. Returns `ds` as it is when the run has no service. See raytf.data_service."""
+        from raytf._task import dataservice
+
+        return dataservice.distribute(ds, self)
+
     # -- checkpoints -------------------------------------------------------------------------
     def restore(self, **trackables: Any) -> int:
         """Register what to checkpoint (model=, optimizer=, any tf.train.Checkpoint trackable) and
@@ -242,7 +248,7 @@ class TrainContext(StepCounter):
         next checkpoint at the current epoch and step, in the background; returns its URI. `save` writes one and
         commits it; a Ray Train loop's `ray.train.report(checkpoint=...)` commits the directory it reported."""
         if self._uploader is None:
-            self._uploader = Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, self._crash_seam)
+            self._uploader = Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, crash_seam(self))
         # (submit waits only when storage.max_inflight_uploads checkpoints are already waiting or uploading)
         return self._uploader.submit(local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank})
 
@@ -274,12 +280,6 @@ class TrainContext(StepCounter):
                 self._emit(ev.BUSY, {"what": "", "allow_s": 0.0})
         if self._uploader is not None:
             self._uploader.close()
-
-    def _crash_seam(self) -> None:
-        # Test seam (RAYTF_TEST_CRASH_BEFORE_COMMIT="<epoch>:<attempt>"): die like a killed chief would, with
-        # the checkpoint's files uploaded but not committed.
-        if os.environ.get(CRASH_SEAM_ENV) == f"{self.epoch}:{self.attempt}":
-            os._exit(137)
 
     def _checkpointing(self) -> bool:
         return self._writer is not None and (

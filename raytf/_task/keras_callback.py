@@ -3,23 +3,34 @@ ScriptCallback, which script mode adds to every Model.fit of an unmodified scrip
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 import tensorflow as tf
 
 from raytf._core import events as ev
+from raytf._core import private_apis as apis
 from raytf._core.progress import scalar
+
+log = logging.getLogger(__name__)
 
 
 class RaytfCallback(tf.keras.callbacks.Callback):
     _skip = 0  # steps of the first epoch the checkpoint already holds (a mid-epoch resume)
+    # A training function's fit resumes mid-epoch through tf-keras's private counters hook (on_train_begin): made
+    # before fit, the callback refuses a tf-keras without it (PrivateApiMissing, a configuration failure), never
+    # mid-run. A script's own fit resumes as the script says (ScriptCallback).
+    _exact_resume = True
 
     def __init__(self, ctx) -> None:
         super().__init__()
+        if self._exact_resume:
+            apis.require(apis.KERAS_RESUME)
         self.ctx = ctx
         # Receive logs as tensors: reading them forces a device sync, so the context only converts
-        # them on the steps it actually reports.
-        self._supports_tf_logs = True
+        # them on the steps it actually reports. (tf-keras's private flag: without it, numpy logs, as before.)
+        if apis.available(apis.TENSOR_LOGS, log.warning):
+            self._supports_tf_logs = True
 
     def _set_scale(self) -> None:
         # Under a multi-replica strategy Keras sums the replicas' batch logs ("auto" reduction means
@@ -75,6 +86,8 @@ class ScriptCallback(RaytfCallback):
     """Script mode: added last to the callbacks of every `Model.fit`, so it sees each epoch after the
     script's own callbacks (a ModelCheckpoint has written its file when the epoch's sync runs). Learns the
     replica count, epochs and steps from the fit itself; `ctx` is a script.reporter.ScriptReporter."""
+
+    _exact_resume = False
 
     def on_train_begin(self, logs=None) -> None:
         self.ctx.fit_started(replicas=int(self.model.distribute_strategy.num_replicas_in_sync),

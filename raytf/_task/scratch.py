@@ -6,6 +6,11 @@ would stay behind with every attempt, without bound under failure.max_failures=-
 holds an exclusive flock on its `.owner` file for as long as its process lives (the kernel drops it when the
 process dies, SIGKILL included); a directory whose lock can be taken has no owner and is removed by the next
 sweep: the next task that starts on the node, and the driver at the end of each attempt.
+
+Each task process's temporary directory (TMPDIR, `tempfile.tempdir`) is one of these too (`own_tempdir`, first thing
+in the actor's start): what TensorFlow and Python put in "the temporary directory" (autograph's
+`__autograph_generated_file*.py`, deleted only at the interpreter's exit, which `ray.kill` skips; a task's log before
+its upload; a script's data socket; a multiprocessing directory) is swept with it. A script's process inherits it.
 """
 
 from __future__ import annotations
@@ -21,10 +26,15 @@ log = logging.getLogger(__name__)
 
 ROOT_NAME = "raytf-scratch"
 _OWNER = ".owner"
+# The root, as resolved before this process's temporary directory was pointed into it (inherited by a script's
+# process): root() must not move into the process's own directory.
+ROOT_ENV = "RAYTF_SCRATCH_ROOT"
+# The scratch "run" that holds the task processes' own temporary directories.
+PROCESSES = "proc"
 
 
 def root() -> str:
-    return os.path.join(tempfile.gettempdir(), ROOT_NAME)
+    return os.environ.get(ROOT_ENV) or os.path.join(tempfile.gettempdir(), ROOT_NAME)
 
 
 class Scratch:
@@ -47,6 +57,22 @@ class Scratch:
         # has come between its creation and its locking (not a dead owner), and leaves it alone.
         os.write(self._owner, f"{os.getpid()}\n".encode())
 
+    @classmethod
+    def adopt(cls, path: str) -> Scratch:
+        """Own `path`, a scratch directory whose owner died, as this process's (a restarted tf.data service dispatcher
+        taking its predecessor's journal). OSError when it is gone (swept) or its owner still lives."""
+        self = cls.__new__(cls)
+        self.path = path
+        self._owner = os.open(os.path.join(path, _OWNER), os.O_RDWR)  # (never made anew: a sweep may have run)
+        try:
+            fcntl.flock(self._owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._owner)
+            raise OSError(f"{path} is owned by a live process") from None
+        os.ftruncate(self._owner, 0)
+        os.write(self._owner, f"{os.getpid()}\n".encode())
+        return self
+
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
         if self._owner >= 0:
@@ -54,9 +80,44 @@ class Scratch:
             self._owner = -1
 
 
+_own: Scratch | None = None
+
+
+def own_tempdir() -> str:
+    """Point this process's temporary directory (TMPDIR for what it starts, `tempfile.tempdir` for itself) into a
+    scratch directory it owns, `<root>/proc/<pid>-XXXX/` (short: a Unix socket's path must fit in 108 bytes), swept
+    once the process is gone. Call it first, before TensorFlow is imported (idempotent); returns the directory."""
+    global _own
+    if _own is None:
+        base = root()
+        _own = Scratch(PROCESSES, str(os.getpid()), base=base)
+        os.environ[ROOT_ENV] = base
+        os.environ["TMPDIR"] = _own.path
+        tempfile.tempdir = _own.path
+    return _own.path
+
+
+def wait_gone(pids, timeout_s: float = 3.0) -> None:
+    """Until none of `pids` is a live process on this node, at most `timeout_s` (`ray.kill` returns before the
+    killed process is gone, and a directory is swept only once its owner is)."""
+    deadline = time.monotonic() + timeout_s
+    left = set(pids)
+    while left and time.monotonic() < deadline:
+        for pid in list(left):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                left.discard(pid)
+            except PermissionError:  # alive, another user's (a reused pid): not ours to wait for
+                left.discard(pid)
+        if left:
+            time.sleep(0.05)  # polling the process table, bounded by timeout_s
+
+
 def sweep(base: str | None = None) -> list[str]:
     """Remove every scratch directory on this node whose owner is gone (any run's), and runs' roots left empty.
     Returns what was removed."""
+    own_root = base is None
     base = base or root()
     removed = []
     try:
@@ -76,6 +137,11 @@ def sweep(base: str | None = None) -> list[str]:
                 removed.append(path)
         try:
             os.rmdir(run_dir)  # only if empty: another task of that run may still be working
+        except OSError:
+            pass
+    if own_root:
+        try:
+            os.rmdir(base)  # nothing left in the temporary directory (a Scratch being made retries: see __init__)
         except OSError:
             pass
     return removed

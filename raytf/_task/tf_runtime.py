@@ -13,6 +13,7 @@ import tempfile
 import tensorflow as tf
 
 from raytf._core import checkpoints
+from raytf._core import private_apis as apis
 from raytf.config import Collective, Config, CrossDeviceOps, Strategy
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,11 @@ def import_keras() -> None:
 
 def configure(threads: int, gpu_memory_growth: bool) -> None:
     """Before TF initialises its devices: cap its thread pools to the task's CPU share (two tasks on two
-    cores otherwise thrash), and optionally let GPU memory grow instead of being taken whole at start."""
+    cores otherwise thrash), and optionally let GPU memory grow instead of being taken whole at start. tf.data
+    iterators are torn down off the training thread from now on (raytf/_task/tfdata.py: TF's end-of-fit stall)."""
+    from raytf._task import tfdata
+
+    tfdata.install()
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     if gpu_memory_growth:
@@ -41,8 +46,13 @@ def keep_own_writes(root: str) -> None:
     own (its working directory, $RAYTF_CHECKPOINT_DIR, both under `root`): there each worker keeps what it wrote,
     so a program's `model.load_weights(tf.train.latest_checkpoint(dir))` finds the same, latest checkpoint on every
     worker, not the one its directory was restored with at the attempt's start. Paths elsewhere (a shared
-    filesystem) keep tf-keras's rule."""
-    from tf_keras.src.distribute import distributed_file_utils as dfu
+    filesystem) keep tf-keras's rule.
+
+    The two globals are tf-keras's private API (raytf/_core/private_apis.py, OWN_WRITES): without them, or changed,
+    the task refuses to start (PrivateApiMissing, a configuration failure) rather than resume workers from different
+    checkpoints."""
+    apis.require(apis.OWN_WRITES)
+    dfu, _ = apis.owner(apis.WRITE_DIRPATH)
 
     global _own_root
     first, _own_root = _own_root is None, os.path.realpath(root)

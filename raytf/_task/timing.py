@@ -15,15 +15,23 @@ The totals are read when a step row is due (the read waits for the device: the s
 read). Not instrumented, and so absent from the rows rather than guessed: ParameterServerStrategy (its steps run on
 remote workers); all-reduces inside an XLA-compiled function (XLA cannot compile TF's timestamp op); sparse
 all-gathers. On GPUs the times are when TF's executor saw the ops done, close to but not exactly the kernels'.
+The three methods wrapped, and the two other private symbols used, are in raytf/_core/private_apis.py (BREAKDOWN):
+when one is missing or changed in the installed TensorFlow, the breakdown is off in that process with one warning
+and the rows carry step_time_s only; a traced call of ours that fails later turns it off the same way (the program's
+own call always runs, untimed). Never a failed run for an optional metric.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 
+from raytf._core import private_apis as apis
 from raytf._core.breakdown import COLLECTIVE, INPUT_WAIT, SAVE
+
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _installed = False
@@ -44,14 +52,13 @@ class _Total:
         """The graph-side total, made once (outside any function being traced and outside the strategy's scope: a
         plain local variable, not a mirrored one, as TF's CollectiveReplicaLauncher makes its ordering token)."""
         if self._var is None:
-            from tensorflow.python.framework import dtypes, ops
-            from tensorflow.python.ops import resource_variable_ops
+            import tensorflow as tf
 
-            with ops.init_scope(), ops.device("CPU:0"):
+            resource_variable = apis.lookup(apis.RESOURCE_VARIABLE)
+            with tf.init_scope(), tf.device("CPU:0"):
                 # The class itself, not tf.Variable: tf.Variable(...) goes through the strategy's variable
                 # creators (tensorflow/python/ops/variables.py, VariableMetaclass) and would be mirrored.
-                self._var = resource_variable_ops.ResourceVariable(0.0, dtype=dtypes.float64, trainable=False,
-                                                                   name="raytf_timing")
+                self._var = resource_variable(0.0, dtype=tf.float64, trainable=False, name="raytf_timing")
         return self._var
 
     def seconds(self) -> float:
@@ -64,45 +71,55 @@ ALL_REDUCE = _Total()
 SAVES = _Total()  # ctx.save and a script's checkpoint sync: Python-timed (add_save)
 
 
-def _timed_graph(total: _Total, call, inputs=()):
-    """Trace `call()` between two timestamps; the graph adds t1 - t0 to `total` each time it runs."""
-    from tensorflow.python.framework import ops
-    from tensorflow.python.framework import tensor as tensor_lib
-    from tensorflow.python.ops import gen_logging_ops
-    from tensorflow.python.util import nest
+def _timed_graph(total: _Total, call, inputs=(), api: apis.PrivateApi | None = None):
+    """Trace `call()` between two timestamps; the graph adds t1 - t0 to `total` each time it runs. Should our part
+    fail (a TF that changed under it), the call is traced untimed and the breakdown is off (one warning)."""
+    import tensorflow as tf
 
-    var = total.variable()
-    with ops.control_dependencies(nest.flatten(inputs, expand_composites=True)):
-        t0 = gen_logging_ops.timestamp()
-    with ops.control_dependencies([t0]):
-        out = call()
-    flat = [t for t in nest.flatten(out, expand_composites=True) if isinstance(t, (tensor_lib.Tensor, ops.Operation))]
-    with ops.control_dependencies(flat):
-        t1 = gen_logging_ops.timestamp()
-    added = var.assign_add(t1 - t0)
-    # What uses the outputs waits for t1: else the executor may run that work first (with one inter-op thread it
-    # did) and t1 - t0 would count it too.
-    with ops.control_dependencies([t1, added]):
-        return nest.map_structure(_after, out, expand_composites=True)
+    try:
+        var = total.variable()
+        with tf.control_dependencies(tf.nest.flatten(inputs, expand_composites=True)):
+            t0 = tf.timestamp()
+    except Exception as e:
+        _off(api, e)
+        return call()
+    with tf.control_dependencies([t0]):
+        out = call()  # the program's own: its errors are its own
+    try:
+        flat = [t for t in tf.nest.flatten(out, expand_composites=True) if isinstance(t, (tf.Tensor, tf.Operation))]
+        with tf.control_dependencies(flat):
+            t1 = tf.timestamp()
+        added = var.assign_add(t1 - t0)
+        # What uses the outputs waits for t1: else the executor may run that work first (with one inter-op thread it
+        # did) and t1 - t0 would count it too.
+        with tf.control_dependencies([t1, added]):
+            return tf.nest.map_structure(_after, out, expand_composites=True)
+    except Exception as e:
+        _off(api, e)
+        return out
+
+
+def _off(api: apis.PrivateApi | None, e: Exception) -> None:
+    apis.SWITCHES.turn_off(api or apis.OWNED_NEXT, f"changed: a traced call failed ({type(e).__name__}: {e})",
+                           log.warning)
 
 
 def _after(t):
-    from tensorflow.python.framework import tensor as tensor_lib
-    from tensorflow.python.ops import array_ops
+    import tensorflow as tf
 
-    return array_ops.identity(t) if isinstance(t, tensor_lib.Tensor) else t
+    return tf.identity(t) if isinstance(t, tf.Tensor) else t
 
 
-def _wrap(total: _Total, original, *, in_graph_ok):
+def _wrap(total: _Total, original, *, in_graph_ok, api: apis.PrivateApi):
     @functools.wraps(original)
     def wrapped(*args, **kwargs):
-        if getattr(_nested, "depth", 0):
+        if getattr(_nested, "depth", 0) or apis.SWITCHES.is_off(apis.BREAKDOWN):
             return original(*args, **kwargs)
-        from tensorflow.python.eager import context
+        import tensorflow as tf
 
         _nested.depth = 1
         try:
-            if context.executing_eagerly():
+            if tf.executing_eagerly():
                 t = time.perf_counter()
                 try:
                     return original(*args, **kwargs)
@@ -114,7 +131,7 @@ def _wrap(total: _Total, original, *, in_graph_ok):
             total.used = True
             # CollectiveReplicaLauncher.all_reduce(self, input_tensor, ...): its clock starts once the input exists.
             inputs = (args[1] if len(args) > 1 else kwargs.get("input_tensor")) if total is ALL_REDUCE else ()
-            return _timed_graph(total, lambda: original(*args, **kwargs), inputs=inputs)
+            return _timed_graph(total, lambda: original(*args, **kwargs), inputs=inputs, api=api)
         finally:
             _nested.depth = 0
 
@@ -123,36 +140,34 @@ def _wrap(total: _Total, original, *, in_graph_ok):
 
 
 def _graph_ok(args) -> bool:
-    from tensorflow.python.distribute import distribute_lib
-    from tensorflow.python.framework import ops
-    from tensorflow.python.ops import control_flow_util
+    import tensorflow as tf
 
     # XLA cannot compile the timestamp op (jit_compile=True models): leave those graphs as they are.
-    if control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph()):
+    if apis.lookup(apis.XLA_CONTEXT)(tf.compat.v1.get_default_graph()):
         return False
     # A ParameterServerStrategy's functions run on its workers, where this process's total cannot be: a process
     # that was instrumented for another strategy leaves them as they are.
-    strategy = distribute_lib.get_strategy() if distribute_lib.has_strategy() else None
+    strategy = tf.distribute.get_strategy() if tf.distribute.has_strategy() else None
     return strategy is None or "ParameterServer" not in type(strategy).__name__
 
 
-def install() -> None:
+def install() -> bool:
     """Wrap the iterators' get_next and the collectives' all-reduce in this process (idempotent). Call after
-    TensorFlow is imported and before the program traces its step; never under ParameterServerStrategy."""
+    TensorFlow is imported and before the program traces its step; never under ParameterServerStrategy. False (the
+    breakdown off, one warning) when a symbol it needs is missing or changed in this TensorFlow."""
     global _installed
     with _lock:
         if _installed:
-            return
-        from tensorflow.python.data.ops import iterator_ops
-        from tensorflow.python.distribute import cross_device_utils, input_lib
-
-        for cls, name, total in ((iterator_ops.OwnedIterator, "_next_internal", INPUT),
-                                 (input_lib.DistributedIteratorBase, "get_next", INPUT),
-                                 (cross_device_utils.CollectiveReplicaLauncher, "all_reduce", ALL_REDUCE)):
+            return not apis.SWITCHES.is_off(apis.BREAKDOWN)
+        if not apis.available(apis.BREAKDOWN, log.warning):
+            return False
+        for api, total in ((apis.OWNED_NEXT, INPUT), (apis.DISTRIBUTED_NEXT, INPUT), (apis.ALL_REDUCE, ALL_REDUCE)):
+            cls, name = apis.owner(api)
             original = getattr(cls, name)
             if not getattr(original, "__raytf_timed__", False):
-                setattr(cls, name, _wrap(total, original, in_graph_ok=_graph_ok))
+                setattr(cls, name, _wrap(total, original, in_graph_ok=_graph_ok, api=api))
         _installed = True
+        return True
 
 
 def measured(cfg) -> bool:
@@ -168,9 +183,8 @@ def split(measure: bool):
     when `measure`; else the rows carry step time only."""
     from raytf._core.breakdown import Split
 
-    if not measure:
+    if not measure or not install():
         return Split(dict)
-    install()
     return Split(totals)
 
 
@@ -182,6 +196,8 @@ def add_save(seconds: float) -> None:
 def totals() -> dict[str, float]:
     """Seconds so far in each measured part (breakdown.Split takes the differences between rows)."""
     out = {}
+    if apis.SWITCHES.is_off(apis.BREAKDOWN):
+        return out
     for name, total in ((INPUT_WAIT, INPUT), (COLLECTIVE, ALL_REDUCE), (SAVE, SAVES)):
         if total.used:
             out[name] = total.seconds()

@@ -7,6 +7,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 
 from raytf._core import checkpoints, failure
 from raytf._core import events as ev
@@ -34,6 +35,19 @@ def upload_outputs(run_dir: RunDir, local_dir: str, rel: str, what: str) -> None
 
 def dir_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+CRASH_SEAM_ENV = "RAYTF_TEST_CRASH_BEFORE_COMMIT"
+
+
+def crash_seam(ctx) -> Callable[[], None]:
+    """Test seam (RAYTF_TEST_CRASH_BEFORE_COMMIT="<epoch>:<attempt>"), called before each commit: die like a killed
+    chief would, with the checkpoint's files uploaded but not committed (`ctx`'s epoch and attempt then)."""
+    def seam() -> None:
+        if os.environ.get(CRASH_SEAM_ENV) == f"{ctx.epoch}:{ctx.attempt}":
+            os._exit(137)
+
+    return seam
 
 
 class Uploader:

@@ -50,3 +50,10 @@ class StreamOutput(str, enum.Enum):
 class Partitioner(str, enum.Enum):
     none = "none"
     min_size_max_shards = "min_size_max_shards"
+
+
+class ProcessingMode(str, enum.Enum):
+    """How the tf.data service shares a pipeline's elements (TF's `ShardingPolicy` DYNAMIC and OFF)."""
+
+    distributed_epoch = "distributed_epoch"
+    parallel_epochs = "parallel_epochs"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import re
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -214,21 +215,28 @@ def _shaped_keys() -> dict[str, str]:
     key -> "list", "list or null" (cluster.port_range) or "mapping"."""
     global _SHAPED_KEYS
     if _SHAPED_KEYS is None:
-        _SHAPED_KEYS = _shapes(OmegaConf.structured(Config), "")
+        _SHAPED_KEYS = _shapes(Config, "")
     return _SHAPED_KEYS
 
 
-def _shapes(node, prefix: str) -> dict[str, str]:
+def _shapes(cls: type, prefix: str) -> dict[str, str]:
+    """From the dataclasses' type hints (not OmegaConf's private node API, which changes between its releases)."""
     out = {}
-    for name in node:
-        # The node, not its value: a list whose default is null (cluster.port_range) is still a list.
-        child = node._get_node(name)
-        if OmegaConf.is_list(child):
-            out[f"{prefix}{name}"] = "list or null" if child._is_optional() else "list"
-        elif OmegaConf.is_dict(child):
-            out[f"{prefix}{name}"] = "mapping"
-            if OmegaConf.get_type(child) is not dict:  # a section of the schema
-                out.update(_shapes(child, f"{prefix}{name}."))
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        optional = type(None) in args
+        bare = next((a for a in args if a is not type(None)), hint) if optional else hint
+        origin = typing.get_origin(bare) or bare
+        key = f"{prefix}{f.name}"
+        if origin is list:
+            out[key] = "list or null" if optional else "list"
+        elif origin is dict:
+            out[key] = "mapping"
+        elif dataclasses.is_dataclass(bare):
+            out[key] = "mapping"
+            out.update(_shapes(bare, f"{key}."))
     return out
 
 

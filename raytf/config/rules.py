@@ -59,6 +59,7 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(f"cluster.min_workers ({c.min_workers}) must be at most cluster.num_workers "
                           f"({c.num_workers}): it is the fewest workers to train with, num_workers the size wanted")
     _validate_port_range(cfg)
+    _validate_data_service(cfg)
     f = cfg.failure
     if f.heartbeat_s >= f.hang_timeout_s:
         raise ConfigError(f"failure.heartbeat_s ({f.heartbeat_s}) must be shorter than failure.hang_timeout_s "
@@ -236,11 +237,27 @@ def _validate_port_range(cfg: Config) -> None:
     tasks = c.num_workers + (1 + c.num_ps if ps else 0) + (1 if c.evaluator.enabled else 0)
     # Every task may land on one host, except with STRICT_SPREAD (one task per host).
     needed = 1 if c.placement_strategy is PlacementStrategy.STRICT_SPREAD else tasks
+    # The tf.data service's servers (its dispatcher and workers) take their ports from the range too, and may all
+    # land on any one host.
+    servers = cfg.data_service.workers + 1 if cfg.data_service.workers else 0
+    needed += servers
     if high - low + 1 < needed:
-        raise ConfigError(f"cluster.port_range ({list(r)}) holds {high - low + 1} port(s), but the run's {tasks} "
-                          f"tasks may all land on one host (cluster.placement_strategy="
-                          f"{c.placement_strategy.value}): widen it to at least {needed} ports, e.g. "
-                          f"[{min(low, 65536 - needed)}, {min(low, 65536 - needed) + needed - 1}]")
+        what = f"the run's {tasks} tasks" + (f" and {servers} tf.data service servers" if servers else "")
+        raise ConfigError(f"cluster.port_range ({list(r)}) holds {high - low + 1} port(s), but {what} may all land "
+                          f"on one host (cluster.placement_strategy={c.placement_strategy.value}): widen it to at "
+                          f"least {needed} ports, e.g. [{min(low, 65536 - needed)}, "
+                          f"{min(low, 65536 - needed) + needed - 1}]")
+
+
+def _validate_data_service(cfg: Config) -> None:
+    """data_service.*: what each service worker reserves (its counts are in RANGES)."""
+    d = cfg.data_service
+    for name, amount in d.resources.items():
+        check_range(amount, f"data_service.resources.{name}", Range(0, "above 0, e.g. 1", above=True))
+    if d.workers and d.cpus == 0 and not d.resources:
+        raise ConfigError(f"data_service.workers ({d.workers}) reserve nothing (data_service.cpus=0, no "
+                          "data_service.resources): reserve at least one CPU per service worker, e.g. "
+                          "data_service.cpus=1")
 
 
 def _validate_resources(r: Resources, key: str) -> None:

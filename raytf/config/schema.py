@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raytf.config.choices import (
+    ProcessingMode,
     ShipCode,
     Strategy,
     StreamOutput,
@@ -198,6 +199,22 @@ class StorageConfig:
 
 
 @dataclass
+class DataServiceConfig:
+    """The training function's own tf.data pipeline run by CPU actors anywhere in the cluster (TF's tf.data service):
+    `ds = ctx.data_service(ds)` (a script: `raytf.data_service(ds)`)."""
+
+    # tf.data service workers, each a Ray actor running the pipeline (plus one dispatcher beside the first); 0: off.
+    workers: int = 0
+    # CPUs each service worker reserves (its TF threads follow it).
+    cpus: float = 1.0
+    # Custom Ray resources each service worker reserves, e.g. `{preprocess: 1}` to pin them to CPU-only hosts.
+    resources: dict[str, float] = field(default_factory=dict)
+    # distributed_epoch: each element once per epoch across all trainers (needs a splittable source: range,
+    # from_tensor_slices, list_files); parallel_epochs: every service worker runs the whole pipeline.
+    processing_mode: ProcessingMode = ProcessingMode.distributed_epoch
+
+
+@dataclass
 class RunConfig:
     # null = derived from the start time ("run-20261122-215832").
     name: str | None = None
@@ -254,6 +271,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     failure: FailureConfig = field(default_factory=FailureConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
+    data_service: DataServiceConfig = field(default_factory=DataServiceConfig)
     run: RunConfig = field(default_factory=RunConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)

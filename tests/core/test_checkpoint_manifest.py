@@ -7,6 +7,7 @@ import pytest
 
 from raytf import _storage as storage
 from raytf._core import checkpoints as ck
+from raytf._storage import rundir
 
 
 def _local_ckpt(tmp_path, name, content=b"weights"):
@@ -76,3 +77,25 @@ def test_manifest_problems_are_pure_and_name_the_file():
     assert ck.manifest_problem(good, {"a": 3, "b": 1, "c": 1}) == "b was added after the commit (and 1 more)"
     assert ck.digest_problem(good, "a", "cd" * 32).startswith("a's SHA-256 is cdcdcdcdcdcd...")
     assert ck.digest_problem(good, "a", "ab" * 32) is None
+
+
+def test_a_file_the_copy_silently_dropped_is_copied_again_before_the_commit(tmp_path, monkeypatch):
+    """pyarrow's copy_files can return without an error when an upload failed (26.0.1, S3 with connections reset):
+    the upload checks the copy by name and size, so the retry copies the file again and the marker never commits a
+    checkpoint without it (tests/ray/test_s3_faults.py found it through the fault proxy)."""
+    run = storage.RunDir(str(tmp_path / "runs"), "exp")
+    run.makedirs()
+    real, calls = rundir.pafs.copy_files, []
+
+    def copy_files(src, dest, **kw):  # the first copy loses the data file, silently
+        calls.append(dest)
+        real(src, dest, **kw)
+        if len(calls) == 1:
+            (tmp_path / "runs" / "exp" / "checkpoints" / ck.checkpoint_name(1, 10, 1) / "sub" /
+             "ckpt.data-00000-of-00001").unlink()
+
+    monkeypatch.setattr(rundir.pafs, "copy_files", copy_files)
+    monkeypatch.setattr(rundir.time, "sleep", lambda s: None)  # (the retries' back-off)
+    run.checkpoints.upload(_local_ckpt(tmp_path, "c1"), 1, 10, {}, seq=1)
+    assert len(calls) == 2
+    assert run.checkpoints.verify(run.checkpoints.latest()) is None

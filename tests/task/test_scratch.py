@@ -47,3 +47,52 @@ def test_a_scratch_directory_caught_before_its_owner_locks_it_is_left_alone(tmp_
     assert scratch.sweep(base=str(tmp_path)) == [] and fresh.exists()
     (fresh / ".owner").write_bytes(b"12345\n")  # signed, and nobody holds its lock: its owner is gone
     assert scratch.sweep(base=str(tmp_path)) == [str(fresh)]
+
+
+OWNER = """
+import os, subprocess, sys, tempfile
+from raytf._task import scratch
+own = scratch.own_tempdir()
+assert scratch.own_tempdir() == own and tempfile.gettempdir() == own == os.environ["TMPDIR"]
+# What TF's autograph does (delete=False, removed at exit: which a killed process never reaches), a task's log
+# before its upload, and a run's scratch directory, which stays under the root, not in the process's own directory.
+with tempfile.NamedTemporaryFile("w", suffix=".py", prefix="__autograph_generated_file", delete=False) as f:
+    f.write("x = 1")
+os.makedirs(os.path.join(tempfile.mkdtemp(prefix="raytf-log-"), "task.log"))
+run = scratch.Scratch("run1", "worker0-a1")
+subprocess.run([sys.executable, "-c", "import tempfile; tempfile.mkstemp(prefix='child-')"], check=True)
+# A script's data socket when the run's scratch path is too long for AF_UNIX (a long run.name): in its own directory.
+from raytf._task.script import feed
+sock = feed.socket_path("/" + "x" * 120)
+assert sock.startswith(own + "/"), sock  # (short with TMPDIR=/tmp: this test's is long)
+print(own, run.path, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_task_processs_temporary_files_are_swept_with_it(tmp_path, monkeypatch):
+    """A task process's temporary directory is a scratch directory it owns (scratch.own_tempdir): what it and its
+    children put in "the temporary directory" goes with it when it is killed, and nothing is left in the real one."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    env.pop(scratch.ROOT_ENV, None)
+    p = subprocess.Popen([sys.executable, "-c", OWNER], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    own, run = p.stdout.readline().split()
+    root = tmp / scratch.ROOT_NAME
+    assert own.startswith(f"{root}/{scratch.PROCESSES}/") and run.startswith(f"{root}/run1/")
+    assert os.listdir(tmp) == [scratch.ROOT_NAME]  # nothing beside the root
+    names = os.listdir(own)
+    assert any(n.startswith("__autograph_generated_file") for n in names), names
+    assert any(n.startswith("child-") for n in names) and any(n.startswith("raytf-log-") for n in names), names
+    assert scratch.sweep(base=str(root)) == []  # its owner lives
+    p.send_signal(signal.SIGKILL)  # as ray.kill does: no atexit, no finally
+    p.wait(10)
+    scratch.wait_gone([p.pid], timeout_s=5)
+    assert sorted(scratch.sweep(base=str(root))) == sorted([own, run])
+    # The driver's sweep (a process whose temporary directory is the real one): the root goes too, once empty.
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.delenv(scratch.ROOT_ENV, raising=False)
+    monkeypatch.setattr(scratch.tempfile, "tempdir", None)
+    assert scratch.root() == str(root) and scratch.sweep() == [] and os.listdir(tmp) == []

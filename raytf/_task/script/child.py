@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import inspect
+import logging
 import os
 import runpy
 import signal
@@ -59,7 +60,11 @@ def _start_sentinel(alive_fd: int) -> None:
     os.close(alive_fd)
 
 
-class _GuardedEnviron(os._Environ):
+# os._Environ is Python's private class (raytf/_core/private_apis.py, ENVIRON): checked before use (_guard_tf_config).
+_Environ = getattr(os, "_Environ", object)
+
+
+class _GuardedEnviron(_Environ):
     """os.environ that keeps raytf's TF_CONFIG. A script written for launching by hand assigns its own
     (hard-coded hosts and ports); raytf's is built from the addresses the tasks actually hold, so it wins,
     and the script is told which line was ignored."""
@@ -171,8 +176,33 @@ def _run(spec: ChildSpec) -> None:
         runpy.run_path(script, run_name="__main__")
 
 
+def _own_logging() -> None:
+    """raytf's own warnings in this process (an optional feature turned off, say) on the script's stderr as
+    `raytf: ...`, which the host tells apart from the script's lines and shows from every rank."""
+    logger = logging.getLogger("raytf")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("raytf: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
+
+
+def _guard_tf_config() -> None:
+    """os.environ keeps raytf's TF_CONFIG (`_GuardedEnviron`), where Python's os._Environ is as raytf knows it."""
+    from raytf._core import private_apis as apis
+
+    if "TF_CONFIG" not in os.environ or not apis.available(apis.TF_CONFIG_GUARD, logging.getLogger("raytf").warning):
+        return
+    try:
+        os.environ.__class__ = _GuardedEnviron
+    except TypeError as e:  # an os.environ whose class cannot be swapped: the script's own TF_CONFIG would win
+        apis.SWITCHES.turn_off(apis.ENVIRON, f"changed ({e})", logging.getLogger("raytf").warning)
+
+
 def main() -> int:
     spec = ChildSpec.from_env()
+    _own_logging()
     _die_with_parent(spec.parent_pid)
     _start_sentinel(spec.alive_fd)
     # The events pipe is ours: a process the script starts (os.system, a TensorBoard) must not hold it open.
@@ -192,12 +222,18 @@ def main() -> int:
                                log=lambda msg: print(f"raytf: {msg}", file=sys.stderr, flush=True))
     if gpus is not None:
         reporter.sources.append(gpus.sample)
-    if "TF_CONFIG" in os.environ:
-        os.environ.__class__ = _GuardedEnviron
+    _guard_tf_config()
+    from raytf._core.private_apis import PrivateApiMissing
     from raytf._task import tf_runtime  # imports TensorFlow
 
     tf_runtime.configure(spec.threads, spec.gpu_memory_growth)
-    tf_runtime.keep_own_writes(spec.scratch)
+    try:
+        tf_runtime.keep_own_writes(spec.scratch)
+    except PrivateApiMissing as e:  # refused at start, one line; a configuration failure (failure.CONFIG_ERRORS)
+        print(f"raytf: {e}", file=sys.stderr, flush=True)
+        reporter.exception(type(e).__name__)
+        reporter.close(ok=False)
+        return 1
     _patch_keras_fit(reporter)
     _patch_checkpoint_manager(reporter)
     from raytf._task import timing
@@ -221,6 +257,9 @@ def main() -> int:
         code = code or 1
     if gpus is not None:
         gpus.close()
+    from raytf._task import tfdata
+
+    tfdata.wait()  # iterators torn down beside the script: done before the interpreter shuts down
     return code
 
 

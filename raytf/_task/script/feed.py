@@ -119,7 +119,8 @@ def schema_of(iterator) -> Any:
 
 def socket_path(scratch: str) -> str:
     """`<scratch>/data.sock`, or a socket of its own in the temporary directory when that path is too long for
-    AF_UNIX (a long run.name)."""
+    AF_UNIX (a long run.name). In a task's process that is its own scratch directory (scratch.own_tempdir: short, and
+    swept with the process, so a killed task leaves no socket in /tmp)."""
     path = os.path.join(scratch, "data.sock")
     if len(os.fsencode(path)) < _SUN_PATH:
         return path

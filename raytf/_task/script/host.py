@@ -306,8 +306,8 @@ class ScriptHost:
             except BaseException:
                 shutil.rmtree(msg.path, ignore_errors=True)  # not uploaded, and nobody else removes it
                 raise
-        else:
-            if msg.kind != ev.HEARTBEAT:  # ScriptReporter checked them; a script writing its events pipe itself did not
+        else:  # a row, a heartbeat, raytf.data_service's notice: relayed as it is
+            if msg.kind in (ev.STEP, ev.EPOCH):  # ScriptReporter checked them; a script writing its pipe did not
                 self._names.check(msg.payload.get("metrics") or {})
             self.emit(msg.kind, msg.payload)
 

@@ -12,7 +12,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from raytf._core.events import EPOCH, HEARTBEAT, STEP
+from raytf._core.events import DATA_SERVICE, EPOCH, HEARTBEAT, STEP
 
 SPEC_ENV = "RAYTF_SCRIPT_SPEC"
 
@@ -20,7 +20,8 @@ SPEC_ENV = "RAYTF_SCRIPT_SPEC"
 FIT = "fit"  # a Model.fit began
 SYNC = "sync"  # the chief's checkpoint directory copied aside, to upload
 EXCEPTION = "exception"  # the uncaught exception the script died of
-ROWS = (STEP, EPOCH, HEARTBEAT)
+# What the host relays to the driver as it is: a StepCounter's rows and heartbeats, raytf.data_service's notice.
+ROWS = (STEP, EPOCH, HEARTBEAT, DATA_SERVICE)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class ChildSpec:
 
 @dataclass(frozen=True)
 class Row:
-    """A StepCounter's row or heartbeat (kind STEP, EPOCH or HEARTBEAT): epoch, step, metrics, ..."""
+    """An event the host relays as it is (ROWS): a StepCounter's row or heartbeat (epoch, step, metrics, ...), or
+    raytf.data_service's notice that the service is used."""
 
     kind: str
     payload: dict[str, Any] = field(default_factory=dict)

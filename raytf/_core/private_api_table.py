@@ -1,0 +1,226 @@
+"""The table of raytf/_core/private_apis.py (which callers name; it re-exports every name here): every private API of
+TensorFlow, tf-keras and Ray raytf touches, the feature each serves and what happens without it. Pure data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The versions every symbol below was last checked against (major.minor). tests/task/test_private_apis.py fails on
+# others: re-check the table there, then update this.
+VERIFIED = {"tensorflow": "2.21", "tf_keras": "2.21", "ray": "2.60"}
+# Distribution names, for the version in a message when the package is not imported yet.
+DISTRIBUTIONS = {"tensorflow": ("tensorflow", "tensorflow-cpu", "tf-nightly"), "tf_keras": ("tf-keras", "tf_keras"),
+                  "ray": ("ray",)}
+
+
+@dataclass(frozen=True)
+class Feature:
+    """What a group of private symbols serves. `required`: correctness needs it (the run is refused at start
+    without it); else it is optional and turns off."""
+
+    key: str
+    name: str
+    without: str
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class PrivateApi:
+    """One private symbol: `symbol` is "module:attribute.path". It has "changed" when `params` are not its leading
+    parameters (raytf calls it positionally, or stands in for it), a name in `keywords` is not among its
+    parameters, or a name in `uses` is not among the names its code uses (a global raytf replaces, an attribute
+    raytf sets, a method raytf relies on being called)."""
+
+    symbol: str
+    feature: Feature
+    use: str
+    where: str
+    params: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()
+
+    @property
+    def package(self) -> str:
+        return self.symbol.split(".", 1)[0].split(":", 1)[0]
+
+    @property
+    def dotted(self) -> str:
+        return self.symbol.replace(":", ".")
+
+
+BREAKDOWN = Feature(
+    "breakdown", "the step-time breakdown (metrics.breakdown)",
+    "step rows carry step_time_s only: no input_wait_s, collective_s or compute_s (as with metrics.breakdown=false)")
+KERAS_RESUME = Feature(
+    "keras_resume", "exact Keras resume mid-epoch",
+    "a Model.fit resumed from a checkpoint taken within an epoch (a preemption's save, checkpoint.every_steps) "
+    "would train that epoch's saved steps again: refused at start", required=True)
+OWN_WRITES = Feature(
+    "own_writes", "each worker's own tf-keras checkpoint writes",
+    "a worker that is not the chief would delete its ModelCheckpoint/BackupAndRestore saves and resume from "
+    "another checkpoint than the chief: refused at start", required=True)
+TENSOR_LOGS = Feature(
+    "tensor_logs", "batch logs as tensors in raytf's Keras callback",
+    "tf-keras converts every batch's logs to numpy for it: a device sync per step, not only on reported steps")
+TF_CONFIG_GUARD = Feature(
+    "tf_config_guard", "a script's own TF_CONFIG ignored (script mode)",
+    "a script that assigns its own TF_CONFIG (hard-coded hosts) overrides raytf's: its tasks may not find each "
+    "other")
+EMBEDDED_AUTH = Feature(
+    "embedded_auth", "token auth asked for explicitly on the embedded Ray",
+    "raytf leaves the embedded Ray's auth mode to Ray (Ray 2.59+ turns token auth on for a new local cluster)")
+AUTH_CHECK = Feature(
+    "auth_check", "the warning about a Ray cluster without token auth",
+    "no warning when the cluster joined accepts work without a token")
+EMBEDDED = Feature(
+    "embedded", "knowing that this process started its Ray (no autoscaler)",
+    "a placement no node can host is waited for up to cluster.placement_timeout_s instead of failing at once")
+DATA_COPY = Feature(
+    "data_copy", "the caller's Ray datasets keep their own options",
+    "raytf's execution options (no progress bars, the trainers' resources excluded) are set on the datasets "
+    "passed to raytf.fit themselves")
+DATA_EXCLUDE = Feature(
+    "data_exclude", "Ray Data told what the trainers reserve (without a deprecation warning)",
+    "raytf sets the public ExecutionOptions.exclude_resources instead, and Ray Data warns that it is deprecated")
+DATA_ROWS = Feature(
+    "data_rows", "a dataset's row count checked before anything is reserved",
+    "a dataset whose rows do not divide among the workers is not refused up front (Ray Data drops the remainder)")
+DATA_COORDINATORS = Feature(
+    "data_coordinators", "Ray Data's split coordinators ended with their attempt",
+    "they end when Ray collects them (their handles gone), a little later")
+METRICS_INTERVAL = Feature(
+    "metrics_interval", "Ray's metrics export interval (RAY_metrics_report_interval_ms)",
+    "raytf's gauges are set again every 5 s (Ray's default interval, 10 s, halved)")
+STANDBY_SLOTS = Feature(
+    "standby_slots", "where standby processes can take a group's tasks (cluster.standby)",
+    "every task starts in a new process (as with cluster.standby=0)")
+ITERATOR_TEARDOWN = Feature(
+    "iterator_teardown", "tf.data iterators torn down off the training thread",
+    "a Keras fit (or an epoch's iterator) may stall up to 60 s at its end: TensorFlow's autotuning race (see "
+    "raytf/_task/tfdata.py)")
+AVOID_NODES = Feature(
+    "avoid_nodes", "placing the next attempt away from hosts that stopped answering",
+    "the next placement group may be offered a lost host Ray still counts alive, and waits for it")
+
+FEATURES = (BREAKDOWN, KERAS_RESUME, OWN_WRITES, TENSOR_LOGS, TF_CONFIG_GUARD, EMBEDDED_AUTH, AUTH_CHECK, EMBEDDED,
+            DATA_COPY, DATA_EXCLUDE, DATA_ROWS, DATA_COORDINATORS, METRICS_INTERVAL, STANDBY_SLOTS, AVOID_NODES,
+            ITERATOR_TEARDOWN)
+
+_T = "raytf/_task/timing.py"
+_CB = "raytf/_task/keras_callback.py"
+_RT = "raytf/_task/tf_runtime.py"
+_DFU = "tf_keras.src.distribute.distributed_file_utils"
+_CONNECT = "raytf/_driver/connect.py"
+_DATA = "raytf/_driver/data.py"
+
+# -- the step-time breakdown: the fetch and the all-reduce timed inside TF (every other TF call there is public)
+OWNED_NEXT = PrivateApi(
+    "tensorflow.python.data.ops.iterator_ops:OwnedIterator._next_internal", BREAKDOWN,
+    "wrapped: tf.data's get_next, timed (input_wait_s)", _T, params=("self",))
+DISTRIBUTED_NEXT = PrivateApi(
+    "tensorflow.python.distribute.input_lib:DistributedIteratorBase.get_next", BREAKDOWN,
+    "wrapped: tf.distribute's get_next, timed (input_wait_s)", _T, params=("self",))
+ALL_REDUCE = PrivateApi(
+    "tensorflow.python.distribute.cross_device_utils:CollectiveReplicaLauncher.all_reduce", BREAKDOWN,
+    "wrapped: MWMS's dense all-reduce, timed from its input (collective_s)", _T, params=("self", "input_tensor"))
+RESOURCE_VARIABLE = PrivateApi(
+    "tensorflow.python.ops.resource_variable_ops:ResourceVariable", BREAKDOWN,
+    "the traced graphs' CPU total: a plain variable the strategy's variable creators do not mirror", _T)
+XLA_CONTEXT = PrivateApi(
+    "tensorflow.python.ops.control_flow_util:GraphOrParentsInXlaContext", BREAKDOWN,
+    "leaves XLA-compiled graphs untimed (XLA cannot compile the timestamp op)", _T, params=("graph",))
+# -- exact Keras resume mid-epoch
+KERAS_COUNTERS = PrivateApi(
+    "tf_keras.src.engine.training:Model._maybe_load_initial_counters_from_ckpt", KERAS_RESUME,
+    "asks model._training_state (which raytf sets) at which epoch and step fit starts", _CB,
+    params=("self", "steps_per_epoch", "initial_epoch"),
+    uses=("_training_state", "maybe_load_initial_counters_from_ckpt"))
+KERAS_FIT = PrivateApi(
+    "tf_keras.src.engine.training:Model.fit", KERAS_RESUME,
+    "calls the above once its callbacks' on_train_begin ran", _CB, uses=("_maybe_load_initial_counters_from_ckpt",))
+KERAS_TRAINING_STATE = PrivateApi(
+    "tf_keras.src.distribute.worker_training_state:WorkerTrainingState.maybe_load_initial_counters_from_ckpt",
+    KERAS_RESUME, "the interface raytf's stand-in for model._training_state implements", _CB,
+    params=("self", "steps_per_epoch", "initial_epoch", "mode"))
+# -- each worker's own tf-keras checkpoint writes
+WRITE_DIRPATH = PrivateApi(
+    f"{_DFU}:write_dirpath", OWN_WRITES,
+    "replaced (a module global): a worker's own directory is written in place, not in a temporary one", _RT,
+    params=("dirpath", "strategy"))
+REMOVE_TEMP_DIRPATH = PrivateApi(
+    f"{_DFU}:remove_temp_dirpath", OWN_WRITES, "replaced (a module global): a worker's own directory is kept", _RT,
+    params=("dirpath", "strategy"))
+WRITE_FILEPATH = PrivateApi(
+    f"{_DFU}:write_filepath", OWN_WRITES,
+    "ModelCheckpoint's path: must look write_dirpath up as a global at each call", _RT, uses=("write_dirpath",))
+REMOVE_TEMP_DIR_WITH_FILEPATH = PrivateApi(
+    f"{_DFU}:remove_temp_dir_with_filepath", OWN_WRITES,
+    "ModelCheckpoint's clean-up: must look remove_temp_dirpath up as a global", _RT, uses=("remove_temp_dirpath",))
+# -- the rest of the task's side
+TF_LOGS = PrivateApi(
+    "tf_keras.src.callbacks:CallbackList.__init__", TENSOR_LOGS,
+    "reads a callback's _supports_tf_logs, which raytf's callback sets", _CB, uses=("_supports_tf_logs",))
+CREATE_ITERATOR = PrivateApi(
+    "tensorflow.python.data.ops.iterator_ops:OwnedIterator._create_iterator", ITERATOR_TEARDOWN,
+    "wrapped: each eager iterator's _iterator_resource handle is dropped by a thread of its own when the iterator "
+    "is collected", "raytf/_task/tfdata.py", params=("self", "dataset"), uses=("_iterator_resource",))
+ENVIRON = PrivateApi(
+    "os:_Environ", TF_CONFIG_GUARD, "subclassed: os.environ's class in a script's process keeps raytf's TF_CONFIG",
+    "raytf/_task/script/child.py", params=("data", "encodekey"))
+# -- the driver's side: Ray
+RAYLET_CONFIG = PrivateApi(
+    "ray._raylet:Config.initialize", EMBEDDED_AUTH,
+    "re-reads RAY_AUTH_MODE after raytf sets it (as Ray's own authentication_token_setup does)", _CONNECT)
+AUTH_MODE = PrivateApi(
+    "ray._raylet:get_authentication_mode", AUTH_CHECK, "whether this process talks to Ray with token auth", _CONNECT)
+AUTH_TOKEN = PrivateApi(
+    "ray._raylet:AuthenticationMode.TOKEN", AUTH_CHECK, "(the value it is compared with)", _CONNECT)
+GLOBAL_NODE = PrivateApi(
+    "ray._private.worker:_global_node", EMBEDDED, "its .head: a head node started in this process", _CONNECT)
+NODE_HEAD = PrivateApi(
+    "ray._private.node:Node.__init__", EMBEDDED, "(where .head is set)", _CONNECT, keywords=("head",))
+DATASET_COPY = PrivateApi(
+    "ray.data.dataset:Dataset.copy", DATA_COPY, "copy(ds, _deep_copy=True): a dataset with its own DataContext",
+    _DATA, params=("ds",), keywords=("_deep_copy",))
+EXCLUDE_RESOURCES = PrivateApi(
+    "ray.data:ExecutionOptions._set_exclude_resources", DATA_EXCLUDE,
+    "what the trainers' placement group holds, excluded from Ray Data's budget (what Ray Train v1 sets)", _DATA,
+    params=("self", "value"))
+META_COUNT = PrivateApi(
+    "ray.data.dataset:Dataset._meta_count", DATA_ROWS,
+    "the row count Ray Data knows without executing (what Dataset.count tries first)", _DATA, params=("self",))
+COORD_ACTOR = PrivateApi(
+    "ray.data._internal.iterator.stream_split_iterator:StreamSplitDataIterator.__init__", DATA_COORDINATORS,
+    "its ._coord_actor: the split's coordinator actor", _DATA, params=("self", "coord_actor"),
+    uses=("_coord_actor",))
+REPORT_INTERVAL = PrivateApi(
+    "ray:_config.metrics_report_interval_ms", METRICS_INTERVAL,
+    "how often Ray exports a process's metrics (a gauge not set for two intervals is dropped)",
+    "raytf/_driver/raymetrics.py")
+PG_TABLE = PrivateApi(
+    "ray.util.placement_group:placement_group_table", STANDBY_SLOTS,
+    "its \"bundles_to_node_id\": the node of each bundle", "raytf/_driver/placement.py",
+    params=("placement_group",))
+LABEL_SELECTOR = PrivateApi(
+    "ray.util.placement_group:placement_group", AVOID_NODES,
+    "bundle_label_selector with the ray.io/node-id label every node carries: \"!in(...)\" keeps bundles off those "
+    "nodes", "raytf/_driver/placement.py", keywords=("bundle_label_selector",))
+
+APIS: tuple[PrivateApi, ...] = (
+    OWNED_NEXT, DISTRIBUTED_NEXT, ALL_REDUCE, RESOURCE_VARIABLE, XLA_CONTEXT,
+    KERAS_COUNTERS, KERAS_FIT, KERAS_TRAINING_STATE,
+    WRITE_DIRPATH, REMOVE_TEMP_DIRPATH, WRITE_FILEPATH, REMOVE_TEMP_DIR_WITH_FILEPATH,
+    TF_LOGS, CREATE_ITERATOR, ENVIRON,
+    RAYLET_CONFIG, AUTH_MODE, AUTH_TOKEN, GLOBAL_NODE, NODE_HEAD,
+    DATASET_COPY, EXCLUDE_RESOURCES, META_COUNT, COORD_ACTOR, REPORT_INTERVAL, PG_TABLE, LABEL_SELECTOR,
+)
+
+
+def by_feature(feature: Feature) -> list[PrivateApi]:
+    return [a for a in APIS if a.feature == feature]
+
+
+# What private_apis re-exports: the table's own names (not what this module imports).
+_OWN = ("APIS", "DISTRIBUTIONS", "FEATURES", "VERIFIED", "Feature", "PrivateApi", "by_feature")
+__all__ = sorted(name for name, value in list(globals().items())
+                 if isinstance(value, (Feature, PrivateApi)) or name in _OWN)
