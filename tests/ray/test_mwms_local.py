@@ -156,11 +156,16 @@ def test_single_task_strategies(fast_cfg, no_leaks, strategy):
 def test_events_from_every_rank(fast_cfg, no_leaks):
     import ray
 
+    def named() -> set[str]:  # what any client of the cluster can find by name
+        return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+
+    # The session's Ray is shared: what earlier tests left named (Ray Data's own actors) is not this run's.
+    before = named()
     names: list[list[str]] = []
 
-    def look(event):  # while the run goes: what any client of the cluster can find by name
+    def look(event):  # while the run goes
         if not names:
-            names.append(sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)))
+            names.append(sorted(named() - before))
 
     result = raytf.fit(fast_cfg("run.name=ev", "train.entrypoint=tests.train_fns:report_only",
                                 "checkpoint.every_epochs=0"), quiet=True, on_event=look)
