@@ -223,7 +223,7 @@ class HostBed:
     def _private_tmp(self, h: Host) -> str:
         """Shell commands that give the host an empty /tmp of its own, except the code this test run imports
         (a checkout or installed package under /tmp, as a CI's clone may be): bound back in at its own path."""
-        keep = sorted({p for p in (_REPO, *sys.path) if p and (p == "/tmp" or p.startswith("/tmp/"))
+        keep = sorted({p for p in (_REPO, *_interpreter()) if p and (p == "/tmp" or p.startswith("/tmp/"))
                        and os.path.isdir(p) and p != "/tmp"})
         cmds = []
         for i, path in enumerate(keep):
@@ -246,7 +246,7 @@ class HostBed:
         head = h is self.head
         repo_in_tmp = _under(_REPO, "/tmp")
         hide_repo = not head and not repo_in_tmp
-        tmp_code = sorted({p for p in (_REPO, *sys.path) if p and _under(p, "/tmp") and p != "/tmp" and
+        tmp_code = sorted({p for p in (_REPO, *_interpreter()) if p and _under(p, "/tmp") and p != "/tmp" and
                            os.path.isdir(p) and not (not head and _under(p, _REPO))})
         keep = [*tmp_code, *(_installed_in_repo() if not head else []), h.temp_dir, self.shared,
                 *([self.head_only] if head else [])]
@@ -382,6 +382,12 @@ class HostBed:
 
 def _under(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def _interpreter() -> list[str]:
+    """Where this test run's Python lives: its import path and its environment (a virtual environment's `bin/`
+    is on no import path, yet every host starts Ray with its `python`: a CI's venv under /tmp was hidden)."""
+    return [*sys.path, sys.prefix, os.path.dirname(sys.executable)]
 
 
 def _installed_in_repo() -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from raytf._core.failure import CONFIG
 from raytf._core.plan import TASK_ENV, shortfall
+from raytf._core.shipping import env_text
 from raytf.config import Config, ProcessingMode
 
 DISPATCHER, WORKER = "dispatcher", "worker"
@@ -84,8 +85,7 @@ def runtime_env(cfg: Config, role: str) -> dict[str, Any]:
     must hold before TensorFlow is imported there (plan.TASK_ENV: TF's gRPC servers bind the port the actor holds)
     and OpenMP's threads at the server's share. The user's own env_vars win, as for the tasks."""
     env = copy.deepcopy(cfg.ray.runtime_env)
-    env_vars = {str(k): (str(v).lower() if isinstance(v, bool) else str(v))
-                for k, v in (env.get("env_vars") or {}).items()}
+    env_vars = env_text(env.get("env_vars"))
     for k, v in TASK_ENV.items():
         env_vars.setdefault(k, v)
     env_vars.setdefault("OMP_NUM_THREADS", str(threads(cfg) if role == WORKER else 1))

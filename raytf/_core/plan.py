@@ -162,9 +162,7 @@ def task_runtime_env(cfg: Config, t: TaskSpec) -> dict[str, Any]:
     """The task actor's runtime_env: the user's (less what only the Ray job can take: shipping.task_level), plus
     what must be set before TensorFlow is imported in that process (the user's own env_vars win). Pure."""
     runtime_env = copy.deepcopy(shipping.task_level(cfg.ray.runtime_env))
-    # Ray wants strings; `ray.runtime_env.env_vars.N=4` on the command line (or `N: 4` in YAML) gives a number.
-    env_vars = {str(k): (str(v).lower() if isinstance(v, bool) else str(v))
-                for k, v in (runtime_env.get("env_vars") or {}).items()}
+    env_vars = shipping.env_text(runtime_env.get("env_vars"))
     for k, v in TASK_ENV.items():
         env_vars.setdefault(k, v)
     # oneDNN's OpenMP pool sizes itself from OMP_NUM_THREADS, not from tf.config.threading: keep the two

@@ -58,6 +58,12 @@ def local_paths(runtime_env: Mapping[str, Any], key: str) -> list[str]:
     return [str(getattr(e, "__name__", e)) for e in _entries(runtime_env[key]) if not is_uri(e)]
 
 
+def env_text(env_vars: Mapping[str, Any] | None) -> dict[str, str]:
+    """A runtime_env's env_vars as Ray takes them, strings: `ray.runtime_env.env_vars.N=4` on the command line (or
+    `N: 4` in YAML) gives a number, `X: true` a bool (written "true", as a shell would)."""
+    return {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (env_vars or {}).items()}
+
+
 def task_level(runtime_env: Mapping[str, Any]) -> dict[str, Any]:
     """What of the user's runtime_env goes in a task actor's options: all but what only the job can have (a
     working_dir or py_modules with a local path, and `excludes`), which the tasks inherit from the job. Remote
@@ -65,6 +71,8 @@ def task_level(runtime_env: Mapping[str, Any]) -> dict[str, Any]:
     other way. (py_modules is replaced whole by an actor's own list, so a list with one local entry stays with
     the job whole.)"""
     out = {k: v for k, v in runtime_env.items() if k != EXCLUDES}
+    if "env_vars" in out:
+        out["env_vars"] = env_text(out["env_vars"])
     for key in JOB_KEYS:
         if local_paths(runtime_env, key):
             out.pop(key, None)

@@ -124,3 +124,15 @@ def test_cli_dry_run_exits_0_or_2_with_one_line_and_starts_no_ray(tmp_path):
     assert not any(tmp_path.iterdir())  # no run directory: nothing was written
     port = run("cluster.port_range=[20000,20000]")
     assert port.returncode == 2 and port.stderr.startswith("raytf: config error: cluster.port_range ([20000, 20000])")
+
+
+def test_512_workers_on_64_nodes_and_one_more_than_fits():
+    """The plan at the size users reach raytf for (issue 38): every rank, its bundle and its place in the spec."""
+    nodes = Cluster("the Ray cluster at x:1", tuple({"CPU": 8.0} for _ in range(64)), embedded=False)
+    p = preview(_cfg("conf/local.yaml", "cluster.num_workers=512", "cluster.placement_strategy=SPREAD"), nodes)
+    assert p.ok, p.problem
+    assert [t.rank for t in p.tasks] == list(range(512)) and p.need == {"CPU": 512.0}
+    assert len(p.cluster_spec["worker"]) == 512 and p.cluster_spec["worker"][511] == "<worker511 host>:<port>"
+    assert len(p.rows()) == 512
+    over = preview(_cfg("conf/local.yaml", "cluster.num_workers=513", "cluster.placement_strategy=SPREAD"), nodes)
+    assert "the cluster lacks {CPU: 1}" in over.problem and "\n" not in over.problem

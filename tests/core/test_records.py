@@ -3,6 +3,7 @@
 import pickle
 
 import pyarrow as pa
+import pytest
 
 from raytf._core import events as ev
 from raytf._core.attempts import Attempt
@@ -194,3 +195,26 @@ def test_metrics_rows_carry_their_attempts_size():
     assert "num_workers" not in table.final()  # a column of the table, not a metric
     table.add(ev.Event(ev.STEP, "worker", 0, 3, {"epoch": 3, "step": 21, "metrics": {"num_workers": 7.0}}, time=5.0))
     assert table.to_arrow().column("metric_num_workers").to_pylist()[-1] == 7.0  # a metric of that name
+
+
+def test_metrics_table_of_512_ranks():
+    """512 ranks' step rows, flushed in parts as the driver does, read back whole: every rank's row and its own
+    final metrics; the per-rank breakdown has one row per rank (issue 38: the table at the large end)."""
+    from raytf._core.ranks import rank_breakdown
+
+    t = MetricsTable("r")
+    for step in range(1, 21):
+        for rank in range(512):
+            t.add(ev.Event(ev.STEP, "worker", rank, 1, {"epoch": 1 + (step - 1) // 10, "step": step, "metrics": {
+                "loss": 1.0 / step, "step_time_s": 0.1 + rank * 1e-4, "input_wait_s": 0.01}}, time=float(step)))
+        if step % 10 == 0:
+            for rank in range(512):
+                t.add(ev.Event(ev.EPOCH, "worker", rank, 1, {"epoch": step // 10, "step": step,
+                                                             "metrics": {"loss": float(rank)}}, time=step + 0.5))
+            assert t.take_new().num_rows == 512 * 11
+    table = t.to_arrow()
+    assert table.num_rows == 512 * 22 and len(t) == 512 * 22
+    assert t.final(7) == {"loss": 7.0, "epoch": 2, "step": 20}
+    rb = rank_breakdown(table)
+    assert list(rb["rank"]) == list(range(512))
+    assert rb["step_time_s"].iloc[511] == pytest.approx(0.1 + 511e-4)

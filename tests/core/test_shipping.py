@@ -361,3 +361,13 @@ def test_a_task_finds_the_program_without_running_it(tmp_path, monkeypatch):
         Missing(PROJECT, "usertrain")]
     assert task_usercode.missing(CodeNeeds(modules=(Need("mypkg.util", PROJECT, "usertrain.py"),))) == [
         Missing(PROJECT, "mypkg.util", "usertrain.py")]
+
+
+def test_env_vars_written_as_numbers_reach_ray_as_strings():
+    """`ray.runtime_env.env_vars.N=9` gives OmegaConf's int: Ray refuses anything but strings, so the tasks'
+    runtime_env (the one Ray checks before anything is reserved) carries text (found by the slow-upload test)."""
+    from raytf._core import shipping
+
+    env = {"env_vars": {"N": 9, "R": 0.5, "B": True, "S": "x"}, "pip": ["a"]}
+    assert shipping.task_level(env) == {"env_vars": {"N": "9", "R": "0.5", "B": "true", "S": "x"}, "pip": ["a"]}
+    assert env["env_vars"]["N"] == 9  # the user's config is not changed

@@ -1,0 +1,363 @@
+"""How raytf's cost grows with the number of ranks (issue 38), in two parts, each side by side in one run.
+
+**Orchestration** (`--tasks 8,32,128`): raytf's own TaskGroup (`_driver/group.py`: the placement group, one task
+actor per rank, each task's address, held port, storage and code checks, the TF cluster spec and every rank's
+TF_CONFIG) on a simulated cluster (`ray.cluster_utils.Cluster`: a head and nodes of 16 CPUs on this machine), the
+tasks never importing TensorFlow (the group is torn down before any training call): launch -> all addressed, and
+teardown; against Ray itself starting the same number of bare actors in the same placement group shape and
+getting an answer from each. Plus the driver's CPU seconds and RSS. Target: raytf's all-addressed for 128 tasks
+under 10 s beyond Ray's own.
+
+**Intake** (`--ranks 8,32,128,512`): N ranks each
+report one metrics row every `--interval` seconds, through raytf's own task-side emitter (`_task.call.Emitter`,
+one bus push per row as a training function's `ctx.report` makes it) into raytf's own event bus (an
+`EventBuffer` actor, `max_concurrency` as a run sizes it, on the driver's node), drained by a loop that does
+what the driver's does with each row: the metrics table (`MetricsTable.add`), the straggler watch
+(`Stragglers.add`), and a Parquet part every `metrics.flush_interval_s` (`RunDir.metrics.append`, local
+storage). Then the run's end on that table: `metrics.parquet` compacted, the learning curves plotted.
+
+Run:  python -m benchmarks.scale [--tasks 8,32,128] [--ranks 8,32,128,512] [--seconds 20] [--interval 0.1]
+      python -m benchmarks.scale --smoke      (8 tasks; 8 ranks for 3 s: the check that it runs)
+
+No TensorFlow: `--reporters` Ray processes each speak for N/reporters ranks (a real task speaks for one; the
+bus cannot tell). Per size: rows per second offered and taken into the table, rows the bus coalesced (a rank's
+step rows past its bound: raytf's back-pressure), lag from the report to the driver's table and to a Parquet
+part (p50 / p99), the CPU share of the driver loop, the bus and the reporters, and what one report costs the
+reporting process (p50 / p99). Targets (issue 38): 512 ranks every 100 ms with the driver under one core and
+under 2 s lag to the driver; the run's end (compaction and curves) of that table under 5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+
+import ray
+
+from raytf._core import events as ev
+from raytf._core.figures import learning_curves, png_bytes
+from raytf._core.metrics import MetricsTable
+from raytf._core.stragglers import Stragglers
+from raytf._storage import RunDir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NODE_CPUS = 16  # each simulated node's
+
+FLUSH_INTERVAL_S = 5.0  # metrics.flush_interval_s's default
+POLL_S = 0.5  # the driver's drain wait (_driver.driver.Driver.poll_s)
+
+
+@ray.remote(num_cpus=0)
+class Reporters:
+    """Speaks for `ranks`: one Emitter each, as each task's call has, reporting at a fixed rate."""
+
+    def __init__(self, bus, ranks: list[int]) -> None:
+        from raytf._task.call import Emitter
+
+        self.emitters = [Emitter(bus, "worker", r, 1) for r in ranks]
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, seconds: float, interval: float) -> dict:
+        costs: list[float] = []
+        step, late = 0, 0
+        start = time.monotonic()
+        while step * interval < seconds:
+            step += 1
+            for emit in self.emitters:
+                t = time.perf_counter()
+                emit(ev.STEP, {"epoch": 1, "step": step, "metrics": {
+                    "loss": 1.0 / step, "step_time_s": interval, "input_wait_s": 0.01, "compute_s": interval - 0.01}})
+                costs.append(time.perf_counter() - t)
+            # The ranks' step clock: the next tick is due `interval` after this one, however long the reports took
+            # (a reporter that cannot keep up is late, and that is counted, not hidden).
+            due = start + step * interval
+            if time.monotonic() > due + interval:
+                late += 1
+            time.sleep(max(0.0, due - time.monotonic()))
+        for emit in self.emitters:
+            emit.flush()
+        costs.sort()
+        return {"rows": step * len(self.emitters), "late_ticks": late, "ticks": step,
+                "dropped_here": sum(e.dropped for e in self.emitters),
+                "cost_p50_us": 1e6 * costs[len(costs) // 2], "cost_p99_us": 1e6 * costs[int(len(costs) * 0.99)]}
+
+
+def _cpu(pid: int) -> float:
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def _own_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * q))]
+
+
+def measure(n: int, seconds: float, interval: float, reporters: int, scratch: str) -> dict:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from raytf._driver.group import _RemoteBus
+
+    bus = _RemoteBus.options(max_concurrency=2 * n + 8, scheduling_strategy=NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=False)).remote()
+    bus_pid = ray.get(bus.__ray_call__.remote(lambda self: os.getpid()))
+    k = min(reporters, n)
+    groups = [Reporters.remote(bus, list(range(i, n, k))) for i in range(k)]
+    pids = ray.get([g.pid.remote() for g in groups])
+    rd = RunDir(scratch, f"scale-{n}")
+    rd.makedirs()
+    table = MetricsTable(f"scale-{n}")
+    stragglers = Stragglers(1.3, 5)
+    intake_lag: list[float] = []
+    parquet_lag: list[float] = []
+    unflushed: list[float] = []
+    taken = parts = 0
+    loop_cpu = 0.0
+
+    def take(events: list[ev.Event]) -> None:
+        nonlocal taken
+        now = time.time()
+        for e in events:
+            if e.kind == ev.DROPPED:
+                dropped_now[e.rank] = e.payload.get("steps", 0)  # the rank's count since the start
+                continue
+            table.add(e)
+            stragglers.add(attempt=e.attempt, rank=e.rank, role=e.role, host="", step=int(e.payload["step"]),
+                           metrics=e.payload["metrics"])
+            intake_lag.append(now - e.time)
+            unflushed.append(e.time)
+            taken += 1
+
+    def flush() -> None:
+        nonlocal parts
+        parts += 1
+        rd.metrics.append(table.take_new(), f"scale-{parts:06d}")
+        now = time.time()
+        parquet_lag.extend(now - t for t in unflushed)
+        unflushed.clear()
+
+    dropped_now: dict[int, int] = {}
+    cpu0 = {p: _cpu(p) for p in [bus_pid, *pids]}
+    wall0 = time.monotonic()
+    runs = [g.run.remote(seconds, interval) for g in groups]
+    drain = bus.drain.remote(POLL_S)
+    last_flush = time.monotonic()
+    pending = list(runs)
+    while True:
+        ready, _ = ray.wait([*pending, drain], num_returns=1, timeout=POLL_S * 4)
+        t = _own_cpu()
+        if drain in ready:
+            events = ray.get(drain)
+            drain = bus.drain.remote(POLL_S)
+            take(events)
+        pending = [r for r in pending if r not in ready]
+        if table.dirty and time.monotonic() - last_flush >= FLUSH_INTERVAL_S:
+            flush()
+            last_flush = time.monotonic()
+        loop_cpu += _own_cpu() - t
+        if not pending:
+            break
+    wall = time.monotonic() - wall0
+    t = _own_cpu()
+    take(ray.get(drain) + ray.get(bus.drain.remote(0)))  # what the reporters' last pushes left on the bus
+    if table.dirty:
+        flush()
+    loop_cpu += _own_cpu() - t
+    cpu1 = {p: _cpu(p) for p in cpu0}
+    sent = ray.get(runs)
+    offered = sum(s["rows"] for s in sent)
+    coalesced = sum(dropped_now.values())
+    t = time.perf_counter()
+    whole = table.to_arrow()
+    rd.metrics.write(whole)
+    curves = learning_curves(whole)
+    png = png_bytes(curves, title=f"scale-{n}")
+    end_s = time.perf_counter() - t
+    for g in groups:
+        ray.kill(g)
+    ray.kill(bus)
+    return {
+        "ranks": n, "offered_per_s": offered / wall, "taken_per_s": taken / wall, "offered": offered, "taken": taken,
+        "coalesced": coalesced, "not_sent": sum(s["dropped_here"] for s in sent),
+        "late_ticks": sum(s["late_ticks"] for s in sent), "ticks": sum(s["ticks"] for s in sent),
+        "intake_p50": _pct(intake_lag, 0.5), "intake_p99": _pct(intake_lag, 0.99),
+        "parquet_p50": _pct(parquet_lag, 0.5), "parquet_p99": _pct(parquet_lag, 0.99),
+        "driver_cpu": loop_cpu / wall, "bus_cpu": (cpu1[bus_pid] - cpu0[bus_pid]) / wall,
+        "reporters_cpu": sum(cpu1[p] - cpu0[p] for p in pids) / wall,
+        "cost_p50_us": statistics.median(s["cost_p50_us"] for s in sent),
+        "cost_p99_us": max(s["cost_p99_us"] for s in sent),
+        "end_s": end_s, "rows_total": whole.num_rows, "png_kib": len(png) / 1024,
+    }
+
+
+@ray.remote(num_cpus=1)
+class Bare:
+    """Ray's own floor: an actor that does nothing but answer."""
+
+    def ping(self) -> int:
+        return os.getpid()
+
+
+def _rss_mib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def orchestrate(n: int, scratch: str) -> dict:
+    """One size: Ray's bare actors, then raytf's task group, in the same placement group shape."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from raytf._core import topology
+    from raytf._core.plan import make_plan
+    from raytf._driver.group import TaskGroup
+    from raytf.config import load_config
+
+    t = time.perf_counter()
+    pg = placement_group([{"CPU": 1.0}] * n, strategy="SPREAD")
+    ray.get(pg.ready(), timeout=600)
+    actors = [Bare.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
+              .remote() for i in range(n)]
+    ray.get([a.ping.remote() for a in actors], timeout=600)
+    bare_up = time.perf_counter() - t
+    t = time.perf_counter()
+    for a in actors:
+        ray.kill(a)
+    remove_placement_group(pg)
+    bare_down = time.perf_counter() - t
+
+    cfg = load_config(os.path.join(ROOT, "conf/local.yaml"), [
+        f"run.name=scale-{n}", f"storage.path={scratch}", f"cluster.num_workers={n}", "cluster.worker.cpus=1",
+        "cluster.placement_strategy=SPREAD", "cluster.standby=0", "cluster.startup_timeout_s=600",
+        "cluster.placement_timeout_s=600"])
+    rd = RunDir(scratch, cfg.run.name)
+    rd.makedirs()
+    cpu, t = _own_cpu(), time.perf_counter()
+    group = TaskGroup(cfg, make_plan(cfg), rd, embedded=False)
+    try:
+        group.start()
+        placed = time.perf_counter() - t
+        infos = group.addresses()
+        spec = topology.cluster_spec([topology.TaskAddress(i.role, i.index, i.host, i.port) for i in infos])
+        configs = [topology.tf_config(spec, i.role, i.index) for i in infos]
+        addressed = time.perf_counter() - t
+        rss = _rss_mib()
+    finally:
+        t2 = time.perf_counter()
+        group.teardown()
+        down = time.perf_counter() - t2
+    assert len(configs) == n and len(spec["worker"]) == n, "a task group of the wrong size"
+    return {"tasks": n, "bare_up": bare_up, "bare_down": bare_down, "placed": placed, "addressed": addressed,
+            "down": down, "driver_cpu_s": _own_cpu() - cpu, "driver_rss_mib": rss}
+
+
+def _orchestration(sizes: list[int]) -> list[dict]:
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        for _ in range(math.ceil(max(sizes) / NODE_CPUS)):
+            c.add_node(num_cpus=NODE_CPUS)
+        ray.init(address=c.address, log_to_driver=False)
+        try:
+            with tempfile.TemporaryDirectory(prefix="raytf-bench-scale-") as scratch:
+                out = []
+                for n in sizes:
+                    out.append(orchestrate(n, scratch))
+                    print(f"{n} tasks: all addressed in {out[-1]['addressed']:.1f} s", flush=True)
+                return out
+        finally:
+            ray.shutdown()
+    finally:
+        c.shutdown()
+
+
+def _intake(sizes: list[int], seconds: float, interval: float, reporters: int) -> list[dict]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        with tempfile.TemporaryDirectory(prefix="raytf-bench-scale-") as scratch:
+            results = []
+            for n in sizes:
+                results.append(measure(n, seconds, interval, reporters, scratch))
+                print(f"{n} ranks: {results[-1]['taken']} rows taken of {results[-1]['offered']}", flush=True)
+            return results
+    finally:
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", default="8,32,128", help="orchestration: task group sizes ('' skips the part)")
+    ap.add_argument("--ranks", default="8,32,128,512", help="intake: reporting ranks ('' skips the part)")
+    ap.add_argument("--seconds", type=float, default=20.0, help="how long the ranks report, per size")
+    ap.add_argument("--interval", type=float, default=0.1, help="seconds between two rows of one rank")
+    ap.add_argument("--reporters", type=int, default=4, help="processes that speak for the ranks")
+    ap.add_argument("--smoke", action="store_true", help="8 tasks; 8 ranks for 3 s: the check that it runs")
+    a = ap.parse_args(argv)
+    if ray.is_initialized():
+        print("benchmarks.scale starts its own Ray (twice): run it from a fresh process", file=sys.stderr)
+        return 2
+    tasks = [8] if a.smoke else [int(x) for x in a.tasks.split(",") if x]
+    sizes = [8] if a.smoke else [int(x) for x in a.ranks.split(",") if x]
+    seconds = 3.0 if a.smoke else a.seconds
+    orch = _orchestration(tasks) if tasks else []
+    results = _intake(sizes, seconds, a.interval, a.reporters) if sizes else []
+    if orch:
+        print(f"\norchestration: a simulated cluster of {math.ceil(max(tasks) / NODE_CPUS)} nodes of {NODE_CPUS} CPUs, "
+              "a task per CPU bundle (SPREAD); seconds\n")
+        print("| tasks | Ray: bare actors all answering | Ray: teardown | raytf: placed and started | "
+              "raytf: all addressed (TF_CONFIG made) | beyond Ray's own | raytf: teardown | driver CPU s | "
+              "driver RSS MiB |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in orch:
+            print(f"| {r['tasks']} | {r['bare_up']:.2f} | {r['bare_down']:.2f} | {r['placed']:.2f} | "
+                  f"{r['addressed']:.2f} | {r['addressed'] - r['bare_up']:+.2f} | {r['down']:.2f} | "
+                  f"{r['driver_cpu_s']:.2f} | {r['driver_rss_mib']:.0f} |")
+        big = max(orch, key=lambda r: r["tasks"])
+        if big["tasks"] >= 128:
+            beyond = big["addressed"] - big["bare_up"]
+            print(f"\ntarget, 128 tasks all addressed under 10 s beyond Ray's own bare actors: "
+                  f"{'holds' if beyond < 10 else 'MISSED'} ({beyond:+.2f} s)")
+    if not results:
+        return 0
+    print(f"\nintake: every rank one row each {a.interval:g} s for {seconds:g} s, {a.reporters} reporting processes, "
+          f"flush every {FLUSH_INTERVAL_S:g} s; CPU as a share of one core\n")
+    print("| ranks | rows/s offered | rows/s taken | coalesced by the bus | late ticks | lag to driver p50 / p99 s | "
+          "lag to Parquet p50 / p99 s | driver loop CPU | bus CPU | reporters CPU | report cost p50 / p99 µs | "
+          "run's end (compaction + curves) s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['ranks']} | {r['offered_per_s']:.0f} | {r['taken_per_s']:.0f} | {r['coalesced']} | "
+              f"{r['late_ticks']}/{r['ticks']} | {r['intake_p50']:.2f} / {r['intake_p99']:.2f} | "
+              f"{r['parquet_p50']:.2f} / {r['parquet_p99']:.2f} | {r['driver_cpu']:.2f} | {r['bus_cpu']:.2f} | "
+              f"{r['reporters_cpu']:.2f} | {r['cost_p50_us']:.0f} / {r['cost_p99_us']:.0f} | {r['end_s']:.2f} |")
+    big = max(results, key=lambda r: r["ranks"])
+    if big["ranks"] >= 512 and abs(a.interval - 0.1) < 1e-9:
+        holds = big["driver_cpu"] < 1.0 and big["intake_p99"] < 2.0
+        print(f"\ntarget, 512 ranks every 100 ms: driver under 1 core and lag under 2 s: "
+              f"{'holds' if holds else 'MISSED'} (driver {big['driver_cpu']:.2f} core, bus {big['bus_cpu']:.2f}, "
+              f"lag p99 {big['intake_p99']:.2f} s)")
+        print(f"target, the run's end of 512 ranks' table ({big['rows_total']:,} rows) under 5 s: "
+              f"{'holds' if big['end_s'] < 5 else 'MISSED'} ({big['end_s']:.2f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
