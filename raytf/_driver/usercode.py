@@ -227,6 +227,24 @@ def _inside(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
+def _installed(path: str) -> bool:
+    """Whether `path` is an installed package's, not the program's own: under a site-packages (dist-packages)
+    directory or a Python environment's prefix. A project's virtual environment often lives in the project
+    (`python -m venv .venv`): its TensorFlow is under the launch directory, yet a package; followed as the program's
+    own, its imports (hundreds of TensorFlow's modules) took seconds before every launch."""
+    real = os.path.realpath(path)
+    parts = real.split(os.sep)
+    if "site-packages" in parts or "dist-packages" in parts:
+        return True
+    return any(_inside(real, [os.path.realpath(p)]) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+
+def _own(origin: str | None, roots: list[str]) -> bool:
+    """Whether a module found at `origin` is the program's own: a file under the launch directory (or the shipped
+    root) that is not an installed package's."""
+    return origin is not None and _inside(origin, roots) and not _installed(origin)
+
+
 _SKIP = frozenset({*sys.stdlib_module_names, *sys.builtin_module_names, "raytf"})
 
 
@@ -246,7 +264,7 @@ def program_modules(*, entrypoint: str = "", module: str = "", script_file: str 
     else:
         name, _, function = (entrypoint.partition(":") if entrypoint else (module, "", ""))
         spec = _spec(name, paths)
-        own = spec is None or (spec.origin is not None and _inside(spec.origin, roots))
+        own = spec is None or _own(spec.origin, roots)
         needs[name] = Need(name, PROJECT if own else PACKAGE)
         if spec is not None and own and spec.origin and spec.origin.endswith(".py"):
             package = name if spec.submodule_search_locations else name.rpartition(".")[0]
@@ -275,7 +293,7 @@ def program_modules(*, entrypoint: str = "", module: str = "", script_file: str 
             # `from pkg import mod`: mod may be a module of the program too.
             for name in [imp.module, *(f"{imp.module}.{n}" for n in imp.names)]:
                 spec = _spec(name, paths)
-                if spec is None or spec.origin is None or not _inside(spec.origin, roots):
+                if spec is None or not _own(spec.origin, roots):
                     if name == imp.module and imports.top(name) not in needs:
                         needs.setdefault(imports.top(name), Need(imports.top(name), PACKAGE, via))
                     continue

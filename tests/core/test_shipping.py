@@ -266,6 +266,21 @@ def test_the_driver_lists_what_the_program_needs_without_running_it(tmp_path):
         Need("baked.train", PROJECT)]
 
 
+def test_a_virtual_environment_in_the_project_is_packages_not_the_program(tmp_path):
+    """`python -m venv .venv` in the project: what is installed there is a package (not followed: following
+    TensorFlow's imports took seconds before every launch), what the project holds beside it is the program."""
+    proj = _project(tmp_path)
+    site = proj / ".venv" / "lib" / "python3.11" / "site-packages"
+    (site / "bigpkg").mkdir(parents=True)
+    (site / "bigpkg" / "__init__.py").write_text("import bigpkg.inner\nimport deep_dependency\n")
+    (site / "bigpkg" / "inner.py").write_text("import another_dependency\n")
+    (proj / "usesbig.py").write_text("import bigpkg\nimport userhelper\n\ndef train(ctx):\n    pass\n")
+    needs = usercode.program_modules(entrypoint="usesbig:train", paths=[str(proj), str(site)], launch_dir=str(proj))
+    kinds = {n.module: n.kind for n in needs}
+    assert kinds["usesbig"] == PROJECT and kinds["userhelper"] == PROJECT and kinds["bigpkg"] == PACKAGE
+    assert "deep_dependency" not in kinds and "another_dependency" not in kinds and "bigpkg.inner" not in kinds
+
+
 def _plan(tmp_path, overrides, *, embedded=False, job=None):
     cfg = load_config({"train": {"entrypoint": "usertrain:train"}}, overrides)
     return usercode.plan(cfg, embedded=embedded, launch_dir=str(tmp_path), job=job or {}, validate=lambda env: None)
