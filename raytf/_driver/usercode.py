@@ -232,11 +232,11 @@ def _installed(path: str) -> bool:
     directory or a Python environment's prefix. A project's virtual environment often lives in the project
     (`python -m venv .venv`): its TensorFlow is under the launch directory, yet a package; followed as the program's
     own, its imports (hundreds of TensorFlow's modules) took seconds before every launch."""
-    real = os.path.realpath(path)
-    parts = real.split(os.sep)
-    if "site-packages" in parts or "dist-packages" in parts:
-        return True
-    return any(_inside(real, [os.path.realpath(p)]) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+    parts = os.path.realpath(path).split(os.sep)
+    return "site-packages" in parts or "dist-packages" in parts or _inside(path, _PREFIXES)
+
+
+_PREFIXES = sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
 
 
 def _own(origin: str | None, roots: list[str]) -> bool:
