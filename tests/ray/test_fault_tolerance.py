@@ -71,19 +71,9 @@ def _check_continuity(result, chaos: Chaos, epochs: int):
     assert result.final_metrics["step"] == epochs * 5
 
 
-@pytest.mark.slow  # ~30 s; killed tasks resume from the last commit in the default run too (chief mid-commit, hosts)
-def test_chaos_killed_workers_resume_from_last_commit(fast_cfg, no_leaks):
-    chaos = Chaos("chaos", kills=2, seed=7)
-    cfg = fast_cfg("run.name=chaos", "train.epochs=6", "train.steps_per_epoch=5", "metrics.every_steps=1",
-                   "failure.max_failures=5", "failure.heartbeat_s=0.2")
-    result = raytf.fit(cfg, quiet=True, on_event=chaos)
-    assert result.status == "succeeded", result.error
-    assert len(chaos.killed) == 2
-    _check_continuity(result, chaos, epochs=6)
-    # The killed tasks' scratch directories (checkpoint copies; ray.kill skips their `finally`) are gone too.
-    assert scratch.leftovers("chaos") == []
-
-
+# One chaos run (it was two: 2 kills, then 5; the five-kill run checks all the two-kill one did), so CI's second
+# step stays in its budget (issue 31). Killed tasks resume from the last commit in the default run too (chief
+# killed mid-commit below; killed hosts in tests/cluster).
 @pytest.mark.slow
 def test_chaos_five_kills(fast_cfg, no_leaks, capsys):
     chaos = Chaos("chaos5", kills=5, seed=11, max_step=12)
@@ -93,6 +83,8 @@ def test_chaos_five_kills(fast_cfg, no_leaks, capsys):
     assert result.status == "succeeded", result.error
     assert len(chaos.killed) == 5
     _check_continuity(result, chaos, epochs=20)
+    # The killed tasks' scratch directories (checkpoint copies; ray.kill skips their `finally`) are gone too.
+    assert scratch.leftovers("chaos5") == []
     # Death to training resumed: the kill, to the next attempt's first step.
     resumed = [a["first_step_at"] - t for a, t in zip(result.attempts[1:], chaos.kill_times)]
     lost = [a["steps_lost"] for a in result.attempts[:-1]]

@@ -1,5 +1,5 @@
-"""`python -m benchmarks.soak --smoke`: the soak benchmark runs (a minute of training on its own Ray) and reports its
-three targets; its run leaves nothing in the temporary directories (that one holds even in a minute)."""
+"""`python -m benchmarks.soak --smoke`: the soak benchmark runs (~25 s of training on its own Ray) and reports its
+three targets; its run leaves nothing in the temporary directories (that one holds even in a short run)."""
 
 import pytest
 
@@ -8,7 +8,7 @@ from tests.conftest import benchmark_smoke
 pytestmark = [pytest.mark.ray]
 
 
-@pytest.mark.slow  # a benchmark's smoke, its own Ray: ~2.5 min here
+@pytest.mark.slow  # a benchmark's smoke, its own Ray: ~1 min here
 @pytest.mark.timeout(720)
 def test_soak_benchmark_smoke_mode_runs():
     out = benchmark_smoke("benchmarks.soak", timeout_s=700).stdout
