@@ -17,6 +17,7 @@ what the driver's does with each row: the metrics table (`MetricsTable.add`), th
 storage). Then the run's end on that table: `metrics.parquet` compacted, the learning curves plotted.
 
 Run:  python -m benchmarks.scale [--tasks 8,32,128] [--ranks 8,32,128,512] [--seconds 20] [--interval 0.1]
+                                 [--plot benchmarks/scale.png] [--json FILE]
       python -m benchmarks.scale --smoke      (8 tasks; 8 ranks for 3 s: the check that it runs)
 
 No TensorFlow: `--reporters` Ray processes each speak for N/reporters ranks (a real task speaks for one; the
@@ -30,6 +31,7 @@ under 2 s lag to the driver; the run's end (compaction and curves) of that table
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import resource
@@ -37,9 +39,11 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import ray
 
+from benchmarks import loglog
 from raytf._core import events as ev
 from raytf._core.figures import learning_curves, png_bytes
 from raytf._core.metrics import MetricsTable
@@ -310,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=0.1, help="seconds between two rows of one rank")
     ap.add_argument("--reporters", type=int, default=4, help="processes that speak for the ranks")
     ap.add_argument("--smoke", action="store_true", help="8 tasks; 8 ranks for 3 s: the check that it runs")
+    ap.add_argument("--plot", help="also draw every cost against N, log-log, into this PNG file")
+    ap.add_argument("--json", help="also write both parts' rows to this file")
     a = ap.parse_args(argv)
     if ray.is_initialized():
         print("benchmarks.scale starts its own Ray (twice): run it from a fresh process", file=sys.stderr)
@@ -319,8 +325,23 @@ def main(argv: list[str] | None = None) -> int:
     seconds = 3.0 if a.smoke else a.seconds
     orch = _orchestration(tasks) if tasks else []
     results = _intake(sizes, seconds, a.interval, a.reporters) if sizes else []
+    _tables(orch, results, a.interval, seconds, a.reporters)
+    # How each cost grows: its exponent in N (a log-log slope), and the parts growing faster than linearly.
+    print("\ngrowth with N (least-squares slope of log cost on log N)\n")
+    print("\n".join(loglog.report(orch, results)))
+    if a.plot:
+        fig = loglog.figure(orch, results)
+        fig.savefig(a.plot, dpi=100)
+        print(f"log-log figure: {a.plot}")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"orchestration": orch, "intake": results}, indent=1, default=str))
+    return 0
+
+
+def _tables(orch: list[dict], results: list[dict], interval: float, seconds: float, reporters: int) -> None:
     if orch:
-        print(f"\norchestration: a simulated cluster of {math.ceil(max(tasks) / NODE_CPUS)} nodes of {NODE_CPUS} CPUs, "
+        nodes = math.ceil(max(r["tasks"] for r in orch) / NODE_CPUS)
+        print(f"\norchestration: a simulated cluster of {nodes} nodes of {NODE_CPUS} CPUs, "
               "a task per CPU bundle (SPREAD); seconds\n")
         print("| tasks | Ray: bare actors all answering | Ray: teardown | raytf: placed and started | "
               "raytf: all addressed (TF_CONFIG made) | beyond Ray's own | raytf: teardown | driver CPU s | "
@@ -336,8 +357,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\ntarget, 128 tasks all addressed under 10 s beyond Ray's own bare actors: "
                   f"{'holds' if beyond < 10 else 'MISSED'} ({beyond:+.2f} s)")
     if not results:
-        return 0
-    print(f"\nintake: every rank one row each {a.interval:g} s for {seconds:g} s, {a.reporters} reporting processes, "
+        return
+    print(f"\nintake: every rank one row each {interval:g} s for {seconds:g} s, {reporters} reporting processes, "
           f"flush every {FLUSH_INTERVAL_S:g} s; CPU as a share of one core\n")
     print("| ranks | rows/s offered | rows/s taken | coalesced by the bus | late ticks | lag to driver p50 / p99 s | "
           "lag to Parquet p50 / p99 s | driver loop CPU | bus CPU | reporters CPU | report cost p50 / p99 µs | "
@@ -349,14 +370,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['parquet_p50']:.2f} / {r['parquet_p99']:.2f} | {r['driver_cpu']:.2f} | {r['bus_cpu']:.2f} | "
               f"{r['reporters_cpu']:.2f} | {r['cost_p50_us']:.0f} / {r['cost_p99_us']:.0f} | {r['end_s']:.2f} |")
     big = max(results, key=lambda r: r["ranks"])
-    if big["ranks"] >= 512 and abs(a.interval - 0.1) < 1e-9:
+    if big["ranks"] >= 512 and abs(interval - 0.1) < 1e-9:
         holds = big["driver_cpu"] < 1.0 and big["intake_p99"] < 2.0
         print(f"\ntarget, 512 ranks every 100 ms: driver under 1 core and lag under 2 s: "
               f"{'holds' if holds else 'MISSED'} (driver {big['driver_cpu']:.2f} core, bus {big['bus_cpu']:.2f}, "
               f"lag p99 {big['intake_p99']:.2f} s)")
         print(f"target, the run's end of 512 ranks' table ({big['rows_total']:,} rows) under 5 s: "
               f"{'holds' if big['end_s'] < 5 else 'MISSED'} ({big['end_s']:.2f} s)")
-    return 0
 
 
 if __name__ == "__main__":
