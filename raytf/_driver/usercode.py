@@ -6,8 +6,6 @@ TensorFlow), and Ray's refusals as one line. Imports Ray, never TensorFlow."""
 from __future__ import annotations
 
 import contextlib
-import importlib.machinery
-import importlib.util
 import json
 import logging
 import os
@@ -17,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytf._core import imports, shipping
+from raytf._core.finder import find_spec
 from raytf._core.plan import is_server
 from raytf._core.shipping import PACKAGE, PROJECT, CodeNeeds, Need
 from raytf._core.tasks import TaskInfo
@@ -203,25 +202,6 @@ def check_runtime_env(runtime_env: Mapping[str, Any]) -> None:
 
 # -- what the program imports for certain ---------------------------------------------------------------------------
 
-def _spec(module: str, paths: list[str]):
-    """`module`'s spec from `paths` or sys.path, nothing of it run (its twin on the tasks:
-    `_task.usercode.findable`); None when not found."""
-    head, _, rest = module.partition(".")
-    spec = importlib.machinery.PathFinder.find_spec(head, paths)
-    if spec is None:
-        try:
-            spec = importlib.util.find_spec(head)
-        except (ImportError, ValueError):
-            return None
-    name = head
-    for part in rest.split(".") if rest else ():
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        name = f"{name}.{part}"
-        spec = importlib.machinery.PathFinder.find_spec(name, list(spec.submodule_search_locations))
-    return spec
-
-
 def _inside(path: str, roots: list[str]) -> bool:
     path = os.path.realpath(path)
     return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
@@ -263,7 +243,7 @@ def program_modules(*, entrypoint: str = "", module: str = "", script_file: str 
             paths = [os.path.dirname(script_file), *paths]
     else:
         name, _, function = (entrypoint.partition(":") if entrypoint else (module, "", ""))
-        spec = _spec(name, paths)
+        spec = find_spec(name, paths)
         own = spec is None or _own(spec.origin, roots)
         needs[name] = Need(name, PROJECT if own else PACKAGE)
         if spec is not None and own and spec.origin and spec.origin.endswith(".py"):
@@ -292,7 +272,7 @@ def program_modules(*, entrypoint: str = "", module: str = "", script_file: str 
                 continue
             # `from pkg import mod`: mod may be a module of the program too.
             for name in [imp.module, *(f"{imp.module}.{n}" for n in imp.names)]:
-                spec = _spec(name, paths)
+                spec = find_spec(name, paths)
                 if spec is None or not _own(spec.origin, roots):
                     if name == imp.module and imports.top(name) not in needs:
                         needs.setdefault(imports.top(name), Need(imports.top(name), PACKAGE, via))

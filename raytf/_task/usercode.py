@@ -5,11 +5,10 @@ importing it here too would cost the task a second copy)."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
 from collections.abc import Iterable
 
+from raytf._core.finder import find_spec
 from raytf._core.shipping import SCRIPT, CodeNeeds, Missing
 
 
@@ -21,23 +20,9 @@ def task_paths(python_path: Iterable[str]) -> list[str]:
 
 
 def findable(module: str, paths: list[str]) -> bool:
-    """Whether `module` can be imported from `paths` or this process's sys.path, without running any of its code: a
-    package's submodules are looked for in its directories (importlib.util.find_spec would import the package, its
-    __init__ and whatever that imports, TensorFlow say)."""
-    head, _, rest = module.partition(".")
-    spec = importlib.machinery.PathFinder.find_spec(head, paths) if paths else None
-    if spec is None:
-        try:  # the interpreter's own finders too (built-ins, an editable install's finder); nothing is run
-            spec = importlib.util.find_spec(head)
-        except (ImportError, ValueError):
-            spec = None
-    name = head
-    for part in rest.split(".") if rest else ():
-        if spec is None or not spec.submodule_search_locations:
-            return False
-        name = f"{name}.{part}"
-        spec = importlib.machinery.PathFinder.find_spec(name, list(spec.submodule_search_locations))
-    return spec is not None
+    """Whether `module` can be imported from `paths` or this process's sys.path, without running any of its code
+    (the driver reads the program's modules with the same finder)."""
+    return find_spec(module, paths) is not None
 
 
 def missing(needs: CodeNeeds) -> list[Missing]:
