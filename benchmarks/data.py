@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.rounds import interleaved
+
 ROOT = Path(__file__).resolve().parents[1]
 SIZE, CROP, CHANNELS, CLASSES = 32, 28, 3, 10
 # name -> (training function, its extra params)
@@ -295,15 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(address="local", num_cpus=a.ray_cpus, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
     scratch = Path(tempfile.mkdtemp(prefix="raytf-data-"))
-    rows = []
     try:
-        for n in range(a.rounds):
-            for c in (chosen if n % 2 == 0 else chosen[::-1]):
-                row = me.one(c, a, scratch, n, passes)
-                rows.append(row)
-                print(f"round {n + 1}/{a.rounds} {c}: " + " ".join(
-                    f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
-                    if k not in ("contender", "round")), flush=True)
+        rows = interleaved(a.rounds, chosen, lambda c, n: me.one(c, a, scratch, n, passes))
     finally:
         ray.shutdown()
         shutil.rmtree(scratch, ignore_errors=True)

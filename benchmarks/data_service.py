@@ -42,9 +42,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.rounds import interleaved
+
 ROOT = Path(__file__).resolve().parents[1]
 SIZE, CROP, CHANNELS, CLASSES = 32, 28, 3, 10
-CONTENDERS = ("local", "service")
+CONTENDERS = ["local", "service"]
 
 
 def preprocess(tf, ids, passes: int):
@@ -268,15 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(address="local", num_cpus=ray_cpus, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
     scratch = Path(tempfile.mkdtemp(prefix="raytf-dsvc-"))
-    rows = []
     try:
-        for n in range(a.rounds):
-            for c in (CONTENDERS if n % 2 == 0 else CONTENDERS[::-1]):
-                row = me.one(c, a, scratch, n, passes)
-                rows.append(row)
-                print(f"round {n + 1}/{a.rounds} {c}: " + " ".join(
-                    f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
-                    if k not in ("contender", "round")), flush=True)
+        rows = interleaved(a.rounds, CONTENDERS, lambda c, n: me.one(c, a, scratch, n, passes))
     finally:
         versions = f"Python {platform.python_version()}, Ray {ray.__version__}"
         ray.shutdown()
