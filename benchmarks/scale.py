@@ -10,7 +10,8 @@ under 10 s beyond Ray's own.
 
 **Intake** (`--ranks 8,32,128,512`): N ranks each
 report one metrics row every `--interval` seconds, through raytf's own task-side emitter (`_task.call.Emitter`,
-one bus push per row as a training function's `ctx.report` makes it) into raytf's own event bus (an
+one per rank as each task has: a row goes at once while the rank's last push has landed, else with the rows that
+wait for it, in one push) into raytf's own event bus (an
 `EventBuffer` actor, `max_concurrency` as a run sizes it, on the driver's node), drained by a loop that does
 what the driver's does with each row: the metrics table (`MetricsTable.add`), the straggler watch
 (`Stragglers.add`), and a Parquet part every `metrics.flush_interval_s` (`RunDir.metrics.append`, local
