@@ -207,15 +207,21 @@ class Outbox:
     def put(self, event) -> Any:
         """Sends `event` or holds it; returns a push for the caller to watch (then call `landed`), or None."""
         refs = self.inflight
-        if self.pending or len(refs.refs) >= self.eager:
-            refs.reap()
-        if not self.pending and len(refs.refs) < self.eager:
-            self._push([event])
-            return None
+        if self.watch is None:  # nothing waits for a landing: does the bus keep up?
+            if len(refs.refs) >= self.eager:
+                refs.reap()
+            if len(refs.refs) < self.eager:
+                if self.pending:
+                    self.pending.append(event)
+                    self._send_pending()
+                else:
+                    self._push([event])
+                return None
+        # Behind: the watched push's landing sends the batch (no look at the bus per event: a ray.wait each was
+        # most of what a report cost a process speaking for many ranks).
         self.pending.append(event)
         self._pending_bytes += self._size(event)
-        if len(refs.refs) < self.eager or len(self.pending) >= self.max_events \
-                or self._pending_bytes >= self.max_bytes:
+        if len(self.pending) >= self.max_events or self._pending_bytes >= self.max_bytes:
             self._send_pending()
             return None
         return self._arm()

@@ -159,9 +159,10 @@ def test_events_wait_for_a_push_to_land_then_go_as_one():
     assert bus.pushes == [["step0"], [f"step{i}" for i in range(1, 10)]] and box.pending == []
     assert box.put("epoch") == 1 and box.put("step10") is None  # push 1 in flight
     bus.landed.add(1)
-    assert box.put("step11") is None  # it landed: the batch goes with this event, no landing call needed
-    assert bus.pushes[-1] == ["epoch", "step10", "step11"] and box.watch is None
-    assert box.landed(1) is None and len(bus.pushes) == 3  # the late landing finds nothing to send
+    assert box.put("step11") is None and len(bus.pushes) == 2  # the landing, not the next event, sends the batch
+    assert box.landed(1) is None and bus.pushes[-1] == ["epoch", "step10", "step11"] and box.watch is None
+    bus.landed.add(2)
+    assert box.put("step12") is None and bus.pushes[-1] == ["step12"]  # caught up: at once again
 
 
 def test_a_full_batch_goes_without_waiting_for_a_landing():
