@@ -50,7 +50,8 @@ class Emitter:
     def __init__(self, bus, role: str, rank: int, attempt: int) -> None:
         self.bus, self.role, self.rank, self.attempt = bus, role, rank, attempt
         self._outbox = limits.Outbox(
-            lambda events: bus.push.remote(events), lambda refs, n, t: ray.wait(refs, num_returns=n, timeout=t),
+            lambda events: bus.push.options(concurrency_group=ev.PUSH_GROUP).remote(events),
+            lambda refs, n, t: ray.wait(refs, num_returns=n, timeout=t),
             droppable=lambda e: e.kind in ev.COALESCED, size=lambda e: ev.payload_bytes(e.payload))
         self._lock = threading.Lock()  # the training thread, the checkpoint uploader and _Landings all send
 
