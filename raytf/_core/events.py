@@ -34,6 +34,8 @@ COALESCED = frozenset({STEP, HEARTBEAT, OUTPUT})
 # run reports (a row every metrics.every_steps steps, output in pushes of at most 256 KiB every 0.2 s), so only
 # a program that floods it, or a driver stalled for seconds, reaches it.
 MAX_EVENTS_PER_RANK = 2000
+# The bus actor's concurrency group that runs the tasks' pushes (_driver/group.py).
+PUSH_GROUP = "push"
 MAX_BYTES_PER_RANK = 4 * 1024 * 1024
 
 

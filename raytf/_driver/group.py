@@ -32,8 +32,11 @@ from raytf.errors import ConfigError, RaytfError, StorageError, WorkerError
 log = logging.getLogger("raytf")
 
 _RemoteTask = ray.remote(TaskActor)
-# Threaded: drain(), wait_stop() and wait_control() block while tasks keep pushing.
-_RemoteBus = ray.remote(num_cpus=0)(ev.EventBuffer)
+# Threaded: drain(), wait_stop() and wait_control() block while tasks keep pushing. The tasks' pushes run on a
+# thread of their own (PUSH_GROUP), one at a time: on the threads of the blocking calls, hundreds of concurrent
+# pushes mostly waited for each other (Ray's deserialization lock, the buffer's), and could land out of order
+# (raytf issue 38).
+_RemoteBus = ray.remote(num_cpus=0, concurrency_groups={ev.PUSH_GROUP: 1})(ev.EventBuffer)
 
 
 @ray.remote(num_cpus=0)

@@ -5,6 +5,7 @@ the task's log, its scratch directory, the port it holds, and how it ends (`Task
 from __future__ import annotations
 
 import logging
+import queue
 import signal
 import threading
 import traceback
@@ -42,31 +43,79 @@ def task_logging() -> None:
 
 
 class Emitter:
-    """Event pushes without waiting for each, at most limits.MAX_INFLIGHT_PUSHES in flight (past it, a push
-    waits for room: the task slows to the bus' pace); `flush` waits until every push has landed on the bus."""
+    """A task's events to the bus, without waiting for each: at once while the bus keeps up, in batches of those
+    that came meanwhile when it is behind (limits.Outbox); past limits.MAX_INFLIGHT_PUSHES pushes in flight, the
+    task waits for room (it slows to the bus' pace). `flush` waits until every event has landed on the bus."""
 
     def __init__(self, bus, role: str, rank: int, attempt: int) -> None:
         self.bus, self.role, self.rank, self.attempt = bus, role, rank, attempt
-        self._inflight = limits.Inflight(lambda refs, n, t: ray.wait(refs, num_returns=n, timeout=t))
-        self._lock = threading.Lock()  # the training thread and the checkpoint uploader both emit
-        self.dropped = 0  # events the bus may merge anyway, not sent while it took none for wait_s
+        self._outbox = limits.Outbox(
+            lambda events: bus.push.options(concurrency_group=ev.PUSH_GROUP).remote(events),
+            lambda refs, n, t: ray.wait(refs, num_returns=n, timeout=t),
+            droppable=lambda e: e.kind in ev.COALESCED, size=lambda e: ev.payload_bytes(e.payload))
+        self._lock = threading.Lock()  # the training thread, the checkpoint uploader and _Landings all send
+
+    @property
+    def dropped(self) -> int:
+        """Events the bus may merge anyway, not sent while it took none for wait_s."""
+        return self._outbox.dropped
 
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
         with self._lock:
-            if not self._inflight.room() and kind in ev.COALESCED:
-                self.dropped += 1
-                if self.dropped == 1:
-                    log.warning("the event bus took none of %d pushes in %gs: %s events are dropped while it "
-                                "takes none", self._inflight.cap, self._inflight.wait_s,
-                                "/".join(sorted(ev.COALESCED)))
-                return
-            self._inflight.add(self.bus.push.remote([ev.Event(kind, self.role, self.rank, self.attempt, payload)]))
+            before = self._outbox.dropped
+            watch = self._outbox.put(ev.Event(kind, self.role, self.rank, self.attempt, payload))
+            self._warn(before)
+        if watch is not None:
+            _landings.watch(self, watch)
+
+    def landed(self, ref) -> None:
+        """A push `_landings` watched for this emitter landed: the events waiting for it go."""
+        with self._lock:
+            before = self._outbox.dropped
+            watch = self._outbox.landed(ref)
+            self._warn(before)
+        if watch is not None:
+            _landings.watch(self, watch)
+
+    def _warn(self, before: int) -> None:
+        if self._outbox.dropped and not before:
+            log.warning("the event bus took none of %d pushes in %gs: %s events are dropped while it takes none",
+                        self._outbox.inflight.cap, self._outbox.inflight.wait_s, "/".join(sorted(ev.COALESCED)))
 
     def flush(self, timeout: float = 30.0) -> None:
         with self._lock:
-            refs = self._inflight.take()
+            refs = self._outbox.take()
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=timeout)
+
+
+class _Landings:
+    """Sends an emitter's waiting events when the push it watches lands, from a thread of its own (one per
+    process, started on first use): Ray runs a ref's done-callback on its own core-worker thread, where we only
+    queue the landing -- a push submitted from there could block the thread that completes pushes."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, emitter: Emitter, ref) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="raytf-event-landings", daemon=True)
+                self._thread.start()
+        ref.future().add_done_callback(lambda _: self._queue.put((emitter, ref)))
+
+    def _run(self) -> None:
+        while True:
+            emitter, ref = self._queue.get()
+            try:
+                emitter.landed(ref)
+            except Exception:  # this thread serves every emitter of the process: one's failure must not stop it
+                log.exception("sending waiting events to the bus failed")
+
+
+_landings = _Landings()
 
 
 def error_of(e: BaseException, *, role: str, rank: int, node_id: str, kind: str = failure.USER) -> WorkerError:

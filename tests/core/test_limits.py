@@ -112,6 +112,96 @@ def test_pushes_in_flight_are_capped():
     assert inflight.take() == [2, 3] and inflight.refs == []
 
 
+class FakeBus:
+    """A bus for limits.Outbox: pushes are numbered; a push has landed once its number is in `landed`."""
+
+    def __init__(self) -> None:
+        self.pushes: list[list] = []
+        self.landed: set[int] = set()
+        self.waits: list[tuple[int, float]] = []
+
+    def send(self, events: list) -> int:
+        self.pushes.append(list(events))
+        return len(self.pushes) - 1
+
+    def wait(self, refs, n, timeout):
+        self.waits.append((n, timeout))
+        ready = [r for r in refs if r in self.landed][:n]
+        return ready, [r for r in refs if r not in ready]
+
+    def outbox(self, **kw) -> limits.Outbox:
+        return limits.Outbox(self.send, self.wait, droppable=lambda e: e.startswith("step"), size=len, **kw)
+
+
+def test_events_go_at_once_while_the_bus_keeps_up():
+    bus = FakeBus()
+    box = bus.outbox()
+    for i in range(5):
+        assert box.put(f"step{i}") is None
+        bus.landed.add(i)  # each lands before the next event comes
+    assert bus.pushes == [[f"step{i}"] for i in range(5)]
+    assert all(timeout == 0 for _, timeout in bus.waits)  # never waited: no delay added
+
+
+def test_events_wait_for_a_push_to_land_then_go_as_one():
+    """Behind (a push in flight): the events that come meanwhile go together, in order, once it lands -- not one
+    push each, which is what outran the bus at 512 ranks (raytf issue 38)."""
+    bus = FakeBus()
+    box = bus.outbox()
+    assert box.put("step0") is None and bus.pushes == [["step0"]]
+    assert box.put("step1") == 0  # push 0 in flight: held; push 0 is the one to watch
+    for i in range(2, 10):
+        assert box.put(f"step{i}") is None  # already watched
+    assert len(bus.pushes) == 1 and box.pending == [f"step{i}" for i in range(1, 10)]
+    assert box.landed(7) is None and len(bus.pushes) == 1  # not the watched push: nothing
+    bus.landed.add(0)
+    assert box.landed(0) is None
+    assert bus.pushes == [["step0"], [f"step{i}" for i in range(1, 10)]] and box.pending == []
+    assert box.put("epoch") == 1 and box.put("step10") is None  # push 1 in flight
+    bus.landed.add(1)
+    assert box.put("step11") is None and len(bus.pushes) == 2  # the landing, not the next event, sends the batch
+    assert box.landed(1) is None and bus.pushes[-1] == ["epoch", "step10", "step11"] and box.watch is None
+    bus.landed.add(2)
+    assert box.put("step12") is None and bus.pushes[-1] == ["step12"]  # caught up: at once again
+
+
+def test_a_full_batch_goes_without_waiting_for_a_landing():
+    bus = FakeBus()
+    box = bus.outbox(max_events=4, max_bytes=1000)
+    box.put("step0")
+    for i in range(1, 10):
+        box.put(f"step{i}")
+    assert bus.pushes == [["step0"], ["step1", "step2", "step3", "step4"], ["step5", "step6", "step7", "step8"]]
+    assert box.pending == ["step9"]
+    box.put("x" * 2000)  # past max_bytes
+    assert bus.pushes[-1] == ["step9", "x" * 2000]
+
+
+def test_a_bus_that_takes_nothing_gets_full_batches_without_droppable_events():
+    bus = FakeBus()
+    box = bus.outbox(cap=2, max_events=2, wait_s=0.5)
+    for e in ("step0", "step1", "step2"):  # push 0 alone, push 1 a full batch: the cap
+        box.put(e)
+    assert len(bus.pushes) == 2 and box.dropped == 0
+    box.put("step3")
+    box.put("epoch")  # a full batch, no room after wait_s: its step row is dropped, the epoch goes
+    assert (1, 0.5) in bus.waits and box.dropped == 1 and bus.pushes[-1] == ["epoch"]
+    box.put("step4")
+    assert box.landed(0) == 0  # still no room: watched again, nothing sent
+    bus.landed.update({0, 1, 2})
+    assert box.landed(0) is None and bus.pushes[-1] == ["step4"]
+
+
+def test_take_sends_what_waits_and_hands_over_every_push():
+    bus = FakeBus()
+    box = bus.outbox()
+    box.put("step0")
+    box.put("step1")
+    box.put("checkpoint")
+    assert box.take() == [0, 1] and bus.pushes[-1] == ["step1", "checkpoint"]
+    assert box.pending == [] and box.inflight.refs == [] and box.landed(0) is None
+
+
 def test_a_line_is_cut_never_held_whole():
     cutter = limits.LineCutter(max_line=1024)
     out = []
