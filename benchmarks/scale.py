@@ -14,7 +14,8 @@ one per rank as each task has: a row goes at once while the rank's last push has
 wait for it, in one push) into raytf's own event bus (an
 `EventBuffer` actor, `max_concurrency` as a run sizes it, on the driver's node), drained by a loop that does
 what the driver's does with each row: the metrics table (`MetricsTable.add`), the straggler watch
-(`Stragglers.add`), and a Parquet part every `metrics.flush_interval_s` (`RunDir.metrics.append`, local
+(`Stragglers.add`), the TensorBoard files (`TensorBoardSink`: one per rank), and a Parquet part every
+`metrics.flush_interval_s` (`RunDir.metrics.append`, local
 storage). Then the run's end on that table: `metrics.parquet` compacted, the learning curves plotted.
 
 Run:  python -m benchmarks.scale [--tasks 8,32,128] [--ranks 8,32,128,512] [--seconds 20] [--interval 0.1]
@@ -49,6 +50,7 @@ from raytf._core import events as ev
 from raytf._core.figures import learning_curves, png_bytes
 from raytf._core.metrics import MetricsTable
 from raytf._core.stragglers import Stragglers
+from raytf._driver.sinks import TensorBoardSink
 from raytf._storage import RunDir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,6 +132,7 @@ def measure(n: int, seconds: float, interval: float, reporters: int, scratch: st
     rd.makedirs()
     table = MetricsTable(f"scale-{n}")
     stragglers = Stragglers(1.3, 5)
+    tensorboard = TensorBoardSink(rd)  # a file per rank, as a run's driver writes them
     intake_lag: list[float] = []
     parquet_lag: list[float] = []
     unflushed: list[float] = []
@@ -146,6 +149,7 @@ def measure(n: int, seconds: float, interval: float, reporters: int, scratch: st
             table.add(e)
             stragglers.add(attempt=e.attempt, rank=e.rank, role=e.role, host="", step=int(e.payload["step"]),
                            metrics=e.payload["metrics"])
+            tensorboard(e)
             intake_lag.append(now - e.time)
             unflushed.append(e.time)
             taken += 1
@@ -192,6 +196,7 @@ def measure(n: int, seconds: float, interval: float, reporters: int, scratch: st
     t = time.perf_counter()
     whole = table.to_arrow()
     rd.metrics.write(whole)
+    tensorboard.close()
     curves = learning_curves(whole)
     png = png_bytes(curves, title=f"scale-{n}")
     end_s = time.perf_counter() - t
