@@ -26,14 +26,11 @@ MAX_EVENT_LINE_BYTES = 1024 * 1024
 # A training function's error message and traceback, as result.json keeps them (the exception's text can be
 # anything: a tensor, a whole dataset's repr).
 MAX_ERROR_BYTES = 64 * 1024
-# Event pushes a task has in flight to the bus: past it, the next push waits for the oldest to land.
-MAX_INFLIGHT_PUSHES = 64
-# Pushes a task sends as its events come, one event each; past them, events wait for a push to land and then go
-# together, as one push (Nagle's rule). The bus pays per call (~0.6 ms of its CPU each, whatever it carries), so
-# 512 ranks sending a row every 100 ms one call each outran it (1,565 rows/s taken of 5,120; raytf issue 38): a
-# bus that is behind now gets fewer, bigger pushes, and an idle one gets every event at once.
-EAGER_PUSHES = 1
-# What one push of waiting events carries at most: past either, the batch goes without waiting for a push to land.
+# A task's events go to the bus one push in flight at a time (Outbox: in order); while one is in flight, those
+# that come wait and then go together, as one push (Nagle's rule). The bus pays per call (~0.6 ms of its CPU
+# each, whatever it carries), so 512 ranks sending a row every 100 ms one call each outran it (1,565 rows/s taken
+# of 5,120; raytf issue 38): a bus that is behind now gets fewer, bigger pushes, and an idle one gets every event
+# at once. What one push of waiting events carries at most: past either, the task waits for its push to land.
 # Well under what the bus holds of one rank between two drains (events.MAX_EVENTS_PER_RANK / MAX_BYTES_PER_RANK).
 MAX_BATCH_EVENTS = 256
 MAX_BATCH_BYTES = 1024 * 1024
@@ -146,125 +143,72 @@ class MetricNames:
         self.seen.update(new)
 
 
-class Inflight:
-    """A task's event pushes still in flight, at most `cap`: past it, a new push first waits (up to `wait_s`)
-    for the oldest to land, so a task that sends faster than the bus takes them slows to its pace instead of
-    piling requests up. `wait(refs, num_returns, timeout) -> (ready, not_ready)` is `ray.wait`. Pure."""
-
-    def __init__(self, wait: Callable[[list, int, float], tuple[list, list]], cap: int = MAX_INFLIGHT_PUSHES,
-                 wait_s: float = 10.0) -> None:
-        self._wait, self.cap, self.wait_s = wait, cap, wait_s
-        self.refs: list = []
-
-    def room(self) -> bool:
-        """Whether one more push may go now (after waiting up to wait_s for room)."""
-        if len(self.refs) >= self.cap:
-            _, self.refs = self._wait(self.refs, len(self.refs), 0)
-        if len(self.refs) >= self.cap:
-            _, self.refs = self._wait(self.refs, len(self.refs) - self.cap + 1, self.wait_s)
-        return len(self.refs) < self.cap
-
-    def reap(self) -> None:
-        """Forgets the pushes that landed, without waiting."""
-        if self.refs:
-            _, self.refs = self._wait(self.refs, len(self.refs), 0)
-
-    def add(self, ref) -> None:
-        self.refs.append(ref)
-
-    def take(self) -> list:
-        """Every push in flight, for the caller to wait on; none is tracked any more."""
-        refs, self.refs = self.refs, []
-        return refs
-
-
 class Outbox:
-    """A task's events on their way to the bus, in the order they came. An event goes at once, as a push of its
-    own, while fewer than `eager` pushes are in flight (a bus keeping up: no delay); otherwise it joins the
-    pending batch, which goes as one push as soon as a push lands or it holds `max_events` events or `max_bytes`
-    (`size(event)`) -- a full batch first waits for room under the Inflight cap, and a bus that took none for
-    wait_s gets it without its `droppable` events (counted in `dropped`).
+    """A task's events on their way to the bus, in the order they came, with at most one push in flight: Ray runs
+    a threaded actor's calls (the bus is one) in no guaranteed order, so a second push sent before the first
+    landed could overtake it (seen here: a batch that went through the object store was overtaken by the small
+    one after it; https://docs.ray.io/en/latest/ray-core/actors/task-orders.html). An event goes at once when no
+    push is in flight (a bus keeping up: no delay); otherwise it joins the pending batch, which goes as one push
+    when the push in flight lands (Nagle's rule: the bus pays per call, raytf issue 38). A batch that reaches
+    `max_events` or `max_bytes` (`size(event)`) makes the caller wait for that landing, up to `wait_s` (the task
+    slows to the bus' pace); if the bus took nothing meanwhile, the batch's `droppable` events are dropped
+    (counted in `dropped`) and the rest wait on.
 
-    No timer: `put` and `landed` return a push in flight for the caller to watch (or None), and the caller calls
-    `landed(that push)` once it has landed. `send(events) -> ref` pushes; `wait` is Inflight's. Not thread-safe
-    (the caller holds a lock). Pure."""
+    No timer: `put`, `landed` and `take` return the push just sent for the caller to watch (or None), and the
+    caller calls `landed(that push)` once it has landed (a push that failed has landed too). `send(events) ->
+    ref` pushes; `wait(refs, num_returns, timeout) -> (ready, not_ready)` is `ray.wait`. Not thread-safe (the
+    caller holds a lock). Pure."""
 
     def __init__(self, send: Callable[[list], Any], wait: Callable[[list, int, float], tuple[list, list]], *,
-                 droppable: Callable[[Any], bool], size: Callable[[Any], int], eager: int = EAGER_PUSHES,
-                 cap: int = MAX_INFLIGHT_PUSHES, max_events: int = MAX_BATCH_EVENTS,
+                 droppable: Callable[[Any], bool], size: Callable[[Any], int], max_events: int = MAX_BATCH_EVENTS,
                  max_bytes: int = MAX_BATCH_BYTES, wait_s: float = 10.0) -> None:
-        if not 1 <= eager <= cap:
-            raise ValueError(f"Outbox: eager={eager} must be from 1 to cap={cap}")
-        self._send, self._droppable, self._size = send, droppable, size
-        self.eager, self.max_events, self.max_bytes = eager, max_events, max_bytes
-        self.inflight = Inflight(wait, cap, wait_s)
+        self._send, self._wait, self._droppable, self._size = send, wait, droppable, size
+        self.max_events, self.max_bytes, self.wait_s = max_events, max_bytes, wait_s
+        self.inflight: Any = None  # the push in flight, None when the last one landed
         self.pending: list = []
         self._pending_bytes = 0
-        self.watch: Any = None  # the push in flight whose landing sends the pending batch
-        self.dropped = 0  # droppable events not sent while the bus took none for wait_s
+        self.dropped = 0  # droppable events not sent while the bus took nothing for wait_s
         self.pushes = 0
 
     def put(self, event) -> Any:
         """Sends `event` or holds it; returns a push for the caller to watch (then call `landed`), or None."""
-        refs = self.inflight
-        if self.watch is None:  # nothing waits for a landing: does the bus keep up?
-            if len(refs.refs) >= self.eager:
-                refs.reap()
-            if len(refs.refs) < self.eager:
-                if self.pending:
-                    self.pending.append(event)
-                    self._send_pending()
-                else:
-                    self._push([event])
-                return None
-        # Behind: the watched push's landing sends the batch (no look at the bus per event: a ray.wait each was
-        # most of what a report cost a process speaking for many ranks).
+        if self.inflight is None:
+            return self._push([event])
         self.pending.append(event)
         self._pending_bytes += self._size(event)
-        if len(self.pending) >= self.max_events or self._pending_bytes >= self.max_bytes:
-            self._send_pending()
+        if len(self.pending) < self.max_events and self._pending_bytes < self.max_bytes:
             return None
-        return self._arm()
+        ready, _ = self._wait([self.inflight], 1, self.wait_s)
+        if ready:
+            return self._push_pending()
+        kept = [e for e in self.pending if not self._droppable(e)]
+        self.dropped += len(self.pending) - len(kept)
+        self.pending, self._pending_bytes = kept, sum(self._size(e) for e in kept)
+        return None
 
     def landed(self, ref) -> Any:
-        """`ref`, a push `put` or `landed` returned, landed: the pending batch goes now (or, were the cap reached
-        by full batches meanwhile, when another push lands: that one is returned, to watch)."""
-        if self.watch is None or ref != self.watch:  # the batch it was armed for went already (full, or flushed)
+        """`ref`, a push this outbox returned to watch, landed: the pending batch goes now (returned, to watch)."""
+        if ref is not self.inflight:  # one that a full batch or a flush had waited for already
             return None
-        self.watch = None
+        self.inflight = None
+        return self._push_pending() if self.pending else None
+
+    def take(self, timeout: float) -> tuple[Any, Any]:
+        """For a flush: what waits goes once the push in flight landed (waiting up to `timeout`; past it, it goes
+        anyway: a flush is a task's last word). Returns (the push to wait for or None, a new push to watch or
+        None)."""
         if not self.pending:
-            return None
-        self.inflight.reap()
-        if len(self.inflight.refs) < self.inflight.cap:
-            self._send_pending()
-            return None
-        return self._arm()
+            return self.inflight, None
+        if self.inflight is not None:
+            self._wait([self.inflight], 1, timeout)
+        sent = self._push_pending()
+        return sent, sent
 
-    def take(self) -> list:
-        """Sends the pending batch (room or not: the caller waits for every push next), then returns every push
-        in flight; none is tracked any more."""
-        if self.pending:
-            batch, self.pending, self._pending_bytes = self.pending, [], 0
-            self._push(batch)
-        self.watch = None
-        return self.inflight.take()
+    def _push_pending(self) -> Any:
+        batch, self.pending, self._pending_bytes = self.pending, [], 0
+        return self._push(batch)
 
-    def _arm(self) -> Any:
-        if self.watch is not None or not self.inflight.refs:
-            return None
-        # The oldest: the first to land, as one caller's calls to an actor start in the order they were made.
-        self.watch = self.inflight.refs[0]
-        return self.watch
-
-    def _send_pending(self) -> None:
-        batch, self.pending, self._pending_bytes, self.watch = self.pending, [], 0, None
-        if not self.inflight.room():
-            kept = [e for e in batch if not self._droppable(e)]
-            self.dropped += len(batch) - len(kept)
-            batch = kept
-        if batch:
-            self._push(batch)
-
-    def _push(self, events: list) -> None:
-        self.inflight.add(self._send(events))
+    def _push(self, events: list) -> Any:
+        self.inflight = self._send(events)
         self.pushes += 1
+        return self.inflight

@@ -43,9 +43,10 @@ def task_logging() -> None:
 
 
 class Emitter:
-    """A task's events to the bus, without waiting for each: at once while the bus keeps up, in batches of those
-    that came meanwhile when it is behind (limits.Outbox); past limits.MAX_INFLIGHT_PUSHES pushes in flight, the
-    task waits for room (it slows to the bus' pace). `flush` waits until every event has landed on the bus."""
+    """A task's events to the bus, in order, without waiting for each: at once while the bus keeps up, in batches
+    of those that came meanwhile when it is behind (limits.Outbox: one push in flight); past limits.MAX_BATCH_EVENTS
+    waiting, the task waits for its push to land (it slows to the bus' pace). `flush` waits until every event has
+    landed on the bus."""
 
     def __init__(self, bus, role: str, rank: int, attempt: int) -> None:
         self.bus, self.role, self.rank, self.attempt = bus, role, rank, attempt
@@ -79,14 +80,16 @@ class Emitter:
 
     def _warn(self, before: int) -> None:
         if self._outbox.dropped and not before:
-            log.warning("the event bus took none of %d pushes in %gs: %s events are dropped while it takes none",
-                        self._outbox.inflight.cap, self._outbox.inflight.wait_s, "/".join(sorted(ev.COALESCED)))
+            log.warning("the event bus took no push of this task in %gs: %s events are dropped while it takes none",
+                        self._outbox.wait_s, "/".join(sorted(ev.COALESCED)))
 
     def flush(self, timeout: float = 30.0) -> None:
         with self._lock:
-            refs = self._outbox.take()
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=timeout)
+            last, watch = self._outbox.take(timeout)
+        if watch is not None:
+            _landings.watch(self, watch)
+        if last is not None:
+            ray.wait([last], num_returns=1, timeout=timeout)
 
 
 class _Landings:
