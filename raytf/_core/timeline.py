@@ -102,7 +102,8 @@ def durations(phases: Mapping[str, float], order: Iterable[str] = PHASES) -> lis
 
 def process_start(stat: str, boot_time: float, clock_ticks: int) -> float:
     """The wall-clock start of a process from its /proc/<pid>/stat line (field 22: clock ticks after boot), the
-    machine's boot time (/proc/stat's btime) and the clock's ticks per second. The command name (field 2, in
-    parentheses) may hold spaces and parentheses: the fields are counted after its last ')'."""
+    machine's boot time (wall clock) and the clock's ticks per second. The boot time is best time.time() minus
+    CLOCK_BOOTTIME's reading: /proc/stat's btime is whole seconds, and was 0.7 s off the wall clock here. The
+    command name (field 2, in parentheses) may hold spaces and parentheses: fields are counted after its last ')'."""
     rest = stat[stat.rindex(")") + 2:].split()
     return boot_time + int(rest[19]) / clock_ticks

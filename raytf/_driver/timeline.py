@@ -18,10 +18,9 @@ def process_started_at() -> float:
     try:
         with open(f"/proc/{os.getpid()}/stat") as f:
             stat = f.read()
-        with open("/proc/stat") as f:
-            boot = next(float(line.split()[1]) for line in f if line.startswith("btime "))
+        boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)  # (the clock of /proc's start times)
         return process_start(stat, boot, os.sysconf("SC_CLK_TCK"))
-    except (OSError, StopIteration, ValueError, IndexError):
+    except (OSError, AttributeError, ValueError, IndexError):  # (AttributeError: no CLOCK_BOOTTIME, not Linux)
         return _IMPORTED_AT
 
 
