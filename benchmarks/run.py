@@ -129,7 +129,7 @@ def hand(s: Setup, out: Path) -> Trial:
         why = "timed out" if wall >= _TIMEOUT_S else f"exit {p.returncode}"
         return Trial("hand-launched TF", wall, error=f"{why}: {log.read_text(errors='replace')[-300:]}")
     trial = _measure("hand-launched TF", t0, wall, out, s.batch * s.workers)
-    trial.timeline = cold_timeline(t0, wall, _timings(out), None)
+    trial.timeline = cold_timeline(t0, wall, _timings(out), None, by_hand=True)
     return trial
 
 
@@ -313,9 +313,11 @@ TIMELINE_ROWS = {
 }
 
 
-def cold_timeline(t0: float, wall: float, timings: list[dict], raytf: dict | None) -> dict[str, float]:
+def cold_timeline(t0: float, wall: float, timings: list[dict], raytf: dict | None, *,
+                  by_hand: bool = False) -> dict[str, float]:
     """Boundary -> seconds since the launcher spawned the process (t0), for one cold trial: raytf's `timeline` from
-    result.json (None: launched by hand), the workload's own marks (`timings`, one per rank) and the exit (`wall`).
+    result.json (None: not raytf), the workload's own marks (`timings`, one per rank) and the exit (`wall`); the
+    process's start is raytf's driver's, or (`by_hand`) the workload's own (a Ray Train driver's is not known).
     The task's boundaries are the last rank's (the slowest gates the first step); the first step is rank 0's."""
     out: dict[str, float] = {}
     marks = [t.get("marks") or {} for t in timings]
@@ -332,11 +334,11 @@ def cold_timeline(t0: float, wall: float, timings: list[dict], raytf: dict | Non
     first = [t["first_step_at"] for t in timings if t.get("first_step_at")]
     if first:
         out[tl.FIRST_STEP] = min(timings, key=lambda t: t["rank"])["first_step_at"] - t0
-    if raytf is None:  # by hand: the process is the task's
+    if by_hand:  # the process is the task's
         started = [m["process_start"] for m in marks if m.get("process_start")]
         if started:
             out[tl.PROCESS_START] = max(started) - t0
-    else:
+    elif raytf is not None:
         origin = raytf["process_started_at"]
         for phase, at in raytf["phases"].items():
             # The workload's own first step and end: with metrics.every_steps=0 raytf's first event is an epoch's.
