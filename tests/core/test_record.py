@@ -38,3 +38,42 @@ def test_a_failed_write_after_a_success_is_raised_once_all_were_tried():
     with pytest.raises(StorageError, match="no space left"):
         r.end("succeeded", ended_by=None)
     assert r.calls == ["curves", ("result", "succeeded")]
+
+
+class CurvesRecord(RunRecord):
+    """A record's curves alone: its metrics table and a run directory that keeps what is written."""
+
+    def __init__(self) -> None:
+        from raytf._core.metrics import MetricsTable
+
+        self.cfg = SimpleNamespace(run=SimpleNamespace(name="r"))
+        self.metrics = MetricsTable("r", None)
+        self._curves = None
+        self.written: dict[str, bytes] = {}
+        self.run_dir = SimpleNamespace(write_bytes=self.written.__setitem__)
+
+    def epoch(self, n: int) -> None:
+        from raytf._core import events as ev
+
+        self.metrics.add(ev.Event(ev.EPOCH, "worker", 0, 1, {"epoch": n, "step": 5 * n, "metrics": {"loss": 1 / n}}))
+
+
+def test_curves_plotted_ahead_on_a_thread_are_the_ones_written():
+    r = CurvesRecord()
+    r.epoch(1)
+    r.epoch(2)
+    r.plot_ahead()  # (raytf issue 38: while the group is torn down)
+    r._plot = lambda table: pytest.fail("plotted twice")
+    r.write_curves()
+    assert r.written["learning_curves.png"].startswith(b"\x89PNG")
+
+
+def test_a_row_after_the_plot_ahead_makes_the_run_end_plot_again():
+    r = CurvesRecord()
+    plotted: list[int] = []
+    r._plot = lambda table: plotted.append(table.num_rows) or b"png%d" % table.num_rows
+    r.epoch(1)
+    r.plot_ahead()
+    r.epoch(2)
+    r.write_curves()
+    assert plotted == [1, 2] and r.written == {"learning_curves.png": b"png2"}
