@@ -80,8 +80,6 @@ class AttemptRunner:
         end: AttemptEnd | None = None
         try:
             end = self._train(attempt, cfg, plan, pg, group)
-            if isinstance(end.end, Done):
-                self.record.plot_ahead()  # the curves plotted while the group is torn down
         finally:
             group.teardown(skip=set(end.unreachable) if end is not None else set())  # (unreachable: no sweep)
             self.record.timeline.mark(tl.TEARDOWN_DONE, time.time())

@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +80,6 @@ class RunRecord:
         self._last_flush = time.monotonic()  # the last metrics part's write
         self._launch_id = f"{int(t0)}-{secrets.token_hex(3)}"  # names this launch's metrics parts
         self._parts = 0
-        self._curves: tuple[int, Future] | None = None  # (rows plotted, the PNG's bytes): plotted ahead
 
     # -- what the tasks tell -------------------------------------------------------------------
     def placed(self, plan: Plan, tasks: Iterable[TaskInfo]) -> None:
@@ -167,34 +165,14 @@ class RunRecord:
             if locked:
                 self._lock.release()
 
-    def plot_ahead(self) -> None:
-        """Training succeeded and every row is in: plot the curves on a thread of their own while the attempt's group
-        is torn down (matplotlib's import and the plot took ~1 s of a cold CLI run's end, raytf issue 38); the run's
-        end writes them (`write_curves`). Not in a notebook: its pyplot is the user's, on the main thread."""
-        if self._curves is not None or "ipykernel" in sys.modules:
-            return
-        table = self.metrics.to_arrow()  # (here: the table is not the thread's to touch)
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raytf-curves")
-        self._curves = (table.num_rows, pool.submit(self._plot, table))
-        pool.shutdown(wait=False)  # (its one thread ends with the plot)
-
-    def _plot(self, table: pa.Table) -> bytes | None:
-        curves = figures.learning_curves(table)
-        if curves.empty:
-            return None
-        return figures.png_bytes(curves, title=self.cfg.run.name, resizes=figures.size_changes(table))
-
     def write_curves(self) -> None:
-        """learning_curves.png in the run directory (a plot must never fail a run): the one plotted ahead when no
-        row came in since."""
+        """learning_curves.png in the run directory (a plot must never fail a run)."""
         try:
-            ahead, self._curves = self._curves, None
-            if ahead is not None and ahead[0] == len(self.metrics):
-                png = ahead[1].result()
-            else:
-                png = self._plot(self.metrics.to_arrow())
-            if png is not None:
-                self.run_dir.write_bytes(figures.CURVES_FILE, png)
+            table = self.metrics.to_arrow()
+            curves = figures.learning_curves(table)
+            if not curves.empty:
+                self.run_dir.write_bytes(figures.CURVES_FILE, figures.png_bytes(
+                    curves, title=self.cfg.run.name, resizes=figures.size_changes(table)))
         except (RaytfError, OSError, ValueError) as e:
             log.warning("learning curves not plotted: %s", e)
 
