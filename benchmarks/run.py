@@ -8,8 +8,16 @@ the rounds are interleaved (A B C ... A B C ...) so the machine's drift hits all
 over rounds, and ratios taken within each round (then their median) to the hand-launched floor and to Ray Train.
 
 Two phases. Cold: each launcher starts from a bare process, as a user's command does on one machine (the raytf
-CLI with its embedded Ray, a Ray Train script that calls ray.init), so Ray's start and stop count. Warm: one Ray
-instance, already running, serves every Ray-based contender, as a cluster does. Hand-launched TF runs in both.
+CLI with its embedded Ray, function and script mode, a Ray Train script that calls ray.init), so Ray's start and
+stop count. Warm: one Ray instance, already running, serves every Ray-based contender, as a cluster does.
+Hand-launched TF runs in both.
+
+The cold rounds also print the cold-launch timeline (raytf issue 38): where each cold launch's seconds go, phase by
+phase, beside the hand-launched program's own. raytf's phases come from its result.json (`timeline`: the driver's
+marks, the tasks' TensorFlow import and strategy from their STARTED events); the first step, the end of training
+and (by hand, in a script) the TensorFlow import from the workload's own marks (benchmarks/workload.py); the
+process's spawn and exit from this benchmark's clock around the subprocess. What follows result.json's write (Ray's
+stop, the interpreter's exit) is one row: "result.json -> exit".
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from raytf._core import timeline as tl
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT / "benchmarks" / "workload.py"
@@ -50,6 +60,7 @@ class Trial:
     error: str | None = None
     phase: str = ""  # "cold" (each launcher starts from a bare process) or "warm" (one Ray already running)
     round: int = 0
+    timeline: dict[str, float] | None = None  # cold: boundary -> seconds since the launcher spawned the process
 
 
 @dataclass
@@ -117,7 +128,9 @@ def hand(s: Setup, out: Path) -> Trial:
         p, log = failed[0]
         why = "timed out" if wall >= _TIMEOUT_S else f"exit {p.returncode}"
         return Trial("hand-launched TF", wall, error=f"{why}: {log.read_text(errors='replace')[-300:]}")
-    return _measure("hand-launched TF", t0, wall, out, s.batch * s.workers)
+    trial = _measure("hand-launched TF", t0, wall, out, s.batch * s.workers)
+    trial.timeline = cold_timeline(t0, wall, _timings(out), None, by_hand=True)
+    return trial
 
 
 def _raytf(name: str, s: Setup, out: Path, conf: str, overrides: list[str], examples_per_step: int) -> Trial:
@@ -244,14 +257,123 @@ def _child(name: str, cmd: list[str], s: Setup, out: Path) -> Trial:
     wall = time.time() - t0
     if proc.returncode:
         return Trial(name, wall, error=f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}")
-    return _measure(name, t0, wall, out, s.batch * s.workers)
+    trial = _measure(name, t0, wall, out, s.batch * s.workers)
+    result = s.scratch / "runs" / f"bench-{out.name}" / "result.json"
+    summary = json.loads(result.read_text()) if result.exists() else {}
+    trial.timeline = cold_timeline(t0, wall, _timings(out), summary.get("timeline"))
+    return trial
 
 
 def raytf_cli_cold(s: Setup, out: Path) -> Trial:
     """The user's command on one machine: `python -m raytf.launch conf/local.yaml ...`, which starts (and stops)
     its own embedded Ray: Python start-up, ray.init and ray.shutdown included."""
-    return _child("raytf CLI, embedded Ray (cold)",
+    return _child(CLI_FUNCTION,
                   [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", *_lean_function(s, out)], s, out)
+
+
+def raytf_cli_script_cold(s: Setup, out: Path) -> Trial:
+    """The same command running the workload as a script (train.script): the program launched by hand, unchanged."""
+    args = f"[--out,{out},--epochs,'{s.epochs}',--steps,'{s.steps}',--batch,'{s.batch}']"
+    overrides = [o for o in _lean_function(s, out) if not o.startswith(("train.entrypoint=", "train.params."))]
+    return _child(CLI_SCRIPT,
+                  [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", *overrides, "train.entrypoint=",
+                   f"train.script={WORKLOAD}", f"train.args={args}", "train.stream_output=none"], s, out)
+
+
+def _timings(out: Path) -> list[dict]:
+    return [json.loads(f.read_text()) for f in sorted(out.glob("timing-*.json"))]
+
+
+# The cold-launch timeline's rows: each boundary a launch passes, in order (raytf's from _core.timeline), then the
+# process's exit. A hand-launched program passes only the task's boundaries.
+EXIT = "exit"
+TIMELINE_ROWS = {
+    tl.PROCESS_START: "process started (spawn → OS start)",
+    tl.IMPORTS_DONE: "CLI imported (Python, raytf.launch)",
+    tl.CONFIG_CHECKED: "config loaded, checked",
+    tl.DRIVER_IMPORTED: "driver imported (Ray, ...)",
+    tl.RAY_READY: "Ray started",
+    tl.DRIVER_READY: "driver made (raytf.fit's imports)",
+    tl.CODE_CHECKED: "code shipped/checked",
+    tl.PLACEMENT_READY: "placement group ready",
+    tl.ACTORS_STARTED: "task actors created",
+    tl.TASKS_ADDRESSED: "all tasks addressed",
+    tl.TASKS_LAUNCHED: "training calls sent",
+    tl.TASK_TF_IMPORT_START: "task: TF import begun (last task)",
+    tl.TASK_TF_IMPORTED: "task: TF imported (last task)",
+    tl.TASK_STRATEGY_READY: "task: strategy built (last task)",
+    tl.FIRST_STEP: "first step done (rank 0)",
+    tl.LAST_STEP: "training ended (last task's Model.fit)",
+    tl.TRAINING_END_SEEN: "driver saw the end",
+    tl.TEARDOWN_DONE: "actors, placement group released",
+    tl.CURVES_WRITTEN: "learning curves written",
+    tl.METRICS_WRITTEN: "metrics.parquet written",
+    tl.RESULT_WRITTEN: "result.json write begun",
+    EXIT: "process exited (Ray stopped, interpreter exit)",
+}
+
+
+def cold_timeline(t0: float, wall: float, timings: list[dict], raytf: dict | None, *,
+                  by_hand: bool = False) -> dict[str, float]:
+    """Boundary -> seconds since the launcher spawned the process (t0), for one cold trial: raytf's `timeline` from
+    result.json (None: not raytf), the workload's own marks (`timings`, one per rank) and the exit (`wall`); the
+    process's start is raytf's driver's, or (`by_hand`) the workload's own (a Ray Train driver's is not known).
+    The task's boundaries are the last rank's (the slowest gates the first step); the first step is rank 0's."""
+    out: dict[str, float] = {}
+    marks = [t.get("marks") or {} for t in timings]
+
+    def last(key: str) -> float | None:
+        values = [m[key] for m in marks if m.get(key) is not None]
+        return max(values) - t0 if values else None
+
+    for key, phase in tl.TASK_MARKS.items():  # by hand, a script, Ray Train: the program's own
+        if (at := last(key)) is not None:
+            out[phase] = at
+    if (at := last("train_end")) is not None:
+        out[tl.LAST_STEP] = at
+    first = [t["first_step_at"] for t in timings if t.get("first_step_at")]
+    if first:
+        out[tl.FIRST_STEP] = min(timings, key=lambda t: t["rank"])["first_step_at"] - t0
+    if by_hand:  # the process is the task's
+        started = [m["process_start"] for m in marks if m.get("process_start")]
+        if started:
+            out[tl.PROCESS_START] = max(started) - t0
+    elif raytf is not None:
+        origin = raytf["process_started_at"]
+        for phase, at in raytf["phases"].items():
+            # The workload's own first step and end: with metrics.every_steps=0 raytf's first event is an epoch's.
+            if phase not in (tl.FIRST_STEP, tl.LAST_STEP):
+                out[phase] = origin + at - t0
+    out[EXIT] = wall
+    return out
+
+
+def timeline_table(trials: list[Trial]) -> str:
+    """The cold-launch timeline (raytf issue 38): for each contender, each boundary's median time since the spawn,
+    and (+) the median seconds from the boundary before it (the phase that ends there); "" without cold trials."""
+    ok = [t for t in trials if t.phase == "cold" and t.error is None and t.timeline]
+    names = list(dict.fromkeys(t.contender for t in ok))
+    if not names:
+        return ""
+    order = list(TIMELINE_ROWS)
+    cells: dict[str, dict[str, str]] = {}
+    for n in names:
+        runs = [t.timeline for t in ok if t.contender == n]
+        took: dict[str, list[float]] = {}
+        for tline in runs:
+            prev = 0.0  # the spawn
+            for phase in order:
+                if phase in tline:
+                    took.setdefault(phase, []).append(tline[phase] - prev)
+                    prev = tline[phase]
+        cells[n] = {p: f"{statistics.median([r[p] for r in runs if p in r]):.2f} (+{statistics.median(d):.2f})"
+                    for p, d in took.items()}
+    rows = ["| cold-launch timeline: boundary passed (s since spawn, (+s) since the row before) | "
+            + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for p in order:
+        if any(p in cells[n] for n in names):
+            rows.append(f"| {TIMELINE_ROWS[p]} | " + " | ".join(cells[n].get(p, "—") for n in names) + " |")
+    return "\n".join(rows)
 
 
 def ray_train_cold(s: Setup, out: Path) -> Trial:
@@ -264,7 +386,7 @@ def ray_train_cold(s: Setup, out: Path) -> Trial:
                    str(s.batch)], s, out)
 
 
-COLD = {"hand": hand, "cli": raytf_cli_cold, "raytrain_cold": ray_train_cold}
+COLD = {"hand": hand, "cli": raytf_cli_cold, "cli_script": raytf_cli_script_cold, "raytrain_cold": ray_train_cold}
 CONTENDERS = {"hand": hand, "script": raytf_script, "function": raytf_function, "fresh": raytf_function_fresh,
               "observed": raytf_function_observed, "unsplit": raytf_function_unsplit, "raytrain": ray_train,
               "ps": raytf_ps}
@@ -296,6 +418,7 @@ OBSERVED = "raytf MWMS, function + ckpt/metrics"
 FRESH = "raytf MWMS, function, cluster.standby=0"
 UNSPLIT = "raytf MWMS, function + ckpt/metrics, metrics.breakdown=false"
 RAY_TRAIN, RAY_TRAIN_COLD = "Ray Train TensorflowTrainer", "Ray Train TensorflowTrainer (cold)"
+CLI_FUNCTION, CLI_SCRIPT = "raytf CLI, embedded Ray (cold)", "raytf CLI, train.script, embedded Ray (cold)"
 
 
 def table(trials: list[Trial]) -> tuple[str, dict[str, dict]]:
@@ -341,7 +464,7 @@ def targets(med: dict[str, dict]) -> list[str]:
         if value is not None:
             lines.append(f"- {label}: {value:.3f} (target ≤ {limit}) — {'met' if value <= limit else 'MISSED'}")
 
-    fn, cli = med.get(FUNCTION, {}), med.get("raytf CLI, embedded Ray (cold)", {})
+    fn, cli = med.get(FUNCTION, {}), med.get(CLI_FUNCTION, {})
     obs = med.get(OBSERVED, {})
     check("raytf step time ÷ hand-launched (warm)", fn.get("step_vs_hand"), 1.03)
     check("raytf wall time ÷ hand-launched, Ray already running", fn.get("wall_vs_hand"), 1.2)
@@ -350,6 +473,7 @@ def targets(med: dict[str, dict]) -> list[str]:
     check("raytf wall time ÷ hand-launched, Ray already running, no standbys", med.get(FRESH, {}).get("wall_vs_hand"),
           1.2)
     check("raytf wall time ÷ hand-launched, CLI starting its own Ray", cli.get("wall_vs_hand"), 1.5)
+    check("the same, the program as a script (train.script)", med.get(CLI_SCRIPT, {}).get("wall_vs_hand"), 1.5)
     check("raytf wall time ÷ Ray Train, Ray already running", fn.get("wall_vs_ray_train"), 0.4)
     check("raytf wall time ÷ Ray Train, each starting its own Ray", cli.get("wall_vs_ray_train"), 0.4)
     check("checkpoint every epoch + metrics every 10 steps, steady step time ÷ without (end to end, paired)",
@@ -402,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     ray_start = None
     try:
         # Cold first, before this process starts its Ray: each cold launcher starts and stops its own.
-        cold = [c for c in chosen if c in COLD and (c != "hand" or any(x in chosen for x in ("cli", "raytrain_cold")))]
+        cold = [c for c in chosen if c in COLD and (c != "hand" or any(x in chosen for x in COLD if x != "hand"))]
         if any(c != "hand" for c in cold):
             _rounds("cold", cold, COLD, setup, a.cold_repeats)
         warm = [c for c in chosen if c in CONTENDERS]
@@ -432,6 +556,8 @@ def main(argv: list[str] | None = None) -> int:
           f"Python {platform.python_version()}, TF {tf.__version__}, Ray {ray.__version__}"
           + (f"; the warm rounds' ray.init: {ray_start:.1f}s" if ray_start is not None else "") + "\n")
     print(md)
+    if timeline := timeline_table(setup.trials):
+        print("\n" + timeline)
     print("\n" + "\n".join(targets(med)))
     if a.json:
         Path(a.json).write_text(json.dumps([t.__dict__ for t in setup.trials], indent=1))

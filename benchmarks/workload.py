@@ -6,8 +6,10 @@
 - as Ray Train's train_loop_per_worker: `ray_train_loop`.
 
 Every process writes `DIR/timing-<rank>.json`: when its first step ended (wall clock, compared with the
-launcher's start), each step's duration, each epoch's duration, and its peak RSS. TensorFlow is imported
-lazily: the launcher imports this module without paying for it.
+launcher's start), each step's duration, each epoch's duration, and its peak RSS; and `marks`, the wall-clock
+times of its own start-up (process start, TensorFlow's import begun and done, strategy built: where this program
+builds them, i.e. by hand, a script, Ray Train) and of training's end, for the cold-launch timeline
+(benchmarks/run.py). TensorFlow is imported lazily: the launcher imports this module without paying for it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import json
 import os
 import resource
 import time
+
+# Wall-clock marks of this process's start-up (see the module's doc): filled as it goes, written with the timing.
+MARKS: dict[str, float] = {}
 
 IMAGE = 28
 CLASSES = 10
@@ -31,6 +36,18 @@ def _data(seed: int = 0):
     y = rng.integers(0, CLASSES, size=EXAMPLES)
     x = patterns[y] + 0.3 * rng.standard_normal((EXAMPLES, IMAGE, IMAGE, 1)).astype(np.float32)
     return x, y
+
+
+def _process_start() -> float | None:
+    """This process's start (wall clock), from /proc (field 22 of its stat line: clock ticks after boot); None
+    without /proc. Not raytf's reader: the hand-launched floor must not pay for importing raytf."""
+    try:
+        with open(f"/proc/{os.getpid()}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)  # (/proc/stat's btime: whole seconds)
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, ValueError, IndexError):
+        return None
 
 
 def build_model(tf):
@@ -94,6 +111,8 @@ def timer(tf, out_dir: str, rank: int, *, sync_each_step: bool = True, spent: li
             self._last = None  # the gap across an epoch boundary (checkpoint, eval) is not a step
 
         def on_train_end(self, logs=None) -> None:
+            MARKS["train_end"] = time.time()
+            MARKS.setdefault("process_start", _process_start())
             # After epoch 1, per step, end to end: includes what other callbacks do at epoch ends (saves).
             spe, done = self.params.get("steps") or 0, len(self._epoch_ends)
             steady = ((time.perf_counter() - self._epoch_ends[0]) / (spe * (done - 1))
@@ -102,7 +121,7 @@ def timer(tf, out_dir: str, rank: int, *, sync_each_step: bool = True, spent: li
             with open(os.path.join(out_dir, f"timing-{rank}.json"), "w") as f:
                 json.dump({"rank": rank, "pid": os.getpid(), "first_step_at": self.first_step_at,
                            "step_s": self.steps, "epoch_s": self.epochs, "steady_s": steady,
-                           "steps_per_epoch": self.params.get("steps"),
+                           "steps_per_epoch": self.params.get("steps"), "marks": MARKS,
                            # raytf's own callbacks (metrics, heartbeats, checkpoint writes) in the steady window
                            "raytf_s": ((spent[0] - self._spent0) / (spe * (done - 1))
                                        if spent is not None and spe and done > 1 else None),
@@ -155,11 +174,14 @@ def _threads(tf) -> None:
 def fit_mwms(*, out: str, rank: int, epochs: int, steps: int, batch: int, strategy=None, callbacks=(),
              initial_epoch: int = 0) -> None:
     """MWMS training with a per-replica `batch`; `strategy` None builds one from TF_CONFIG."""
+    MARKS["tf_import_start"] = time.time()
     import tensorflow as tf
 
+    MARKS["tf_imported"] = time.time()
     if strategy is None:
         _threads(tf)
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        MARKS["strategy_ready"] = time.time()
     with strategy.scope():
         model = build_model(tf)
     ds = dataset(tf, batch * strategy.num_replicas_in_sync)

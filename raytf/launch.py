@@ -11,6 +11,8 @@ import logging
 import signal
 import sys
 
+from raytf._core import timeline as tl
+from raytf._driver import timeline
 from raytf.config import load_config, validate_run
 from raytf.errors import ConfigError, PlacementError, RaytfError
 
@@ -48,6 +50,7 @@ def _sigterm(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    timeline.mark(tl.IMPORTS_DONE)  # (result.json's `timeline`: where a cold command's seconds go)
     args = _parser().parse_intermixed_args(argv)
     # raytf's own lines from INFO up, other libraries' from WARNING up: a first run's matplotlib said "generated new
     # fontManager" at INFO (raytf issue 21: the terminal shows raytf's lines and real problems).
@@ -87,13 +90,16 @@ def main(argv: list[str] | None = None) -> int:
     except RaytfError as e:  # (a dry run that cannot reach the configured cluster)
         print(f"raytf: {e}", file=sys.stderr)
         return 1
+    timeline.mark(tl.CONFIG_CHECKED)
     from raytf._driver import connect, standby
     from raytf.api.fit import _fit
 
+    timeline.mark(tl.DRIVER_IMPORTED)
     signal.signal(signal.SIGTERM, _sigterm)
     started = False
     try:
         started = connect.ensure_ray(cfg)
+        timeline.mark(tl.RAY_READY)
         if cfg.sweep.space:
             return _sweep(cfg)
         if args.scaling:

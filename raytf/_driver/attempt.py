@@ -16,6 +16,7 @@ from ray.exceptions import RayActorError
 
 from raytf._core import elastic, failure, ports
 from raytf._core import events as ev
+from raytf._core import timeline as tl
 from raytf._core.attempts import Attempt, Cause, Done, Failed, Hung, Interrupted, Stopped
 from raytf._core.function import Functions
 from raytf._core.plan import WORKER, make_plan, task_table
@@ -68,6 +69,7 @@ class AttemptRunner:
         attempt = placing.attempt
         size, plan, pg = self._place(placing)
         self.run.placed(size, time.time())
+        self.record.timeline.mark(tl.PLACEMENT_READY, time.time())
         cfg = elastic.sized(self.cfg, size)
         self.record.metrics.set_size(attempt.number, size)
         self.progress.start_attempt(size, wanted=self.cfg.cluster.num_workers,
@@ -80,6 +82,7 @@ class AttemptRunner:
             end = self._train(attempt, cfg, plan, pg, group)
         finally:
             group.teardown(skip=set(end.unreachable) if end is not None else set())  # (unreachable: no sweep)
+            self.record.timeline.mark(tl.TEARDOWN_DONE, time.time())
             if self.data is not None:
                 self.data.release()
             if self.service is not None:
@@ -94,8 +97,11 @@ class AttemptRunner:
         try:
             if self.service is not None:  # before the trainers: a placement group of its own
                 self.service.start(attempt.number)
+            mark = self.record.timeline.mark
             group.start(pg)
+            mark(tl.ACTORS_STARTED, time.time())
             tasks = group.addresses()
+            mark(tl.TASKS_ADDRESSED, time.time())
             served = self.service.wait_ready() if self.service is not None else None
             self.record.placed(plan, tasks)
             attempt.standby_tasks = len(group.adopted)
@@ -110,6 +116,7 @@ class AttemptRunner:
                                                resume_from=self.run.resumed_from,
                                                max_workers=self.cfg.cluster.num_workers, datasets=shares,
                                                functions=self.functions, data_service=served)
+            mark(tl.TASKS_LAUNCHED, time.time())
         except WorkerError as e:
             return AttemptEnd(Failed((e,)), (e,))
         loop = AttemptLoop(
@@ -124,6 +131,7 @@ class AttemptRunner:
         try:
             drive(loop, port, self.dispatch, poll_s=self.poll_s, on_poll=self._poll,
                   grow=(lambda now: self._grow(now, loop, group)) if elastic.is_elastic(self.cfg) else None)
+            self.record.timeline.mark(tl.TRAINING_END_SEEN, time.time())
             if not (isinstance(loop.end, Interrupted) and loop.end.at_once):  # (a second Ctrl-C wants out now)
                 self.dispatch(port.rest())  # the events still on the bus
         except (RayActorError, BusUnresponsive) as e:  # the bus: the group reads the tasks' own outcomes

@@ -22,12 +22,13 @@ import ray
 from raytf import _storage as storage
 from raytf._core import events as ev
 from raytf._core import failure
+from raytf._core import timeline as tl
 from raytf._core.attempts import FAILED, INTERRUPTED, RUNNING, Done
 from raytf._core.checkpoints import CheckpointEntry
 from raytf._core.function import Functions, configured
 from raytf._core.plan import make_plan
 from raytf._core.run import Ended, Placing, Retrying, Run
-from raytf._driver import connect, tracking, usercode
+from raytf._driver import connect, timeline, tracking, usercode
 from raytf._driver.attempt import AttemptRunner
 from raytf._driver.data import Datasets
 from raytf._driver.dataservice import DataService
@@ -79,6 +80,9 @@ class Driver:
         self.t0 = time.time()
         self.resume = Resume(cfg, self.run_dir)
         self.tracking = tracking.for_run(cfg)  # (MLflow missing: a ConfigError now, before anything starts)
+        # result.json's `timeline`: where a launch's seconds go, from its process's start (the CLI's marks in it).
+        self.timeline = timeline.for_launch()
+        self.timeline.mark(tl.DRIVER_READY, time.time())
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -90,7 +94,7 @@ class Driver:
         self.run_dir.write_text(storage.CONFIG_FILE, to_yaml(redacted(cfg)))
         run = self.machine = Run(cfg, previous=len(previous.get("attempts", [])))
         self.record = record = RunRecord(cfg, self.run_dir, run, self.plan, previous=previous, table=table,
-                                         t0=self.t0, tracking=self.tracking)
+                                         t0=self.t0, tracking=self.tracking, timeline=self.timeline)
         # A script's epochs, steps and batch size are its own: its first Model.fit tells the first two (a Ray Train
         # loop's too: its reports count its epochs).
         script = owns_loop(cfg)
@@ -103,6 +107,7 @@ class Driver:
         if self.on_event is not None:
             sinks.add(lambda e: self.on_event(e))
         started = connect.ensure_ray(cfg)
+        self.timeline.mark(tl.RAY_READY, time.time())
         # Only a Ray this process started is known to be one machine with no autoscaler (a notebook's
         # ray.init(address=<cluster>) before raytf.fit, with no ray.address in the config, is a cluster).
         embedded = started or connect.started_here()
@@ -117,6 +122,7 @@ class Driver:
                 DataService.check(cfg, record.plan, embedded=embedded)
                 record.service = DataService(cfg, self.run_dir, embedded=embedded)
                 sinks.add(record.service.observe)
+            self.timeline.mark(tl.CODE_CHECKED, time.time())
         except BaseException:
             sinks.close()
             raise

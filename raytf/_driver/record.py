@@ -21,6 +21,7 @@ import pyarrow as pa
 from raytf import _storage as storage
 from raytf._core import events as ev
 from raytf._core import figures
+from raytf._core import timeline as tl
 from raytf._core.attempts import RUNNING, SUCCEEDED
 from raytf._core.metrics import MetricsTable
 from raytf._core.plan import Plan
@@ -53,8 +54,9 @@ class RunRecord:
     `table`: their metrics."""
 
     def __init__(self, cfg: Config, run_dir: storage.RunDir, run: Run, plan: Plan, *, previous: Mapping[str, Any],
-                 table: pa.Table | None, t0: float, tracking: Any) -> None:
+                 table: pa.Table | None, t0: float, tracking: Any, timeline: tl.Timeline | None = None) -> None:
         self.cfg, self.run_dir, self.run, self.t0 = cfg, run_dir, run, t0
+        self.timeline = timeline or tl.Timeline(t0)  # the launch's phases (result.json's `timeline`)
         self.tracking = tracking  # _driver.tracking.MlflowRun or NoTracking: the run's end is sent there too
         self.previous_mlflow_run_id: str | None = previous.get("mlflow_run_id")  # an earlier launch's
         self.plan = plan  # the attempt's (elastic training: of its size)
@@ -90,9 +92,13 @@ class RunRecord:
         committed = attempts[-1].observe(e, attempts[-2] if len(attempts) > 1 else None)
         if committed is not None:
             self.committed.add(committed)
-        if e.kind in (ev.STEP, ev.EPOCH) and self.first_step_at is None:
-            self.first_step_at = e.time
+        if e.kind in (ev.STEP, ev.EPOCH):
+            if self.first_step_at is None:
+                self.first_step_at = e.time
+            self.timeline.mark(tl.FIRST_STEP, e.time)
+            self.timeline.latest(tl.LAST_STEP, e.time)
         if e.kind == ev.STARTED:
+            self.timeline.task_started(e.payload)
             self.replicas = max(self.replicas, int(e.payload.get("replicas", 0)))
             for k in ("tensorflow", "keras"):
                 if k in e.payload:
@@ -144,6 +150,8 @@ class RunRecord:
             "config": to_dict(redacted(self.cfg)),
             # tracking.mlflow: this run's MLflow run (an earlier launch's when this one has none yet).
             "mlflow_run_id": self.tracking.run_id or self.previous_mlflow_run_id,
+            # This launch's phases, in seconds since its process started (raytf issue 38; _core/timeline.py).
+            "timeline": self.timeline.to_json(),
         }
 
     def _checkpoint_uris(self) -> list[str]:
@@ -191,7 +199,18 @@ class RunRecord:
         """The run's last writes (after `closing`, the sinks): every one is tried; a failure among them is
         raised only when nothing else ended the run (it must never replace the error the user needs to see)."""
         first: Exception | None = None
-        for write in (*closing, self.write_curves, self.write_metrics, lambda: self.write_result(status),
+        def marked(write: Callable[[], None], phase: str, after: bool = True) -> Callable[[], None]:
+            def step() -> None:
+                if not after:
+                    self.timeline.mark(phase, time.time())
+                write()
+                if after:
+                    self.timeline.mark(phase, time.time())
+            return step
+
+        for write in (*closing, marked(self.write_curves, tl.CURVES_WRITTEN),
+                      marked(self.write_metrics, tl.METRICS_WRITTEN),
+                      marked(lambda: self.write_result(status), tl.RESULT_WRITTEN, after=False),
                       lambda: self.track_end(status)):
             try:
                 write()

@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import sys
+import time
 
 import ray
 
@@ -79,10 +80,12 @@ def prepare(call: TaskCall):
 def start_server(call: TaskCall):
     """A ParameterServerStrategy ps/worker task: TF's gRPC server, listening on the port the actor held."""
     spec = call.spec
+    began = time.time()
     tf_runtime = prepare(call)
+    times = {"tf_import_start": began, "tf_imported": time.time()}
     server = tf_runtime.start_server(spec.role, spec.index)
     call.actor.release_port()
-    call.emit(ev.STARTED, {"replicas": 0, **tf_runtime.versions()})
+    call.emit(ev.STARTED, {"replicas": 0, **tf_runtime.versions(), "timeline": times})
     call.succeeded()
     return server
 
@@ -91,7 +94,11 @@ def run_function(call: TaskCall) -> TaskOutcome:
     """The user's training function, with its TrainContext: every MWMS worker, the PS chief, the evaluator."""
     run, spec = call.run, call.spec
     cfg, run_dir = run.cfg, run.run_dir
+    # The TensorFlow import's and the strategy's times, for the launch's timeline (in the STARTED event, wall clock;
+    # a standby's import was done before: then its "import" here takes no time).
+    began = time.time()
     tf_runtime = prepare(call)
+    times = {"tf_import_start": began, "tf_imported": time.time()}
     evaluator = spec.role == EVALUATOR
     fn = (load_function(run.function) if run.function is not None
           else import_entrypoint(cfg.train.eval_entrypoint if evaluator else cfg.train.entrypoint))
@@ -106,7 +113,8 @@ def run_function(call: TaskCall) -> TaskOutcome:
     else:
         strategy = tf_runtime.build_strategy(cfg, spec.role)
         call.actor.release_port()  # TF's server holds the port now (MWMS); ours can go
-    call.emit(ev.STARTED, {"replicas": int(strategy.num_replicas_in_sync), **tf_runtime.versions()})
+    times["strategy_ready"] = time.time()
+    call.emit(ev.STARTED, {"replicas": int(strategy.num_replicas_in_sync), **tf_runtime.versions(), "timeline": times})
     scratch_dir = call.scratch()
     tf_runtime.keep_own_writes(scratch_dir)
     workdir = WorkingDir(os.path.join(scratch_dir, "work"))

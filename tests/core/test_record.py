@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from raytf._core import timeline as tl
 from raytf._driver.record import RunRecord
 from raytf.errors import StorageError
 
@@ -12,6 +13,7 @@ class Record(RunRecord):
     def __init__(self) -> None:
         self.run_dir = SimpleNamespace(uri="file:///runs/r")
         self.calls: list = []
+        self.timeline = tl.Timeline(origin=0.0)
 
     def write_curves(self) -> None:
         self.calls.append("curves")
@@ -27,6 +29,8 @@ def test_a_failed_write_after_a_failure_does_not_replace_it_and_the_others_still
     r = Record()
     r.end("failed", ended_by=KeyboardInterrupt(), closing=(lambda: r.calls.append("sinks"),))
     assert r.calls == ["sinks", "curves", ("result", "failed")]
+    # The timeline marks what was written (the curves), never what failed (metrics.parquet), and result.json's start.
+    assert list(r.timeline.seconds()) == [tl.PROCESS_START, tl.CURVES_WRITTEN, tl.RESULT_WRITTEN]
 
 
 def test_a_failed_write_after_a_success_is_raised_once_all_were_tried():

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raytf
+from raytf._core import timeline as tl
 from raytf.errors import PlacementError
 from tests.conftest import ROOT, copy_run, state_address
 
@@ -189,7 +190,21 @@ def test_cli_runs_conf_local_end_to_end(tmp_path):
     assert "raytf: succeeded" in proc.stdout
     run = tmp_path / "cli"
     assert {"config.yaml", "result.json", "metrics.parquet", "checkpoints"} <= {p.name for p in run.iterdir()}
-    assert json.loads((run / "result.json").read_text())["status"] == "succeeded"
+    summary = json.loads((run / "result.json").read_text())
+    assert summary["status"] == "succeeded"
+    # The cold-launch timeline (raytf issue 38): a CLI run in function mode passes every boundary, in order, from
+    # its process's start (the tasks' TF import and strategy from their STARTED events; the driver's from its own).
+    timeline = summary["timeline"]
+    phases = timeline["phases"]
+    assert set(phases) == set(tl.PHASES), set(tl.PHASES) - set(phases)  # (result.json sorts its keys)
+    in_order = [tl.PROCESS_START, tl.IMPORTS_DONE, tl.CONFIG_CHECKED, tl.DRIVER_IMPORTED, tl.RAY_READY,
+                tl.DRIVER_READY, tl.CODE_CHECKED, tl.PLACEMENT_READY, tl.ACTORS_STARTED, tl.TASKS_ADDRESSED,
+                tl.TASK_TF_IMPORT_START, tl.TASK_TF_IMPORTED, tl.TASK_STRATEGY_READY, tl.FIRST_STEP, tl.LAST_STEP,
+                tl.TRAINING_END_SEEN, tl.TEARDOWN_DONE, tl.CURVES_WRITTEN, tl.METRICS_WRITTEN, tl.RESULT_WRITTEN]
+    assert [phases[p] for p in in_order] == sorted(phases[p] for p in in_order), phases
+    assert phases[tl.TASKS_ADDRESSED] <= phases[tl.TASKS_LAUNCHED] <= phases[tl.TRAINING_END_SEEN]
+    # Its zero is the process's start: before the run's own start (the driver's), by Python's and raytf's imports.
+    assert 0 < summary["started_at"] - timeline["process_started_at"] < phases[tl.DRIVER_READY]
 
 
 def test_cli_failed_run_exits_1(tmp_path, no_leaks):

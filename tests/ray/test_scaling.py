@@ -32,7 +32,11 @@ def test_scaling_report_runs_each_count(fast_cfg, no_leaks):
 def test_benchmark_smoke_mode_runs():
     """One short trial of every contender, so the benchmark cannot rot (its numbers are not checked here)."""
     out = benchmark_smoke("benchmarks.run", timeout_s=880)
-    for name in ("hand-launched TF", "raytf CLI, embedded Ray (cold)", "Ray Train TensorflowTrainer (cold)",
+    for name in ("hand-launched TF", "raytf CLI, embedded Ray (cold)", "raytf CLI, train.script, embedded Ray (cold)",
+                 "Ray Train TensorflowTrainer (cold)",
                  "raytf MWMS, train.script", "raytf MWMS, function", "Ray Train TensorflowTrainer |", "raytf PS"):
         assert f"| {name}" in out.stdout
     assert "wall ÷ hand" in out.stdout and "raytf wall time ÷ Ray Train" in out.stdout
+    # The cold-launch timeline (raytf issue 38): each cold contender's phases, raytf's from its result.json.
+    assert "| cold-launch timeline: boundary passed" in out.stdout
+    assert "| Ray started | — |" in out.stdout and "| process exited (Ray stopped, interpreter exit) |" in out.stdout
