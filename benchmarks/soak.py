@@ -78,12 +78,18 @@ def train(ctx) -> None:
               steps_per_epoch=ctx.steps_per_epoch, verbose=0, callbacks=[*ctx.keras_callbacks(), StopAt()])
 
 
+KEEP_STEPS = 2000  # rank 0's last rows kept: a commit comes well within them (at ~40 steps/s, 50 s)
+
+
 class Watch:
     """The run's events (step rows of rank 0, commits, completed epochs) and the processes' RSS, sampled."""
 
     def __init__(self, out: Path, sample_s: float) -> None:
         self.out, self.sample_s = out, sample_s
-        self.step_at: dict[int, float] = {}  # rank 0's step -> when its row was made
+        # rank 0's step -> when its row was made: the last KEEP_STEPS steps only (a commit comes seconds after its
+        # step), else this process's RSS, which the soak measures, would grow by the benchmark's own record.
+        self.step_at: dict[int, float] = {}
+        self.last_step = 0
         self.commits: list[tuple[float, int, float]] = []  # (when, step, latency s)
         self.epoch = 0
         self.rss: dict[str, list[tuple[float, float]]] = {}  # "driver" / "rank 0" ... -> [(t, MiB)]
@@ -92,7 +98,11 @@ class Watch:
 
     def on_event(self, e) -> None:
         if e.kind == "step" and e.rank == 0:
-            self.step_at[int(e.payload["step"])] = e.time
+            step = int(e.payload["step"])
+            self.step_at[step] = e.time
+            self.last_step = max(self.last_step, step)
+            if len(self.step_at) > 2 * KEEP_STEPS:
+                self.step_at = {s: t for s, t in self.step_at.items() if s > self.last_step - KEEP_STEPS}
         elif e.kind == "epoch" and e.rank == 0:
             self.epoch = max(self.epoch, int(e.payload["epoch"]))
         elif e.kind == "checkpoint":
@@ -138,7 +148,7 @@ def report(w: Watch, began: float, ended: float, left: list[str], autograph_left
     span = ended - began
     holds = []
     print(f"\nrun: {result.status}, {len(result.attempts)} attempt(s), {span / 60:.1f} min of training, "
-          f"{max(w.step_at, default=0)} steps, {len(w.commits)} checkpoints committed")
+          f"{w.last_step} steps, {len(w.commits)} checkpoints committed")
     print("\n| process | RSS MiB first | after warm-up | end | growth after warm-up | < 10 % |")
     print("|---|---|---|---|---|---|")
     for who, series in sorted(w.rss.items()):
@@ -242,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(1.0)
         if time.time() - said >= every:
             said = time.time()
-            print(f"{(said - began) / 60:5.1f} min, step {max(w.step_at, default=0)}, {len(w.commits)} commits",
+            print(f"{(said - began) / 60:5.1f} min, step {w.last_step}, {len(w.commits)} commits",
                   flush=True)
     tmp_name = stop_file.with_suffix(".tmp")
     tmp_name.write_text(str(w.epoch + 2))

@@ -46,6 +46,10 @@ def sweep_journals(journal: str | None = None, timeout_s: float = 5.0) -> list[s
     while journal and os.path.isdir(journal) and time.monotonic() < deadline:
         time.sleep(0.05)  # the lock goes with the process, at its exit: nothing to wait on but the lock itself
         removed += scratch.sweep(journal_root())
+    try:
+        os.rmdir(journal_root())  # only when empty: no empty directory stays on the node (a Scratch being made retries)
+    except OSError:
+        pass
     return removed
 
 

@@ -98,6 +98,9 @@ class Uploader:
         if self._seq is None:  # one uploader per run at a time (the chief's): numbering on from the listing is safe
             self._seq = self.run_dir.checkpoints.next_seq()
         seq, self._seq = self._seq, self._seq + 1
+        # Only the uploads not done yet: a long run commits thousands of checkpoints (raytf issue 33), and a done
+        # one's failure is in self._error already.
+        self._pending = [f for f in self._pending if not f.done()]
         self._pending.append(self._pool.submit(self._upload, local, epoch, step, meta, nbytes, seq))
         return self.run_dir.uri_of(CHECKPOINTS_DIR, checkpoints.checkpoint_name(epoch, step, seq))
 

@@ -208,3 +208,26 @@ def test_plain_http_to_another_host_is_named(path, endpoint, scheme, warned):
     from raytf.config import StorageConfig
 
     assert plain_http_endpoint(StorageConfig(path=path, endpoint_override=endpoint, scheme=scheme)) == warned
+
+
+def test_uploader_keeps_only_the_uploads_not_done(tmp_path):
+    """A long run commits a checkpoint every few seconds: the uploader holds the ones still going, not every one of
+    the run (raytf issue 33's soak)."""
+    import time
+
+    from raytf._task.upload import Uploader
+    from raytf.config import load_config
+
+    cfg = load_config({"train": {"entrypoint": "m:f"}, "storage": {"path": str(tmp_path)},
+                       "checkpoint": {"keep_last": 2}})
+    rd = RunDir(cfg.storage, "r1")
+    events = []
+    up = Uploader(rd, cfg, lambda kind, payload: events.append((kind, payload)), lambda: None, None)
+    for i in range(20):
+        up.submit(str(_local_checkpoint(tmp_path / f"l{i}", b"y")), 1, i + 1, {"attempt": 1})
+        deadline = time.monotonic() + 30
+        while sum(k == "checkpoint" for k, _ in events) <= i and time.monotonic() < deadline:
+            time.sleep(0.01)  # (waiting on the commit event the upload thread sends)
+    assert len(up._pending) <= 2  # the last one, and the one before if its thread has not returned yet
+    up.close()
+    assert sum(k == "checkpoint" for k, _ in events) == 20

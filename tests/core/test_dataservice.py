@@ -1,6 +1,8 @@
 """The tf.data service's pure rules (raytf/_core/dataservice.py) and its config keys: what the servers reserve and
 run with, job names, what TF cannot serve, placement before anything is reserved, lost servers, the lines."""
 
+import os
+
 import pytest
 
 import raytf
@@ -179,3 +181,19 @@ def test_unknown_dimensions_besides_the_batch_are_warned_about():
 def test_an_empty_batch_through_onednns_conv2d_gets_its_fix(error):
     advice = failure.hint(error)
     assert "ds.repeat() before ctx.data_service(ds)" in advice and "TF_ENABLE_ONEDNN_OPTS=0" in advice
+
+
+def test_journal_sweep_leaves_no_empty_root_behind(tmp_path, monkeypatch):
+    """A dispatcher's journal, removed at its end or swept once it is gone: the node keeps no empty journal root."""
+    import tempfile
+
+    from raytf._task import dataservice as task_ds
+    from raytf._task.scratch import Scratch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    journal = Scratch("r1", "dispatcher-a1", base=task_ds.journal_root())
+    assert task_ds.sweep_journals(timeout_s=0) == []  # its owner lives: kept, and so is the root
+    assert os.path.isdir(journal.path)
+    journal.remove()
+    task_ds.sweep_journals(timeout_s=0)
+    assert not os.path.exists(task_ds.journal_root())
