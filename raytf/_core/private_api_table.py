@@ -102,9 +102,14 @@ AVOID_NODES = Feature(
     "avoid_nodes", "placing the next attempt away from hosts that stopped answering",
     "the next placement group may be offered a lost host Ray still counts alive, and waits for it")
 
+RAY_TRAIN_LOOPS = Feature(
+    "ray_train_loops", "a Ray Train loop in raytf (raytf.compat: ray.train.report and its siblings reach raytf)",
+    "raytf.compat refuses the run on the driver, before anything starts, in one line (RayTrainMoved); raytf's own "
+    "API is not touched", required=True)
+
 FEATURES = (BREAKDOWN, KERAS_RESUME, OWN_WRITES, TENSOR_LOGS, TF_CONFIG_GUARD, EMBEDDED_AUTH, AUTH_CHECK, EMBEDDED,
             DATA_COPY, DATA_EXCLUDE, DATA_ROWS, DATA_COORDINATORS, METRICS_INTERVAL, STANDBY_SLOTS, AVOID_NODES,
-            ITERATOR_TEARDOWN)
+            ITERATOR_TEARDOWN, RAY_TRAIN_LOOPS)
 
 _T = "raytf/_task/timing.py"
 _CB = "raytf/_task/keras_callback.py"
@@ -112,6 +117,8 @@ _RT = "raytf/_task/tf_runtime.py"
 _DFU = "tf_keras.src.distribute.distributed_file_utils"
 _CONNECT = "raytf/_driver/connect.py"
 _DATA = "raytf/_driver/data.py"
+_FN_UTILS = "ray.train.v2._internal.execution.train_fn_utils"
+_RTP = "raytf/_task/ray_train_private.py"
 
 # -- the step-time breakdown: the fetch and the all-reduce timed inside TF (every other TF call there is public)
 OWNED_NEXT = PrivateApi(
@@ -205,6 +212,21 @@ LABEL_SELECTOR = PrivateApi(
     "ray.util.placement_group:placement_group", AVOID_NODES,
     "bundle_label_selector with the ray.io/node-id label every node carries: \"!in(...)\" keeps bundles off those "
     "nodes", "raytf/_driver/placement.py", keywords=("bundle_label_selector",))
+# -- Ray Train v2's seam behind ray.train.report, get_checkpoint, get_context, get_dataset_shard (raytf.compat;
+# ray/train/v2/api/train_fn_utils.py asks get_train_fn_utils() for the process's TrainFnUtils and calls it)
+TRAIN_FN_UTILS = PrivateApi(
+    f"{_FN_UTILS}:TrainFnUtils", RAY_TRAIN_LOOPS,
+    "subclassed: raytf's bridge (raytf/_task/raytrain.py) implements it for a Ray Train loop in a raytf task", _RTP)
+SET_TRAIN_FN_UTILS = PrivateApi(
+    f"{_FN_UTILS}:set_train_fn_utils", RAY_TRAIN_LOOPS,
+    "puts raytf's bridge behind ray.train's public functions for the loop's duration", _RTP,
+    params=("train_fn_utils",))
+GET_TRAIN_FN_UTILS = PrivateApi(
+    f"{_FN_UTILS}:get_train_fn_utils", RAY_TRAIN_LOOPS,
+    "what ray.train's public functions call to find the bridge (raytf relies on them asking it)", _RTP)
+IS_V2_ENABLED = PrivateApi(
+    "ray.train.v2._internal.constants:is_v2_enabled", RAY_TRAIN_LOOPS,
+    "RAY_TRAIN_V2_ENABLED=0 makes ray.train.report Ray Train v1's, which raytf does not map: refused", _RTP)
 
 APIS: tuple[PrivateApi, ...] = (
     OWNED_NEXT, DISTRIBUTED_NEXT, ALL_REDUCE, RESOURCE_VARIABLE, XLA_CONTEXT,
@@ -213,6 +235,7 @@ APIS: tuple[PrivateApi, ...] = (
     TF_LOGS, CREATE_ITERATOR, ENVIRON,
     RAYLET_CONFIG, AUTH_MODE, AUTH_TOKEN, GLOBAL_NODE, NODE_HEAD,
     DATASET_COPY, EXCLUDE_RESOURCES, META_COUNT, COORD_ACTOR, REPORT_INTERVAL, PG_TABLE, LABEL_SELECTOR,
+    TRAIN_FN_UTILS, SET_TRAIN_FN_UTILS, GET_TRAIN_FN_UTILS, IS_V2_ENABLED,
 )
 
 

@@ -6,9 +6,10 @@ lets the call through only when one is set). A raytf task running a Ray Train lo
 (`raytf._task.raytrain.RaytfTrainFnUtils`, a subclass of `TrainFnUtils`) in the same way, for the loop's duration.
 
 Used: ray.train.v2._internal.execution.train_fn_utils.{TrainFnUtils, set_train_fn_utils, get_train_fn_utils} and
-ray.train.v2._internal.constants.is_v2_enabled. Tested with Ray 2.60 (TESTED_RAY). If a Ray release moves them,
-`check()` raises one RayTrainMoved line naming what is missing and the fix; it is a configuration error, never
-retried.
+ray.train.v2._internal.constants.is_v2_enabled, listed with every other private API raytf touches in
+raytf/_core/private_api_table.py (RAY_TRAIN_LOOPS), checked against the Ray version there (TESTED_RAY). If a Ray
+release moves or changes one, `check()` raises one RayTrainMoved line naming it and the fix; it is a
+configuration error, never retried.
 """
 
 from __future__ import annotations
@@ -18,18 +19,14 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from raytf._core import private_apis as apis
 from raytf._core.failure import CONFIG
 from raytf.errors import RaytfError
 
 log = logging.getLogger(__name__)
 
-TESTED_RAY = "2.60"
-PRIVATE_APIS = (
-    "ray.train.v2._internal.execution.train_fn_utils.TrainFnUtils",
-    "ray.train.v2._internal.execution.train_fn_utils.set_train_fn_utils",
-    "ray.train.v2._internal.execution.train_fn_utils.get_train_fn_utils",
-    "ray.train.v2._internal.constants.is_v2_enabled",
-)
+TESTED_RAY = apis.VERIFIED["ray"]
+PRIVATE_APIS = tuple(a.dotted for a in apis.by_feature(apis.RAY_TRAIN_LOOPS))
 
 
 class RayTrainMoved(RaytfError):
@@ -41,18 +38,17 @@ class RayTrainMoved(RaytfError):
 def _seam() -> Any:
     import ray
 
-    try:
-        from ray.train.v2._internal.constants import is_v2_enabled
-        from ray.train.v2._internal.execution import train_fn_utils
+    for api in apis.by_feature(apis.RAY_TRAIN_LOOPS):
+        why = apis.problem(api)
+        if why is not None:
+            raise RayTrainMoved(
+                f"raytf.compat: Ray {ray.__version__} moved Ray Train v2's private train_fn_utils ({api.dotted} "
+                f"{why}), through which raytf makes ray.train.report and its siblings reach raytf (tested with Ray "
+                f"{TESTED_RAY}). Fix: pip install 'ray[train]=={TESTED_RAY}.*', or a raytf release that supports "
+                f"Ray {ray.__version__}")
+    from ray.train.v2._internal.constants import is_v2_enabled
+    from ray.train.v2._internal.execution import train_fn_utils
 
-        for name in ("TrainFnUtils", "set_train_fn_utils", "get_train_fn_utils"):
-            getattr(train_fn_utils, name)
-    except (ImportError, AttributeError) as e:
-        raise RayTrainMoved(
-            f"raytf.compat: Ray {ray.__version__} moved Ray Train v2's private train_fn_utils ({type(e).__name__}: "
-            f"{e}), through which raytf makes ray.train.report and its siblings reach raytf (tested with Ray "
-            f"{TESTED_RAY}). Fix: pip install 'ray[train]=={TESTED_RAY}.*', or a raytf release that supports Ray "
-            f"{ray.__version__}") from None
     if not is_v2_enabled():
         raise RayTrainMoved("raytf.compat: RAY_TRAIN_V2_ENABLED=0 makes ray.train.report Ray Train v1's, which "
                             "raytf does not map. Fix: unset RAY_TRAIN_V2_ENABLED (v2 is Ray 2.60's default)")
