@@ -93,7 +93,8 @@ def _straggler(g: dict) -> str:
     return (f"  {_or_dash(g.get('role'))} {_or_dash(g.get('rank'))} on {_or_dash(g.get('host'))}: "
             f"{_or_dash(g.get('part'))} {ratio} the others' ({_ms(g.get('value_s'))} vs {_ms(g.get('others_s'))} "
             f"ms/step), steps {_or_dash(g.get('step'))}-{_or_dash(g.get('last_step'))} "
-            f"of attempt {_or_dash(g.get('attempt'))}")
+            f"of attempt {_or_dash(g.get('attempt'))}"
+            + (f", slow {g['episodes']} times" if isinstance(g.get("episodes"), int) and g["episodes"] > 1 else ""))
 
 
 def _breakdown_lines(summary: dict, metrics: pa.Table) -> list[str]:

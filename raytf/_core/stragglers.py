@@ -8,6 +8,11 @@ part, in every one of its last `window` step rows, is more than `ratio` times th
 (those of its role, in their last `window` rows) and longer by at least `floor` of a step (noise in a part that is
 a sliver of the step is no finding). Compute is judged only where the all-reduce is timed (collective_s):
 without it, the waiting ranks' compute would hold their wait.
+
+A rank that is slow, then not, then slow again in the same attempt is one finding, counted in `episodes`: on a
+loaded machine a rank near the ratio flapped dozens of times a minute, each time a new finding, a warning and an
+entry of result.json (raytf issue 33's soak). Its return is said again only after `QUIET_WINDOWS` windows of rows
+in line.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from raytf._core.breakdown import COLLECTIVE, COMPUTE, INPUT_WAIT, SAVE, STEP_TI
 
 # The parts a rank can be slow in, and what the report calls each.
 PARTS = {INPUT_WAIT: "input", COMPUTE: "compute", SAVE: "save", STEP_TIME: "step"}
+# Windows of rows a finding must have been over before its rank's return to slow is said again (else it is only
+# counted, in the finding's `episodes`).
+QUIET_WINDOWS = 10
 WHAT = {"input": "waits for its input", "compute": "computes (the model's work, its Python, callbacks)",
         "save": "writes checkpoints", "step": "steps"}
 
@@ -39,6 +47,9 @@ class Finding:
     step: int  # where it was first found
     last_step: int
     over: bool = False
+    episodes: int = 1  # how often, in its attempt, it became slow (again)
+    rows_in_line: int = field(default=0, compare=False)  # its rank's rows judged since it was last over
+    said: bool = field(default=True, compare=False)  # its latest turn to slow was said (so is its end)
 
     @property
     def ratio(self) -> float:
@@ -49,7 +60,7 @@ class Finding:
         return {"rank": self.rank, "role": self.role, "host": self.host, "part": self.part,
                 "value_s": round(self.value_s, 6), "others_s": round(self.others_s, 6),
                 "ratio": round(ratio, 3) if ratio != float("inf") else None, "attempt": self.attempt,
-                "step": self.step, "last_step": self.last_step}
+                "step": self.step, "last_step": self.last_step, "episodes": self.episodes}
 
     def line(self, ratio_key: float) -> str:
         times = f"{self.ratio:.1f}x" if self.ratio != float("inf") else "far more"
@@ -117,6 +128,7 @@ class Stragglers:
         self._ranks: dict[int, _Rank] = {}
         self._pools: dict[tuple[str, str], _Pool] = {}  # (role, part) -> the ranks' full windows
         self._open: dict[tuple[int, str], Finding] = {}
+        self._closed: dict[tuple[int, str], Finding] = {}  # the attempt's findings that are over, to reopen
         self._attempt: int | None = None
 
     def add(self, *, attempt: int, rank: int, role: str, host: str, step: int,
@@ -124,7 +136,7 @@ class Stragglers:
         if attempt != self._attempt:  # a new attempt: new processes, maybe other hosts and sizes
             for f in self._open.values():
                 f.over = True
-            self._ranks, self._pools, self._open, self._attempt = {}, {}, {}, attempt
+            self._ranks, self._pools, self._open, self._closed, self._attempt = {}, {}, {}, {}, attempt
         r = self._ranks.setdefault(rank, _Rank(role))
         r.collective = r.collective or metrics.get(COLLECTIVE) is not None
         for part in PARTS:
@@ -172,17 +184,28 @@ class Stragglers:
                 continue
             slow = min(mine) > self.ratio * typical and min(mine) - typical >= self.floor * scale
             found = self._open.get((rank, name))
-            if slow and found is None:
+            closed = self._closed.get((rank, name))
+            if slow and found is None and closed is not None:  # slow again: the same finding, once more
+                found = self._open[(rank, name)] = self._closed.pop((rank, name))
+                quiet = found.rows_in_line >= QUIET_WINDOWS * self.window
+                found.over, found.episodes, found.rows_in_line, found.said = False, found.episodes + 1, 0, quiet
+                found.value_s, found.others_s, found.last_step = statistics.median(mine), typical, step
+                if quiet:  # back after a long while in line: news again
+                    changes.append(found)
+            elif slow and found is None:
                 found = Finding(rank, r.role, host, name, statistics.median(mine), typical, attempt, step, step)
                 self._open[(rank, name)] = found
                 self.findings.append(found)
                 changes.append(found)
             elif slow:
                 found.value_s, found.others_s, found.last_step = statistics.median(mine), typical, step
+            elif closed is not None:
+                closed.rows_in_line += 1
             elif found is not None and max(mine) <= self.ratio * typical:  # all its window back in line
                 found.over = True
-                del self._open[(rank, name)]
-                changes.append(found)
+                self._closed[(rank, name)] = self._open.pop((rank, name))
+                if found.said:  # (a flapping rank's every turn is not news: counted in `episodes`)
+                    changes.append(found)
         return changes
 
     def to_json(self) -> list[dict]:

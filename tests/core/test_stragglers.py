@@ -1,6 +1,6 @@
 """Straggler detection (raytf/_core/stragglers.py), pure: fed step rows as the driver gets them."""
 
-from raytf._core.stragglers import Stragglers
+from raytf._core.stragglers import QUIET_WINDOWS, Stragglers
 
 
 def _row(step_time, input_wait=0.0, compute=None, collective=0.0):
@@ -69,6 +69,27 @@ def test_a_straggler_that_recovers_is_over_and_a_new_attempt_starts_afresh():
     assert s.add(attempt=2, rank=0, role="worker", host="h0", step=5, metrics=slow) == []
     assert s.findings[0].over
     assert len(s.to_json()) == 1
+
+
+def test_a_flapping_rank_is_one_finding_said_once_until_it_stays_in_line_a_while():
+    """On a loaded machine a rank near the ratio flapped dozens of times a minute: each a new finding, a warning and
+    an entry of result.json (raytf issue 33's soak). Now one finding, its turns counted."""
+    s = Stragglers(ratio=1.3, window=2)
+    # Rank 1's input wait comes and goes; step time and compute stay (parts that change make findings of their own).
+    slow, waiting = _row(0.2, input_wait=0.1), _row(0.2, input_wait=0.0, collective=0.1)
+    fast = _row(0.2, input_wait=0.0, collective=0.1)
+    seen = []
+    flaps = 6
+    _feed(s, {0: ([waiting] * 2 + [fast] * 2) * flaps, 1: ([slow] * 2 + [fast] * 2) * flaps}, log=seen)
+    assert seen == [(1, "input", False), (1, "input", True)]  # said once, not 12 times
+    assert len(s.findings) == 1 and s.to_json()[0]["episodes"] == flaps
+    # In line for QUIET_WINDOWS windows of rows, then slow again: news again, and so is its end.
+    seen.clear()
+    quiet = QUIET_WINDOWS * 2
+    _feed(s, {0: [fast] * quiet + [waiting] * 2 + [fast] * 2, 1: [fast] * quiet + [slow] * 2 + [fast] * 2},
+          start=1000, log=seen)
+    assert seen == [(1, "input", False), (1, "input", True)]
+    assert len(s.findings) == 1 and s.to_json()[0]["episodes"] == flaps + 1
 
 
 def test_one_rank_alone_or_parts_not_measured_find_nothing():
