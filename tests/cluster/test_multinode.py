@@ -14,14 +14,20 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 def cluster(session_ray):
     """Head (no GPU, drives only) + two nodes with 1 CPU and 1 fake GPU each, all on 127.0.0.1."""
     import os
+    import socket
 
     import ray
     from ray.cluster_utils import Cluster
 
     session_ray.release()  # this process joins the simulated cluster instead
     os.chdir(ROOT)
+    # A free dashboard port, not Ray's default 8265: another Ray on this machine may hold that one (CI's step 2 runs
+    # this module beside tests/ray's slow tests and their own Ray), and a cluster's head does not move off it.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dashboard_port = probe.getsockname()[1]
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, "include_dashboard": True,
-                                                       "resources": {"head": 1}})
+                                                       "dashboard_port": dashboard_port, "resources": {"head": 1}})
     nodes = [c.add_node(num_cpus=1, num_gpus=1, resources={f"node{i}": 1}) for i in range(2)]
     ray.init(address=c.address, log_to_driver=False, configure_logging=False)
     yield c, nodes
