@@ -14,6 +14,8 @@ ORCHESTRATION = (("bare_up", "Ray: bare actors all answering (s)"), ("addressed"
                  ("down", "raytf: teardown (s)"), ("driver_cpu_s", "raytf: driver CPU (s)"))
 INTAKE = (("driver_cpu", "driver loop (cores)"), ("bus_cpu", "event bus (cores)"),
           ("intake_p99", "lag to driver p99 (s)"), ("end_s", "run's end: compaction + curves (s)"))
+TRAINING = (("hand_first_step_s", "hand-launched: launch to first step (s)"),
+            ("raytf_first_step_s", "raytf: launch to first step (s)"), ("raytf_step_ms", "raytf: step (ms)"))
 # Faster than linear, by more than the noise of a 2-core machine allows us to tell (a series of 3 sizes
 # measured once each): the part is named in the report.
 SUPERLINEAR = 1.25
@@ -31,16 +33,26 @@ def exponent(xs: list[float], ys: list[float]) -> float | None:
 
 def exponents(rows: list[dict], size: str, series: tuple[tuple[str, str], ...]) -> list[tuple[str, float | None]]:
     """(label, growth exponent) of each series over the rows (one per size, `size` their N)."""
-    xs = [float(r[size]) for r in rows]
-    return [(label, exponent(xs, [float(r[key]) for r in rows])) for key, label in series]
+    out = []
+    for key, label in series:
+        have = [r for r in rows if r.get(key) is not None]
+        out.append((label, exponent([float(r[size]) for r in have], [float(r[key]) for r in have])))
+    return out
 
 
-def report(orch: list[dict], intake: list[dict]) -> list[str]:
-    """Markdown lines: each series' growth exponent, and which grow faster than linearly."""
+def _parts(orch: list[dict], intake: list[dict], training: list[dict]):
+    return ((orch, "tasks", ORCHESTRATION, "orchestration"), (intake, "ranks", INTAKE, "the driver's intake"),
+            (training, "workers", TRAINING, "real training (2 cores shared by all)"))
+
+
+def report(orch: list[dict], intake: list[dict], training: list[dict] = ()) -> list[str]:
+    """Markdown lines: each series' growth exponent, and which grow faster than linearly. (A series with a size
+    it lacks, hand-launched training past the sizes it ran at, fits the sizes it has.)"""
     lines = ["| part | N | growth exponent (1 = linear) |", "|---|---|---|"]
     faster = []
-    for rows, size, series, noun in ((orch, "tasks", ORCHESTRATION, "tasks"), (intake, "ranks", INTAKE, "ranks")):
-        for label, k in exponents(rows, size, series) if len(rows) >= 2 else []:
+    for rows, noun, series, _ in _parts(orch, intake, list(training)):
+        rows = list(rows)
+        for label, k in exponents(rows, noun, series) if len(rows) >= 2 else []:
             lines.append(f"| {label} | {noun} | {'-' if k is None else f'{k:.2f}'} |")
             if k is not None and k > SUPERLINEAR:
                 faster.append(f"{label} ({k:.2f})")
@@ -51,24 +63,25 @@ def report(orch: list[dict], intake: list[dict]) -> list[str]:
     return lines
 
 
-def figure(orch: list[dict], intake: list[dict]):
-    """Two log-log panels: orchestration cost against tasks, intake cost against ranks, with a linear guide."""
+def figure(orch: list[dict], intake: list[dict], training: list[dict] = ()):
+    """Log-log panels, one per part measured: orchestration cost against tasks, intake cost against ranks, real
+    training against workers, each with a linear guide."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    for ax, rows, size, series, title in ((axes[0], orch, "tasks", ORCHESTRATION, "orchestration"),
-                                          (axes[1], intake, "ranks", INTAKE, "the driver's intake")):
+    parts = [p for p in _parts(orch, intake, list(training)) if p[0] or p[1] != "workers"]
+    fig, axes = plt.subplots(1, len(parts), figsize=(6 * len(parts), 4.8))
+    for ax, (rows, size, series, title) in zip(axes, parts):
         xs = [float(r[size]) for r in rows]
         for key, label in series:
-            pts = [(x, float(r[key])) for x, r in zip(xs, rows) if float(r[key]) > 0]
+            pts = [(x, float(r[key])) for x, r in zip(xs, rows) if r.get(key) is not None and float(r[key]) > 0]
             if pts:
                 k = exponent([p[0] for p in pts], [p[1] for p in pts])
                 ax.plot(*zip(*pts), marker="o", label=label + ("" if k is None else f", slope {k:.2f}"))
         if len(xs) >= 2:  # linear growth through the first point of the largest series, for the eye
-            top = max((float(r[key]) for r in rows[:1] for key, _ in series), default=0)
+            top = max((float(r[key]) for r in rows[:1] for key, _ in series if r.get(key) is not None), default=0)
             if top > 0:
                 ax.plot([xs[0], xs[-1]], [top, top * xs[-1] / xs[0]], ls=":", color="grey", label="linear")
         ax.set_xscale("log")

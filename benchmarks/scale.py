@@ -18,9 +18,15 @@ what the driver's does with each row: the metrics table (`MetricsTable.add`), th
 `metrics.flush_interval_s` (`RunDir.metrics.append`, local
 storage). Then the run's end on that table: `metrics.parquet` compacted, the learning curves plotted.
 
-Run:  python -m benchmarks.scale [--tasks 8,32,128] [--ranks 8,32,128,512] [--seconds 20] [--interval 0.1]
-                                 [--plot benchmarks/scale.png] [--json FILE]
-      python -m benchmarks.scale --smoke      (8 tasks; 8 ranks for 3 s: the check that it runs)
+**Real training** (`--train 2,4,8,16`): the benchmark's tiny CNN (benchmarks/workload.py) under
+MultiWorkerMirroredStrategy with N workers on this machine, one TF thread each, the cores shared by all: raytf (the
+function, `cluster.standby=0` so that every run's tasks import TensorFlow as a hand-launched process does, on one
+Ray started for the part) against the same program hand-launched with its TF_CONFIG (`benchmarks.run`'s `hand`),
+up to `--hand-max` workers; launch to the first step and the median step after the first epoch, side by side.
+
+Run:  python -m benchmarks.scale [--tasks 8,32,128] [--ranks 8,32,128,512] [--train 2,4,8,16] [--seconds 20]
+                                 [--interval 0.1] [--plot benchmarks/scale.png] [--json FILE]
+      python -m benchmarks.scale --smoke      (8 tasks; 8 ranks for 3 s; 2 workers trained: the check that it runs)
 
 No TensorFlow: `--reporters` Ray processes each speak for N/reporters ranks (a real task speaks for one; the
 bus cannot tell). Per size: rows per second offered and taken into the table, rows the bus coalesced (a rank's
@@ -314,6 +320,38 @@ def _intake(sizes: list[int], seconds: float, interval: float, reporters: int) -
         ray.shutdown()
 
 
+def _training(sizes: list[int], hand_max: int, epochs: int, steps: int, batch: int) -> list[dict]:
+    """Part 3: each size hand-launched (up to hand_max) then through raytf, on one Ray started here."""
+    from benchmarks import run as bench
+
+    os.chdir(ROOT)  # raytf's tasks import benchmarks.workload from the driver's working directory
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="raytf-bench-scale-") as scratch:
+            for n in sizes:
+                s = bench.Setup(n, epochs, steps, batch, Path(scratch))
+                hand = bench.hand(s, Path(scratch) / f"hand-{n}") if n <= hand_max else None
+                out = Path(scratch) / f"raytf-{n}"
+                ours = bench._raytf("raytf MWMS, function", s, out, "conf/local.yaml", [
+                    "train.entrypoint=benchmarks.workload:train", f"train.params.out={out}", *bench._LEAN,
+                    "cluster.standby=0", f"cluster.worker.cpus={2 / n:.4f}", "cluster.startup_timeout_s=600"],
+                    batch * n)
+                row = {"workers": n}
+                for who, t in (("hand", hand), ("raytf", ours)):
+                    if t is not None and t.error:
+                        raise RuntimeError(f"{n} workers, {t.contender}: {t.error}")
+                    row.update({f"{who}_first_step_s": t.first_step_s if t else None,
+                                f"{who}_step_ms": t.step_ms if t else None, f"{who}_wall_s": t.wall_s if t else None,
+                                f"{who}_peak_rss_mb": t.peak_rss_mb if t else None})
+                rows.append(row)
+                print(f"{n} workers trained: raytf first step {ours.first_step_s:.1f} s"
+                      + (f", hand {hand.first_step_s:.1f} s" if hand else ""), flush=True)
+    finally:
+        ray.shutdown()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", default="8,32,128", help="orchestration: task group sizes ('' skips the part)")
@@ -321,7 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=20.0, help="how long the ranks report, per size")
     ap.add_argument("--interval", type=float, default=0.1, help="seconds between two rows of one rank")
     ap.add_argument("--reporters", type=int, default=4, help="processes that speak for the ranks")
-    ap.add_argument("--smoke", action="store_true", help="8 tasks; 8 ranks for 3 s: the check that it runs")
+    ap.add_argument("--train", default="2,4,8,16", help="real training: MWMS workers ('' skips the part)")
+    ap.add_argument("--hand-max", type=int, default=8, help="hand-launched training up to this many workers")
+    ap.add_argument("--smoke", action="store_true",
+                    help="8 tasks; 8 ranks for 3 s; 2 workers trained briefly: the check that it runs")
     ap.add_argument("--plot", help="also draw every cost against N, log-log, into this PNG file")
     ap.add_argument("--json", help="also write both parts' rows to this file")
     a = ap.parse_args(argv)
@@ -330,19 +371,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tasks = [8] if a.smoke else [int(x) for x in a.tasks.split(",") if x]
     sizes = [8] if a.smoke else [int(x) for x in a.ranks.split(",") if x]
+    workers = [2] if a.smoke else [int(x) for x in a.train.split(",") if x]
     seconds = 3.0 if a.smoke else a.seconds
     orch = _orchestration(tasks) if tasks else []
     results = _intake(sizes, seconds, a.interval, a.reporters) if sizes else []
+    # (smoke: 2 epochs of 5 steps; else 2 of 20, the median step taken from the second)
+    training = _training(workers, a.hand_max, 2, 5 if a.smoke else 20, 32) if workers else []
     _tables(orch, results, a.interval, seconds, a.reporters)
+    _training_table(training)
     # How each cost grows: its exponent in N (a log-log slope), and the parts growing faster than linearly.
     print("\ngrowth with N (least-squares slope of log cost on log N)\n")
-    print("\n".join(loglog.report(orch, results)))
+    print("\n".join(loglog.report(orch, results, training)))
     if a.plot:
-        fig = loglog.figure(orch, results)
+        fig = loglog.figure(orch, results, training)
         fig.savefig(a.plot, dpi=100)
         print(f"log-log figure: {a.plot}")
     if a.json:
-        Path(a.json).write_text(json.dumps({"orchestration": orch, "intake": results}, indent=1, default=str))
+        Path(a.json).write_text(json.dumps({"orchestration": orch, "intake": results, "training": training},
+                                           indent=1, default=str))
     return 0
 
 
@@ -387,6 +433,28 @@ def _tables(orch: list[dict], results: list[dict], interval: float, seconds: flo
               f"lag p99 {big['intake_p99']:.2f} s)")
         print(f"target, the run's end of 512 ranks' table ({big['rows_total']:,} rows) under 5 s: "
               f"{'holds' if big['end_s'] < 5 else 'MISSED'} ({big['end_s']:.2f} s)")
+
+
+def _training_table(rows: list[dict]) -> None:
+    if not rows:
+        return
+    print("\nreal training: the benchmark's CNN, MultiWorkerMirroredStrategy, per-replica batch 32, one TF thread a "
+          "worker, all on this machine's cores; raytf with cluster.standby=0 on a running Ray\n")
+    print("| workers | hand: launch to first step s | raytf: launch to first step s | raytf ÷ hand | hand: step ms | "
+          "raytf: step ms | step raytf ÷ hand | raytf: wall s | peak task RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+
+    def ratio(a, b):
+        return "—" if a is None or b is None else f"{a / b:.2f}"
+
+    def num(v, spec=".1f"):
+        return "—" if v is None else format(v, spec)
+
+    for r in rows:
+        print(f"| {r['workers']} | {num(r['hand_first_step_s'])} | {num(r['raytf_first_step_s'])} | "
+              f"{ratio(r['raytf_first_step_s'], r['hand_first_step_s'])} | {num(r['hand_step_ms'])} | "
+              f"{num(r['raytf_step_ms'])} | {ratio(r['raytf_step_ms'], r['hand_step_ms'])} | "
+              f"{num(r['raytf_wall_s'])} | {num(r['raytf_peak_rss_mb'], '.0f')} |")
 
 
 if __name__ == "__main__":

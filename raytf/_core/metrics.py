@@ -1,9 +1,16 @@
 """The driver's metrics table: one row per reported (rank, step) from every task, as Arrow/Parquet.
 
 Rows arrive as dicts and are kept as Arrow tables once taken for writing (`take_new`): a flush writes only the
-rows since the last one, so its cost does not grow with the run; `to_arrow` gives the whole table."""
+rows since the last one, so its cost does not grow with the run; `to_arrow` gives the whole table.
+
+A run that reports every step for days must not hold all its rows in the driver (issue 33's soak: ~200 B a row,
++10 % of the driver's RSS in 30 minutes). Tables the storage holds (`stored`: a part written, or the earlier
+launches' table read from it) stay in memory only up to `memory_bytes`; beyond it the oldest go, and `to_arrow`
+reads the stored rows back (`read_stored`, from the run directory) and adds those only memory has."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,11 +47,26 @@ def concat(tables: list[pa.Table]) -> pa.Table:
     return whole.take(pc.sort_indices(whole, sort_keys=[("time", "ascending")])) if whole.num_rows else whole
 
 
+# Stored rows kept in memory besides storage: ~20,000 rows of a few metrics. A short run never reads back.
+MEMORY_BYTES = 4 << 20
+
+
 class MetricsTable:
-    def __init__(self, run: str, previous: pa.Table | None = None) -> None:
+    """`previous`: the earlier launches' rows, read from storage. `read_stored`: every row storage holds of this run
+    (the previous ones and each table passed to `stored`); without it every row stays in memory."""
+
+    def __init__(self, run: str, previous: pa.Table | None = None, *,
+                 read_stored: Callable[[], pa.Table] | None = None, memory_bytes: int | None = None) -> None:
         self.run = run
-        self._tables: list[pa.Table] = [previous] if previous is not None and previous.num_rows else []
+        self._read_stored = read_stored
+        self._memory_bytes = MEMORY_BYTES if memory_bytes is None else memory_bytes
+        # In order; each with whether storage has it too (the earlier launches' table has: it was read from there).
+        self._tables: list[tuple[pa.Table, bool]] = [(previous, True)] if previous is not None and previous.num_rows \
+            else []
+        self._dropped = 0  # stored rows no longer in memory (to_arrow reads them back)
+        self._whole: pa.Table | None = None  # to_arrow's, until a row arrives (the run's end asks several times)
         self._new: list[dict] = []
+        self._spill()
         self._last_epoch: dict[int, dict] = {}  # rank -> its last epoch row (final metrics)
         self._sizes: dict[int, int] = {}  # attempt number -> its workers (set_size)
         if self._tables:
@@ -75,6 +97,7 @@ class MetricsTable:
         for k, v in p.get("metrics", {}).items():
             row[k if k not in _BASE_TYPES else f"metric_{k}"] = float(v)
         self._new.append(row)
+        self._whole = None
         if event.kind == ev.EPOCH:
             self._note_epoch(row)
         return row
@@ -85,19 +108,46 @@ class MetricsTable:
         return bool(self._new)
 
     def __len__(self) -> int:
-        return sum(t.num_rows for t in self._tables) + len(self._new)
+        return self._dropped + sum(t.num_rows for t, _ in self._tables) + len(self._new)
 
     def take_new(self) -> pa.Table:
         """The rows since the last call, as a table (kept, and from now on no longer new)."""
         table = rows_to_arrow(self._new)
         self._new = []
         if table.num_rows:
-            self._tables.append(table)
+            self._tables.append((table, False))
         return table
+
+    def stored(self, table: pa.Table) -> None:
+        """`table` (from `take_new`) is in storage now: memory may let it go."""
+        self._tables = [(t, kept or t is table) for t, kept in self._tables]
+        self._spill()
+
+    def all_stored(self) -> None:
+        """Every row is in storage now (the whole table written)."""
+        self.take_new()
+        self._tables = [(t, True) for t, _ in self._tables]
+        self._spill()
+
+    def _spill(self) -> None:
+        if self._read_stored is None:
+            return
+        held = sum(t.nbytes for t, kept in self._tables if kept)
+        while held > self._memory_bytes:
+            i = next(i for i, (_, kept) in enumerate(self._tables) if kept)  # the oldest stored one
+            table, _ = self._tables.pop(i)
+            held -= table.nbytes
+            self._dropped += table.num_rows
 
     def to_arrow(self) -> pa.Table:
         self.take_new()
-        return concat(self._tables)
+        if self._whole is None:
+            if self._dropped:  # storage has all the stored rows; memory adds the ones only it has
+                tables = [self._read_stored(), *(t for t, kept in self._tables if not kept)]
+            else:
+                tables = [t for t, _ in self._tables]
+            self._whole = concat(tables)
+        return self._whole
 
     def final(self, rank: int = 0) -> dict[str, float]:
         """The last epoch row of `rank` (else of any rank) as {metric: value}."""

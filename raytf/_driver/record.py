@@ -5,6 +5,7 @@ checkpoints committed)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import platform
@@ -63,7 +64,15 @@ class RunRecord:
         self.tasks: list[TaskInfo] = []  # the attempt's
         self.previous_attempts: list[dict[str, Any]] = list(previous.get("attempts", []))
         self.previous_stragglers: list[dict[str, Any]] = list(previous.get("stragglers") or [])
-        self.metrics = MetricsTable(cfg.run.name, table)
+        if table is None and run_dir.metrics.exists():
+            # A launch that does not resume starts the run's table afresh: the rows there are an earlier launch's
+            # that no checkpoint continues (its first whole write would drop them anyway), and the table reads its
+            # stored rows back from there (below).
+            run_dir.metrics.clear()
+        self._failed_parts: set[str] = set()  # metrics parts whose write raised: their rows stay in memory
+        # The rows storage has leave memory past a bound (a run that reports every step for days: issue 33).
+        self.metrics = MetricsTable(cfg.run.name, table,
+                                    read_stored=lambda: run_dir.metrics.read(skip=self._failed_parts))
         # Ranks slower than the others (metrics.straggler_ratio), this launch's; earlier launches' from result.json.
         self.stragglers = Stragglers(cfg.metrics.straggler_ratio, cfg.metrics.straggler_window)
         import ray  # (here: this module stays importable without Ray, for the pure tests of its writes)
@@ -180,6 +189,7 @@ class RunRecord:
         """metrics.parquet whole (the parts written so far folded in): at each attempt's end and the run's."""
         if len(self.metrics):
             self.run_dir.metrics.write(self.metrics.to_arrow(), retry=retry)
+            self.metrics.all_stored()
 
     def flush_metrics(self, force: bool = False) -> None:
         """Once per loop round (and between attempts, forced): the rows since the last flush as one more part,
@@ -189,28 +199,25 @@ class RunRecord:
             return
         self._parts += 1
         part = f"{self._launch_id}-{self._parts:06d}"
+        table = self.metrics.take_new()
         try:
-            self.run_dir.metrics.append(self.metrics.take_new(), part, retry=False)
+            self.run_dir.metrics.append(table, part, retry=False)
         except RaytfError as e:  # storage away for a while: the rows stay in memory for the run's end
+            self._failed_parts.add(f"{part}.parquet")
             log.warning("metrics part %s not written: %s", part, e)
+        else:
+            self.metrics.stored(table)
         self._last_flush = time.monotonic()
 
     def end(self, status: str, ended_by: BaseException | None, closing: Iterable[Callable[[], None]] = ()) -> None:
         """The run's last writes (after `closing`, the sinks): every one is tried; a failure among them is
         raised only when nothing else ended the run (it must never replace the error the user needs to see)."""
         first: Exception | None = None
-        def marked(write: Callable[[], None], phase: str, after: bool = True) -> Callable[[], None]:
-            def step() -> None:
-                if not after:
-                    self.timeline.mark(phase, time.time())
-                write()
-                if after:
-                    self.timeline.mark(phase, time.time())
-            return step
-
-        for write in (*closing, marked(self.write_curves, tl.CURVES_WRITTEN),
-                      marked(self.write_metrics, tl.METRICS_WRITTEN),
-                      marked(lambda: self.write_result(status), tl.RESULT_WRITTEN, after=False),
+        for write in (*closing, functools.partial(self._timed, self.write_curves, tl.CURVES_WRITTEN),
+                      functools.partial(self._timed, self.write_metrics, tl.METRICS_WRITTEN),
+                      # (result.json's own mark before it is written: the timeline it holds has it)
+                      functools.partial(self._timed, lambda: self.write_result(status), tl.RESULT_WRITTEN,
+                                        before=True),
                       lambda: self.track_end(status)):
             try:
                 write()
@@ -219,6 +226,14 @@ class RunRecord:
                 first = first or e
         if first is not None and ended_by is None:
             raise first
+
+    def _timed(self, write: Callable[[], None], phase: str, before: bool = False) -> None:
+        """`write`, and the timeline's mark of `phase` when it is done (or, `before`, when it starts)."""
+        if before:
+            self.timeline.mark(phase, time.time())
+        write()
+        if not before:
+            self.timeline.mark(phase, time.time())
 
     def track_end(self, status: str, timeout_s: float | None = None) -> None:
         """The run's end in MLflow (tracking.mlflow), bounded by tracking.flush_timeout_s; result.json again when the

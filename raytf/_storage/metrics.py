@@ -43,14 +43,21 @@ class MetricsStore:
     def exists(self) -> bool:
         return self.rd.exists(METRICS_FILE) or bool(self._parts())
 
-    def read(self) -> pa.Table:
-        """metrics.parquet plus the parts it does not include (a run still going, or a driver that died)."""
+    def clear(self) -> None:
+        """No table: metrics.parquet and its parts go (a launch that starts a run afresh)."""
+        for name in self._parts():
+            self.rd.remove(f"{METRICS_PARTS_DIR}/{name}")
+        self.rd.remove(METRICS_FILE)
+
+    def read(self, skip: frozenset[str] | set[str] = frozenset()) -> pa.Table:
+        """metrics.parquet plus the parts it does not include (a run still going, or a driver that died), but for
+        the parts named in `skip` (a write that raised: its rows may be there or not; the writer still has them)."""
         tables, included = [], set()
         if self.rd.exists(METRICS_FILE):
             table = self.rd.read_table(METRICS_FILE)
             included = set(json.loads((table.schema.metadata or {}).get(METRICS_PARTS_KEY, b"[]")))
             tables.append(table.replace_schema_metadata(None))
         for name in self._parts():
-            if name not in included:
+            if name not in included and name not in skip:
                 tables.append(self.rd.read_table(f"{METRICS_PARTS_DIR}/{name}"))
         return metrics.concat(tables)

@@ -55,12 +55,17 @@ def reserve_port(port_range: tuple[int, int] | None = None) -> socket.socket | N
     return None
 
 
-@ray.remote(num_cpus=0)
-def sweep_scratch(pids: tuple[int, ...] = ()) -> list[str]:
-    """Run on a node by the driver after an attempt's teardown: the scratch directories its killed tasks left, once
-    their processes (`pids`, on this node) are gone."""
+def sweep_here(pids: tuple[int, ...] = ()) -> list[str]:
+    """On a node after an attempt's teardown: the scratch directories its killed tasks left, once their processes
+    (`pids`, on this node) are gone. The driver runs it as a Ray task on each node (`sweep_scratch`), or itself on
+    its own embedded Ray's one machine."""
     scratch.wait_gone(pids)
     return scratch.sweep()
+
+
+sweep_scratch = ray.remote(num_cpus=0)(sweep_here)
+# The environment variables that place a task's scratch root (its temporary directory's).
+SCRATCH_ENV = frozenset({"TMPDIR", "TEMP", "TMP", scratch.ROOT_ENV})
 
 
 class TaskActor:

@@ -61,6 +61,11 @@ class Emitter:
         """Events the bus may merge anyway, not sent while it took none for wait_s."""
         return self._outbox.dropped
 
+    @property
+    def pushes(self) -> int:
+        """Calls to the bus so far (each carries a batch of events)."""
+        return self._outbox.pushes
+
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
         with self._lock:
             before = self._outbox.dropped

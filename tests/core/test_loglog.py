@@ -45,3 +45,16 @@ def test_figure_has_both_panels_on_log_axes():
 
 def test_report_of_one_size_says_there_is_nothing_to_fit():
     assert loglog.report([_orch(8, 8.0)], [_intake(8)]) == ["(one size of each part: no growth to fit)"]
+
+
+def test_training_part_fits_the_sizes_each_series_has_and_gets_a_panel():
+    # Hand-launched training ran up to 8 workers, raytf to 16: each series is fitted on its own sizes.
+    rows = [{"workers": n, "hand_first_step_s": 2.0 * n if n <= 8 else None, "raytf_first_step_s": 0.5 * n * n,
+             "raytf_step_ms": 10.0 * n} for n in (2, 4, 8, 16)]
+    lines = loglog.report([], [], rows)
+    assert "| hand-launched: launch to first step (s) | workers | 1.00 |" in lines
+    assert "| raytf: step (ms) | workers | 1.00 |" in lines
+    assert lines[-1] == "faster than linear (exponent > 1.25): raytf: launch to first step (s) (2.00)"
+    fig = loglog.figure([_orch(n, 1.05 * n) for n in (8, 32)], [_intake(n) for n in (8, 32)], rows)
+    assert len(fig.axes) == 3 and fig.axes[2].get_xlabel() == "workers"
+    assert len(fig.axes[2].get_lines()) == len(loglog.TRAINING) + 1

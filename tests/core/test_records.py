@@ -129,6 +129,59 @@ def test_metrics_flush_in_parts_then_compact_without_losing_or_doubling_rows(tmp
     assert resumed.final() == {"acc": 0.5, "epoch": 1, "step": 2}
 
 
+def test_metrics_table_lets_stored_rows_go_and_reads_them_back(tmp_path):
+    """A run that reports every step for days: what storage has leaves memory past the bound; the whole table is
+    the same, with the earlier launch's rows, a part whose write failed and the rows not yet flushed."""
+    from raytf._storage import RunDir
+
+    rd = RunDir(str(tmp_path), "r")
+    rd.makedirs()
+    earlier = MetricsTable("r")
+    earlier.add(ev.Event(ev.EPOCH, "worker", 0, 1, {"epoch": 1, "step": 5, "metrics": {"loss": 3.0}}, time=0.5))
+    rd.metrics.write(earlier.to_arrow())
+    failed: set[str] = set()
+    reads = []
+
+    def read_stored():
+        reads.append(1)
+        return rd.metrics.read(skip=failed)
+
+    t = MetricsTable("r", previous=rd.metrics.read(), read_stored=read_stored, memory_bytes=4096)
+    step, parts = 0, 0
+    for _ in range(40):  # 40 flushes of 20 rows each, ~2 KB a part
+        for rank in range(2):
+            for _ in range(10):
+                step += 1
+                t.add(ev.Event(ev.STEP, "worker", rank, 2, {"epoch": 2, "step": step, "metrics": {"loss": 1.0}},
+                               time=1.0 + step))
+        parts += 1
+        table = t.take_new()
+        if parts == 7:  # a part whose write raised after its file landed: its rows only count from memory
+            rd.metrics.append(table, f"l-{parts:06d}")
+            failed.add(f"l-{parts:06d}.parquet")
+            continue
+        rd.metrics.append(table, f"l-{parts:06d}")
+        t.stored(table)
+    t.add(ev.Event(ev.STEP, "worker", 1, 2, {"epoch": 2, "step": step + 1, "metrics": {"acc": 0.5}}, time=9e3))
+    held = sum(x.nbytes for x, _ in t._tables)
+    assert held < 3 * 4096, held  # bounded: the bound plus the failed part, not the 40 parts
+    assert len(t) == 1 + 40 * 20 + 1 and not reads
+    whole = t.to_arrow()
+    assert len(reads) == 1 and whole.num_rows == len(t)
+    assert whole.column("time").to_pylist() == sorted(whole.column("time").to_pylist())
+    assert whole.column("step").to_pylist()[:3] == [5, 1, 2] and whole.column("acc").to_pylist()[-1] == 0.5
+    assert t.to_arrow() is whole and len(reads) == 1  # asked again at the run's end: not read again
+    rd.metrics.write(whole)  # the run's end: then everything is stored, and memory keeps at most the bound
+    t.all_stored()
+    assert sum(x.nbytes for x, _ in t._tables) <= 4096
+    assert rd.metrics.read().num_rows == len(t) == whole.num_rows
+    assert t.final() == {"loss": 3.0, "epoch": 1, "step": 5}  # the earlier launch's epoch row, though spilled
+    unbounded = MetricsTable("r")  # no reader: everything stays (the pure tests' and benchmarks' use)
+    unbounded.add(ev.Event(ev.STEP, "worker", 0, 1, {"epoch": 1, "step": 1}))
+    unbounded.stored(unbounded.take_new())
+    assert unbounded.to_arrow().num_rows == 1
+
+
 def test_attempt_knows_when_training_finished():
     def epoch(a, n, rank=0):
         a.observe(ev.Event(ev.EPOCH, "worker", rank, 1, {"epoch": n, "step": 10 * n}))
