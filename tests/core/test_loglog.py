@@ -50,7 +50,7 @@ def test_report_of_one_size_says_there_is_nothing_to_fit():
 def test_training_part_fits_the_sizes_each_series_has_and_gets_a_panel():
     # Hand-launched training ran up to 8 workers, raytf to 16: each series is fitted on its own sizes.
     rows = [{"workers": n, "hand_first_step_s": 2.0 * n if n <= 8 else None, "raytf_first_step_s": 0.5 * n * n,
-             "raytf_step_ms": 10.0 * n} for n in (2, 4, 8, 16)]
+             "hand_step_ms": 9.0 * n if n <= 8 else None, "raytf_step_ms": 10.0 * n} for n in (2, 4, 8, 16)]
     lines = loglog.report([], [], rows)
     assert "| hand-launched: launch to first step (s) | workers | 1.00 |" in lines
     assert "| raytf: step (ms) | workers | 1.00 |" in lines
