@@ -43,7 +43,7 @@ def exponents(rows: list[dict], size: str, series: tuple[tuple[str, str], ...]) 
 
 def _parts(orch: list[dict], intake: list[dict], training: list[dict]):
     return ((orch, "tasks", ORCHESTRATION, "orchestration"), (intake, "ranks", INTAKE, "the driver's intake"),
-            (training, "workers", TRAINING, "real training (2 cores shared by all)"))
+            (training, "workers", TRAINING, "real training (every worker on one machine)"))
 
 
 def report(orch: list[dict], intake: list[dict], training: list[dict] = ()) -> list[str]:

@@ -26,7 +26,7 @@ up to `--hand-max` workers; launch to the first step and the median step after t
 
 Run:  python -m benchmarks.scale [--tasks 8,32,128] [--ranks 8,32,128,512] [--train 2,4,8,16] [--seconds 20]
                                  [--interval 0.1] [--plot benchmarks/scale.png] [--json FILE]
-      python -m benchmarks.scale --smoke      (8 tasks; 8 ranks for 3 s; 2 workers trained: the check that it runs)
+      python -m benchmarks.scale --smoke      (8 tasks; 8 ranks for 3 s; 2 workers through raytf: that it runs)
 
 No TensorFlow: `--reporters` Ray processes each speak for N/reporters ranks (a real task speaks for one; the
 bus cannot tell). Per size: rows per second offered and taken into the table, rows the bus coalesced (a rank's
@@ -100,7 +100,7 @@ class Reporters:
         costs.sort()
         return {"rows": step * len(self.emitters), "late_ticks": late, "ticks": step,
                 "dropped_here": sum(e.dropped for e in self.emitters),
-                "pushes": sum(e._outbox.pushes for e in self.emitters),
+                "pushes": sum(e.pushes for e in self.emitters),
                 "cost_p50_us": 1e6 * costs[len(costs) // 2], "cost_p99_us": 1e6 * costs[int(len(costs) * 0.99)]}
 
 
@@ -325,7 +325,8 @@ def _training(sizes: list[int], hand_max: int, epochs: int, steps: int, batch: i
     from benchmarks import run as bench
 
     os.chdir(ROOT)  # raytf's tasks import benchmarks.workload from the driver's working directory
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    cores = os.cpu_count() or 2
+    ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False, configure_logging=False)
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="raytf-bench-scale-") as scratch:
@@ -335,7 +336,8 @@ def _training(sizes: list[int], hand_max: int, epochs: int, steps: int, batch: i
                 out = Path(scratch) / f"raytf-{n}"
                 ours = bench._raytf("raytf MWMS, function", s, out, "conf/local.yaml", [
                     "train.entrypoint=benchmarks.workload:train", f"train.params.out={out}", *bench._LEAN,
-                    "cluster.standby=0", f"cluster.worker.cpus={2 / n:.4f}", "cluster.startup_timeout_s=600"],
+                    "cluster.standby=0", f"cluster.worker.cpus={min(1.0, cores / n):.4f}",
+                    "cluster.startup_timeout_s=600"],
                     batch * n)
                 row = {"workers": n}
                 for who, t in (("hand", hand), ("raytf", ours)):
@@ -362,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train", default="2,4,8,16", help="real training: MWMS workers ('' skips the part)")
     ap.add_argument("--hand-max", type=int, default=8, help="hand-launched training up to this many workers")
     ap.add_argument("--smoke", action="store_true",
-                    help="8 tasks; 8 ranks for 3 s; 2 workers trained briefly: the check that it runs")
+                    help="8 tasks; 8 ranks for 3 s; 2 workers trained briefly through raytf: the check that it runs")
     ap.add_argument("--plot", help="also draw every cost against N, log-log, into this PNG file")
     ap.add_argument("--json", help="also write both parts' rows to this file")
     a = ap.parse_args(argv)
@@ -376,7 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     orch = _orchestration(tasks) if tasks else []
     results = _intake(sizes, seconds, a.interval, a.reporters) if sizes else []
     # (smoke: 2 epochs of 5 steps; else 2 of 20, the median step taken from the second)
-    training = _training(workers, a.hand_max, 2, 5 if a.smoke else 20, 32) if workers else []
+    # (the smoke trains through raytf only: benchmarks.run's smoke runs the hand launch already)
+    training = _training(workers, 0 if a.smoke else a.hand_max, 2, 5 if a.smoke else 20, 32) if workers else []
     _tables(orch, results, a.interval, seconds, a.reporters)
     _training_table(training)
     # How each cost grows: its exponent in N (a log-log slope), and the parts growing faster than linearly.

@@ -1,6 +1,7 @@
 """The teardown's scratch sweep on an embedded Ray, two ways side by side (issue 38's cold launch): as a Ray task
 (`sweep_scratch`, what a run on a cluster sends to each node: Ray starts a worker process for it first) and in the
-driver's own process (`sweep_here`, what a run on its own embedded Ray now does). Each round starts two task-like
+driver's own process (`sweep_here`: what a run on its own embedded Ray could do once its tasks report their
+scratch root; the driver's own temporary directory need not be theirs). Each round starts two task-like
 actors that own a scratch directory, kills them as a teardown does, and times the sweep that removes what they left;
 the two ways alternate.
 

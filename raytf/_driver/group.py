@@ -24,7 +24,7 @@ from raytf._driver.usercode import CodePlan
 from raytf._storage import RunDir
 
 # The one task-side module the driver imports: Ray needs the class (and the sweep's function).
-from raytf._task.actor import SCRATCH_ENV, TaskActor, sweep_here, sweep_scratch
+from raytf._task.actor import TaskActor, sweep_scratch
 from raytf.config import SINGLE_TASK_STRATEGIES, Config, script_mode, task_view
 from raytf.config.redact import secret_runtime_env
 from raytf.errors import ConfigError, RaytfError, StorageError, WorkerError
@@ -320,13 +320,6 @@ class TaskGroup:
     def _sweep_scratch(self, skip: set[str], timeout_s: float = 5.0) -> None:
         """The killed tasks' scratch directories (ray.kill skips their `finally`), on the nodes that are up and
         reachable; bounded, and never a reason to fail (the next task on the node sweeps too)."""
-        if self.embedded and not SCRATCH_ENV & set(self.cfg.ray.runtime_env.get("env_vars") or {}):
-            # One machine, this process's own Ray: its tasks inherited this environment (none of the variables
-            # that place their scratch set for them), so their scratch root is this process's. Swept here: a Ray
-            # task for it would start a new worker process first, ~1 s of a one-shot CLI run's teardown (issue
-            # 38's cold-launch timeline).
-            sweep_here(tuple(i.pid for i in self.infos if i.pid))
-            return
         nodes = {i.node_id for i in self.infos} - skip - {None, ""}
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
         pids = {n: tuple(i.pid for i in self.infos if i.node_id == n and i.pid) for n in nodes}

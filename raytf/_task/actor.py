@@ -57,15 +57,17 @@ def reserve_port(port_range: tuple[int, int] | None = None) -> socket.socket | N
 
 def sweep_here(pids: tuple[int, ...] = ()) -> list[str]:
     """On a node after an attempt's teardown: the scratch directories its killed tasks left, once their processes
-    (`pids`, on this node) are gone. The driver runs it as a Ray task on each node (`sweep_scratch`), or itself on
-    its own embedded Ray's one machine."""
+    (`pids`, on this node) are gone. The driver runs it as a Ray task on each node (`sweep_scratch`).
+
+    Not in the driver's own process, even on its embedded Ray's one machine, although that would save starting a
+    worker process for it (~0.86 s a teardown: benchmarks/scratch_sweep.py): the driver's temporary directory need
+    not be its tasks' (the soak benchmark sets them apart, and a notebook may change it after `ray.init`), and a
+    sweep of the wrong root leaves the tasks' directories behind. That needs the tasks to report their root."""
     scratch.wait_gone(pids)
     return scratch.sweep()
 
 
 sweep_scratch = ray.remote(num_cpus=0)(sweep_here)
-# The environment variables that place a task's scratch root (its temporary directory's).
-SCRATCH_ENV = frozenset({"TMPDIR", "TEMP", "TMP", scratch.ROOT_ENV})
 
 
 class TaskActor:

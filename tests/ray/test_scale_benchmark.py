@@ -1,6 +1,6 @@
 """The scale benchmark's smoke mode (benchmarks/scale.py): raytf's task group on a simulated cluster beside Ray's
 bare actors, the driver's intake of ranks reporting through raytf's own emitter and bus, and 2 MWMS workers trained
-by hand and through raytf; the three tables print."""
+through raytf; the three tables print."""
 
 import pytest
 
@@ -21,5 +21,5 @@ def test_scale_benchmark_smoke_mode_runs():
     assert coalesced == 0 and taken == offered > 0, out.stdout
     trained = [line.split("|") for line in out.stdout.splitlines() if line.startswith("| 2 |")]
     assert len(trained) == 1, out.stdout
-    hand_first, raytf_first, hand_step, raytf_step = (float(trained[0][i]) for i in (2, 3, 5, 6))
-    assert hand_first > 0 and raytf_first > 0 and hand_step > 0 and raytf_step > 0, out.stdout
+    raytf_first, raytf_step = float(trained[0][3]), float(trained[0][6])  # (the smoke hand-launches nothing)
+    assert raytf_first > 0 and raytf_step > 0 and trained[0][2].strip() == "—", out.stdout
