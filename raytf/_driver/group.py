@@ -18,13 +18,13 @@ from raytf._core import events as ev
 from raytf._core import failure, shipping, topology
 from raytf._core.function import Functions
 from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_name, is_server, streamed, task_runtime_env
-from raytf._core.tasks import TaskInfo, TaskRun
+from raytf._core.tasks import TaskInfo, TaskRun, local_sweeps
 from raytf._driver import placement, standby
 from raytf._driver.usercode import CodePlan
 from raytf._storage import RunDir
 
-# The one task-side module the driver imports: Ray needs the class (and the sweep's function).
-from raytf._task.actor import TaskActor, sweep_scratch
+# The one task-side module the driver imports: Ray needs the class (and the sweep's functions).
+from raytf._task.actor import TaskActor, here, sweep_roots, sweep_scratch
 from raytf.config import SINGLE_TASK_STRATEGIES, Config, script_mode, task_view
 from raytf.config.redact import secret_runtime_env
 from raytf.errors import ConfigError, RaytfError, StorageError, WorkerError
@@ -321,6 +321,15 @@ class TaskGroup:
         """The killed tasks' scratch directories (ray.kill skips their `finally`), on the nodes that are up and
         reachable; bounded, and never a reason to fail (the next task on the node sweeps too)."""
         nodes = {i.node_id for i in self.infos} - skip - {None, ""}
+        local, roots = local_sweeps([i for i in self.infos if i.node_id in nodes], here())
+        if roots:
+            try:
+                sweep_roots(roots)
+            except OSError as e:
+                log.debug("scratch sweep: %s", e)
+        nodes -= local
+        if not nodes:
+            return
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
         pids = {n: tuple(i.pid for i in self.infos if i.node_id == n and i.pid) for n in nodes}
         refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(pids[n])

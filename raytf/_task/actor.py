@@ -57,17 +57,28 @@ def reserve_port(port_range: tuple[int, int] | None = None) -> socket.socket | N
 
 def sweep_here(pids: tuple[int, ...] = ()) -> list[str]:
     """On a node after an attempt's teardown: the scratch directories its killed tasks left, once their processes
-    (`pids`, on this node) are gone. The driver runs it as a Ray task on each node (`sweep_scratch`).
-
-    Not in the driver's own process, even on its embedded Ray's one machine, although that would save starting a
-    worker process for it (~0.86 s a teardown: benchmarks/scratch_sweep.py): the driver's temporary directory need
-    not be its tasks' (the soak benchmark sets them apart, and a notebook may change it after `ray.init`), and a
-    sweep of the wrong root leaves the tasks' directories behind. That needs the tasks to report their root."""
+    (`pids`, on this node) are gone. The driver runs it as a Ray task on each node (`sweep_scratch`) whose tasks
+    do not share its place (`sweep_roots` otherwise)."""
     scratch.wait_gone(pids)
     return scratch.sweep()
 
 
 sweep_scratch = ray.remote(num_cpus=0)(sweep_here)
+
+
+def sweep_roots(roots: dict[str, tuple[int, ...]]) -> list[str]:
+    """The same sweep in the driver's own process, of the roots its tasks reported (TaskInfo.scratch_root, with their
+    pids): for the nodes whose tasks share the driver's place (machine, mount and PID namespaces: tasks.local_sweeps),
+    as on an embedded Ray, where a Ray task would first need a worker process (~0.86 s a teardown:
+    benchmarks/scratch_sweep.py). Their roots, not the driver's own: its temporary directory need not be theirs (the
+    soak benchmark sets them apart; a notebook may change it after `ray.init`)."""
+    scratch.wait_gone({p for pids in roots.values() for p in pids})
+    return [path for root in roots for path in scratch.sweep(root, drop_root=True)]
+
+
+def here() -> str:
+    """The driver's place, to compare with its tasks' (scratch.place)."""
+    return scratch.place()
 
 
 class TaskActor:
@@ -114,7 +125,8 @@ class TaskActor:
             node_id=self.node_id, pid=os.getpid(), gpu_ids=tuple(str(g) for g in ray.get_gpu_ids()),
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), port_error=self._no_port,
             storage_visible=run_dir.can_see(marker) if run_dir is not None and marker else None,
-            code_missing=tuple(usercode.missing(code)) if code is not None else ())
+            code_missing=tuple(usercode.missing(code)) if code is not None else (),
+            scratch_root=scratch.root(), place=scratch.place())
 
     def release_port(self) -> None:
         if self._sock is not None:

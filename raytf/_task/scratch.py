@@ -114,10 +114,24 @@ def wait_gone(pids, timeout_s: float = 3.0) -> None:
             time.sleep(0.05)  # polling the process table, bounded by timeout_s
 
 
-def sweep(base: str | None = None) -> list[str]:
-    """Remove every scratch directory on this node whose owner is gone (any run's), and runs' roots left empty.
+def place() -> str:
+    """Where this process sees files and processes from: the machine (its boot) and its mount and PID namespaces.
+    Two processes of one place name the same directory by the same path and the same process by the same pid, so
+    one can sweep the other's scratch root (`sweep`, `wait_gone`). "" where the kernel does not say (no /proc):
+    then no other process shares it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return ":".join((boot, os.readlink("/proc/self/ns/mnt"), os.readlink("/proc/self/ns/pid")))
+    except OSError:
+        return ""
+
+
+def sweep(base: str | None = None, drop_root: bool | None = None) -> list[str]:
+    """Remove every scratch directory under `base` (this process's root) whose owner is gone (any run's), runs'
+    roots left empty and, with `drop_root` (the default for this process's own root), the root itself if empty.
     Returns what was removed."""
-    own_root = base is None
+    own_root = base is None if drop_root is None else drop_root
     base = base or root()
     removed = []
     try:

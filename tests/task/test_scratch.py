@@ -96,3 +96,33 @@ def test_a_task_processs_temporary_files_are_swept_with_it(tmp_path, monkeypatch
     monkeypatch.delenv(scratch.ROOT_ENV, raising=False)
     monkeypatch.setattr(scratch.tempfile, "tempdir", None)
     assert scratch.root() == str(root) and scratch.sweep() == [] and os.listdir(tmp) == []
+
+
+def test_the_driver_sweeps_its_tasks_roots_where_it_shares_their_place(tmp_path):
+    """tasks.local_sweeps: a node all of whose tasks see files and processes as the driver does (machine, mount and
+    PID namespaces) is swept in the driver's process, from the roots the tasks reported; any other node by a Ray
+    task there."""
+    from raytf._core.tasks import TaskInfo, local_sweeps
+    from raytf._task.actor import sweep_roots
+
+    here = scratch.place()
+    assert here and here == subprocess.run([sys.executable, "-c", "from raytf._task import scratch; "
+                                            "print(scratch.place())"], capture_output=True, text=True,
+                                           cwd=ROOT).stdout.strip()  # a child shares its parent's place
+
+    def info(rank, node, root, place, pid):
+        return TaskInfo(role="worker", index=rank, rank=rank, host="h", port=1, node_id=node, pid=pid,
+                        scratch_root=root, place=place)
+
+    killed, killed_path = _holder(tmp_path / "a")
+    killed.send_signal(signal.SIGKILL)
+    infos = [info(0, "n1", str(tmp_path / "a"), here, killed.pid), info(1, "n1", str(tmp_path / "b"), here, 0),
+             info(2, "n2", "/tmp", "other-machine:mnt:pid", 7),  # another machine: a Ray task's
+             info(3, "n3", "/tmp", here, 8), info(4, "n3", "/tmp", "", 9),  # one of n3's not known: all of it is
+             info(5, "n4", "", here, 10)]  # an older raytf's task (no root): a Ray task's
+    nodes, roots = local_sweeps(infos, here)
+    assert nodes == {"n1"} and roots == {str(tmp_path / "a"): (killed.pid,), str(tmp_path / "b"): ()}
+    assert local_sweeps(infos, "") == (set(), {})  # no place known here: every node gets a Ray task
+    assert sweep_roots(roots) == [killed_path]  # (it waited for the killed one to be gone)
+    assert not (tmp_path / "a").exists()  # the root dropped once empty, as a node's own sweep drops its own
+    killed.wait(10)
