@@ -1,5 +1,5 @@
 """The teardown's scratch sweep on an embedded Ray, two ways side by side (issue 38's cold launch): as a Ray task
-(`sweep_scratch`, what a run sends to each node whose tasks do not share the driver's machine and namespaces: Ray
+(`sweep_scratch`, what a run sends to each node whose tasks do not share the driver's machine, namespaces and user: Ray
 starts a worker process for it first) and in the driver's own process (`sweep_roots` of the roots the tasks report:
 what a run does where they do, as on its embedded Ray). Each round starts two task-like actors that own a scratch
 directory, kills them as a teardown does, and times the sweep that removes what they left; the two ways alternate.

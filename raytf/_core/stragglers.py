@@ -49,6 +49,7 @@ class Finding:
     over: bool = False
     episodes: int = 1  # how often, in its attempt, it became slow (again)
     rows_in_line: int = field(default=0, compare=False)  # its rank's rows judged since it was last over
+    since: int | None = field(default=None, compare=False)  # where its latest turn to slow began (None: `step`)
     said: bool = field(default=True, compare=False)  # its latest turn to slow was said (so is its end)
 
     @property
@@ -64,8 +65,11 @@ class Finding:
 
     def line(self, ratio_key: float) -> str:
         times = f"{self.ratio:.1f}x" if self.ratio != float("inf") else "far more"
+        # Slow again after a long while in line (said again): since when this time, and how often since first found.
+        since = (f"since step {self.step}" if self.since is None else
+                 f"again since step {self.since}, slow {self.episodes} times since step {self.step}")
         return (f"straggler: {self.role} {self.rank} on {self.host or '?'} {WHAT[self.part]} {_ms(self.value_s)} a "
-                f"step, the other ranks {_ms(self.others_s)} ({times}, since step {self.step}; "
+                f"step, the other ranks {_ms(self.others_s)} ({times}, {since}; "
                 f"metrics.straggler_ratio {ratio_key:g}): every rank waits for it")
 
 
@@ -190,6 +194,7 @@ class Stragglers:
                 quiet = found.rows_in_line >= QUIET_WINDOWS * self.window
                 found.over, found.episodes, found.rows_in_line, found.said = False, found.episodes + 1, 0, quiet
                 found.value_s, found.others_s, found.last_step = statistics.median(mine), typical, step
+                found.since = step
                 if quiet:  # back after a long while in line: news again
                     changes.append(found)
             elif slow and found is None:

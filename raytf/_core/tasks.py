@@ -32,7 +32,7 @@ class TaskInfo:
     storage_visible: bool | None = None
     # What of the program it lacks (shipping.Missing: train.script's file, a module), when asked (raytf issue 32).
     code_missing: tuple[Any, ...] = ()
-    # Its scratch root and the place it sees it from (_task/scratch.py: machine, mount and PID namespaces): the
+    # Its scratch root and the place it sees it from (_task/scratch.py: machine, namespaces, user): the
     # teardown's sweep runs in the driver's own process where the driver shares the place (local_sweeps).
     scratch_root: str = ""
     place: str = ""

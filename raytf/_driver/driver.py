@@ -171,7 +171,9 @@ class Driver:
                     self.tracking.attempt_ended(run.attempt.to_json())
             elif isinstance(state, Retrying):
                 state = run.resumed(self.resume.trusted())
-                self.record.write_metrics()  # metrics.parquet whole at each attempt's end: rare, and fresh
+                # The attempt's last rows as one more part: a retry costs what it adds, not a read and a write of
+                # the whole table (a days-long run's, from storage once past MetricsTable's bound; issue 33).
+                self.record.flush_metrics(force=True)
                 self.record.write_result(RUNNING)
             elif state.status == INTERRUPTED:
                 raise KeyboardInterrupt  # the user's, after the final save: the caller sees it

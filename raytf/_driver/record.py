@@ -64,11 +64,6 @@ class RunRecord:
         self.tasks: list[TaskInfo] = []  # the attempt's
         self.previous_attempts: list[dict[str, Any]] = list(previous.get("attempts", []))
         self.previous_stragglers: list[dict[str, Any]] = list(previous.get("stragglers") or [])
-        if table is None and run_dir.metrics.exists():
-            # A launch that does not resume starts the run's table afresh: the rows there are an earlier launch's
-            # that no checkpoint continues (its first whole write would drop them anyway), and the table reads its
-            # stored rows back from there (below).
-            run_dir.metrics.clear()
         self._failed_parts: set[str] = set()  # metrics parts whose write raised: their rows stay in memory
         # The rows storage has leave memory past a bound (a run that reports every step for days: issue 33).
         self.metrics = MetricsTable(cfg.run.name, table,
@@ -186,7 +181,7 @@ class RunRecord:
             log.warning("learning curves not plotted: %s", e)
 
     def write_metrics(self, retry: bool = True) -> None:
-        """metrics.parquet whole (the parts written so far folded in): at each attempt's end and the run's."""
+        """metrics.parquet whole (the parts written so far folded in): at the run's end (a lost head's too)."""
         if len(self.metrics):
             self.run_dir.metrics.write(self.metrics.to_arrow(), retry=retry)
             self.metrics.all_stored()

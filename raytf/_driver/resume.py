@@ -39,6 +39,11 @@ class Resume:
                 f"checkpoint.resume=false: run.name={cfg.run.name!r} already has {len(old)} checkpoint(s) in "
                 f"{rd.uri_of(storage.CHECKPOINTS_DIR)}. Fix: a new run.name for a fresh start, "
                 "checkpoint.resume=true to continue it, or delete that directory")
+        if rd.metrics.exists():
+            # A launch that does not resume starts the run's table afresh: the rows there are an earlier launch's
+            # that no checkpoint continues (its first whole write would drop them anyway), and the driver's table
+            # reads its stored rows back from there (RunRecord's MetricsTable).
+            rd.metrics.clear()
         return previous, None, None
 
     def trusted(self) -> CheckpointEntry | None:

@@ -1,5 +1,5 @@
 """`MetricsStore`: a run's metrics table, appended in parts while the run goes (`metrics.parts/`, one Parquet file
-per flush) and compacted into `metrics.parquet` at each attempt's end."""
+per flush) and compacted into `metrics.parquet` at the run's end."""
 
 from __future__ import annotations
 

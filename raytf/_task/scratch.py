@@ -115,14 +115,14 @@ def wait_gone(pids, timeout_s: float = 3.0) -> None:
 
 
 def place() -> str:
-    """Where this process sees files and processes from: the machine (its boot) and its mount and PID namespaces.
-    Two processes of one place name the same directory by the same path and the same process by the same pid, so
-    one can sweep the other's scratch root (`sweep`, `wait_gone`). "" where the kernel does not say (no /proc):
-    then no other process shares it."""
+    """Where and as whom this process sees files and processes: the machine (its boot), its mount and PID namespaces
+    and its user. Two processes of one place name the same directory by the same path and the same process by the
+    same pid, with the same rights, so one can sweep the other's scratch root (`sweep`, `wait_gone`). "" where the
+    kernel does not say (no /proc): then no other process shares it."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
-        return ":".join((boot, os.readlink("/proc/self/ns/mnt"), os.readlink("/proc/self/ns/pid")))
+        return ":".join((boot, os.readlink("/proc/self/ns/mnt"), os.readlink("/proc/self/ns/pid"), str(os.getuid())))
     except OSError:
         return ""
 

@@ -271,3 +271,36 @@ def test_metrics_table_of_512_ranks():
     rb = rank_breakdown(table)
     assert list(rb["rank"]) == list(range(512))
     assert rb["step_time_s"].iloc[511] == pytest.approx(0.1 + 511e-4)
+
+
+def test_a_launch_that_does_not_resume_starts_the_metrics_table_afresh(tmp_path):
+    """Resume.earlier: with checkpoint.resume=false, an earlier launch's rows (no checkpoint continues them) go before
+    the run starts, so the table's read-back cannot pick them up; with resume, they are the launch's `table`; a
+    second lineage refused leaves them alone."""
+    import raytf
+    from raytf._driver.resume import Resume
+    from raytf._storage import RunDir
+    from raytf.errors import ConfigError
+    from tests.conftest import ROOT
+
+    def launch(resume: bool):
+        cfg = raytf.load_config(ROOT / "conf/local.yaml", [f"storage.path={tmp_path}", "run.name=r",
+                                                           f"checkpoint.resume={resume}"])
+        return Resume(cfg, RunDir(str(tmp_path), "r"))
+
+    earlier = MetricsTable("r")
+    earlier.add(ev.Event(ev.EPOCH, "worker", 0, 1, {"epoch": 1, "step": 5, "metrics": {"loss": 3.0}}, time=0.5))
+    rd = RunDir(str(tmp_path), "r")
+    rd.makedirs()
+    rd.metrics.write(earlier.to_arrow())
+    _, table, _ = launch(True).earlier()
+    assert table.num_rows == 1 and rd.metrics.exists()
+    _, table, _ = launch(False).earlier()
+    assert table is None and not rd.metrics.exists()
+    rd.metrics.write(earlier.to_arrow())
+    committed = tmp_path / "r" / "checkpoints" / checkpoint_name(1, 5)
+    committed.mkdir(parents=True)
+    (committed / "_COMMITTED.json").write_text('{"epoch": 1, "step": 5}')
+    with pytest.raises(ConfigError, match=r"checkpoint\.resume=false"):
+        launch(False).earlier()
+    assert rd.metrics.exists()

@@ -90,6 +90,9 @@ def test_a_flapping_rank_is_one_finding_said_once_until_it_stays_in_line_a_while
           start=1000, log=seen)
     assert seen == [(1, "input", False), (1, "input", True)]
     assert len(s.findings) == 1 and s.to_json()[0]["episodes"] == flaps + 1
+    again = s.findings[0].line(1.3)  # said again: since when this time, not since it was first found
+    back = 1000 + 10 * (quiet + 1)  # (its window full of slow rows again)
+    assert f"again since step {back}, slow {flaps + 1} times since step 20;" in again, again
 
 
 def test_one_rank_alone_or_parts_not_measured_find_nothing():

@@ -100,7 +100,7 @@ def test_a_task_processs_temporary_files_are_swept_with_it(tmp_path, monkeypatch
 
 def test_the_driver_sweeps_its_tasks_roots_where_it_shares_their_place(tmp_path):
     """tasks.local_sweeps: a node all of whose tasks see files and processes as the driver does (machine, mount and
-    PID namespaces) is swept in the driver's process, from the roots the tasks reported; any other node by a Ray
+    PID namespaces, user) is swept in the driver's process, from the roots the tasks reported; any other node by a Ray
     task there."""
     from raytf._core.tasks import TaskInfo, local_sweeps
     from raytf._task.actor import sweep_roots
