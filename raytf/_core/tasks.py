@@ -94,7 +94,7 @@ def local_sweeps(infos: list[TaskInfo], place: str) -> tuple[set[str], dict[str,
     """What of a teardown's scratch sweep the driver can do in its own process, from `place` (its own): the nodes
     all of whose tasks share that place, and their scratch roots, each with the pids of the tasks that used it
     (the sweep waits for them to be gone). The other nodes' sweep is sent to them as a Ray task, which needs a
-    worker process started there (~0.86 s on one machine: benchmarks/scratch_sweep.py). Pure."""
+    worker process started there (~0.7-0.9 s on one machine: benchmarks/scratch_sweep.py). Pure."""
     by_node: dict[str, list[TaskInfo]] = {}
     for i in infos:
         if i.node_id:

@@ -69,7 +69,7 @@ sweep_scratch = ray.remote(num_cpus=0)(sweep_here)
 def sweep_roots(roots: dict[str, tuple[int, ...]]) -> list[str]:
     """The same sweep in the driver's own process, of the roots its tasks reported (TaskInfo.scratch_root, with their
     pids): for the nodes whose tasks share the driver's place (machine, namespaces, user: tasks.local_sweeps),
-    as on an embedded Ray, where a Ray task would first need a worker process (~0.86 s a teardown:
+    as on an embedded Ray, where a Ray task would first need a worker process (~0.7-0.9 s a teardown:
     benchmarks/scratch_sweep.py). Their roots, not the driver's own: its temporary directory need not be theirs (the
     soak benchmark sets them apart; a notebook may change it after `ray.init`)."""
     scratch.wait_gone({p for pids in roots.values() for p in pids})
