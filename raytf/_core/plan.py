@@ -174,3 +174,22 @@ def task_runtime_env(cfg: Config, t: TaskSpec) -> dict[str, Any]:
         env_vars.setdefault("GRPC_FAIL_FAST", "use_caller")
     runtime_env["env_vars"] = env_vars
     return runtime_env
+
+
+# What raytf itself puts in a task's environment (task_runtime_env): each read when TensorFlow is imported or first
+# opens a channel (libgomp's pool at its load, TF's logging and legacy Keras at import, gRPC at its first channel),
+# so the task's process may set them itself, first thing, instead of Ray setting them at the process's start.
+IN_PROCESS_ENV = frozenset({*TASK_ENV, "OMP_NUM_THREADS", "GRPC_FAIL_FAST"})
+
+
+def actor_env(runtime_env: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """A task's runtime_env (task_runtime_env) split into (the actor's `runtime_env` option, the variables its process
+    sets itself before TensorFlow's import: TaskActor's `env`). An actor with a runtime_env of its own needs a worker
+    process started for it; without one, Ray hands it a worker it pre-started (two actors answering 0.258 s after a
+    fresh ray.init against 1.455 s: benchmarks/actor_start.py). So raytf's own variables move into the process, and
+    only when that empties the runtime_env: anything of the user's (a package, a variable such as LD_LIBRARY_PATH,
+    which must be there when the process starts) keeps the whole of it where Ray sets it. Pure."""
+    env_vars = runtime_env.get("env_vars") or {}
+    if set(runtime_env) - {"env_vars"} or set(env_vars) - IN_PROCESS_ENV:
+        return runtime_env, {}
+    return {}, dict(env_vars)

@@ -17,7 +17,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from raytf._core import events as ev
 from raytf._core import failure, shipping, topology
 from raytf._core.function import Functions
-from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_name, is_server, streamed, task_runtime_env
+from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_env, actor_name, is_server, streamed, task_runtime_env
 from raytf._core.tasks import TaskInfo, TaskRun, local_sweeps
 from raytf._driver import placement, standby
 from raytf._driver.usercode import CodePlan
@@ -143,7 +143,7 @@ class TaskGroup:
 
     def _start_task(self, t: TaskSpec, bundle_index: int, standby_actor=None):
         cfg = self.cfg
-        runtime_env = task_runtime_env(cfg, t)
+        runtime_env, env = actor_env(task_runtime_env(cfg, t))
         advertise = cfg.cluster.advertise_address or ("127.0.0.1" if self.embedded else None)
         if standby_actor is not None:  # TensorFlow imported already; the task's bundle stays reserved for it
             standby_actor.adopt.remote(t, advertise)
@@ -151,12 +151,14 @@ class TaskGroup:
             return standby_actor
         options: dict[str, Any] = dict(
             name=actor_name(cfg.run.name, t.role, t.rank), num_cpus=t.cpus, num_gpus=t.gpus,
-            resources=t.custom or None, runtime_env=runtime_env, max_restarts=0,
+            resources=t.custom or None, max_restarts=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle_index),
         )
+        if runtime_env:  # (none: a worker Ray pre-started can take it; `env` then goes to the process itself)
+            options["runtime_env"] = runtime_env
         if t.memory_bytes:
             options["memory"] = t.memory_bytes
-        return _RemoteTask.options(**options).remote(t, advertise)
+        return _RemoteTask.options(**options).remote(t, advertise, env)
 
     def addresses(self) -> list[TaskInfo]:
         """Each task's node, address and held port; also checks that every task holds a port (of

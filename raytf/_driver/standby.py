@@ -26,6 +26,8 @@ import ray
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from raytf._core.plan import actor_env
+
 # The one task-side module the driver imports: Ray needs the actor's class.
 from raytf._task.actor import TaskActor, sweep_scratch
 
@@ -79,10 +81,11 @@ class StandbyPool:
         self._harvest(where)
         have = len(self._ready.get(where, [])) + len(self._warming.get(where, []))
         started = 0
+        option, env = actor_env(runtime_env)  # (as a task's: its variables set before warm() imports TensorFlow)
         for _ in range(max(0, count - have)):
             actor = self._task.options(
-                num_cpus=0, runtime_env=runtime_env, max_restarts=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(None, None)
+                num_cpus=0, max_restarts=0, **({"runtime_env": option} if option else {}),
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(None, None, env)
             self._warming.setdefault(where, []).append((actor, actor.warm.remote()))
             started += 1
         return started

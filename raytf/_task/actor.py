@@ -1,6 +1,7 @@
 """The Ray actor that hosts one TF task. TensorFlow is imported inside its methods (which run in the task's
 process), never at module level, so the driver (which imports this module to create actors) stays free of it.
-Every task's runtime_env (plan.task_runtime_env, TASK_ENV) is in place before that first import."""
+Every task's runtime_env (plan.task_runtime_env, TASK_ENV) is in place before that first import: set by Ray at the
+process's start, or by the actor itself, first thing (`env`: plan.actor_env)."""
 
 from __future__ import annotations
 
@@ -89,9 +90,13 @@ class TaskActor:
     strategy, no device touched: a process can build a collective strategy only once, and a GPU is only ever
     touched by the task it is given), and `adopt(spec, ...)` later makes it a task, as __init__ would have."""
 
-    def __init__(self, spec: TaskSpec | None, advertise_address: str | None) -> None:
-        # First, before TensorFlow's import: this process's temporary directory is a scratch directory it owns,
-        # swept once it is gone (ray.kill skips the exit handlers that delete autograph's files).
+    def __init__(self, spec: TaskSpec | None, advertise_address: str | None,
+                 env: dict[str, str] | None = None) -> None:
+        # First, before TensorFlow's import: raytf's variables when its runtime_env did not bring them (a worker
+        # Ray pre-started: plan.actor_env), over whatever the worker had (Ray's own OMP_NUM_THREADS among them).
+        os.environ.update(env or {})
+        # Then this process's temporary directory is a scratch directory it owns, swept once it is gone (ray.kill
+        # skips the exit handlers that delete autograph's files).
         scratch.own_tempdir()
         self._server = None  # ParameterServerStrategy ps/worker: TF's in-process server
         self._output: OutputCapture | None = None  # a server's, from start_server until serve() returns

@@ -117,3 +117,22 @@ def test_task_env_sets_keras_and_openmp_before_tf_and_the_users_env_wins():
     # Numbers and booleans from the command line or YAML reach Ray as strings (Ray refuses anything else).
     typed = task_runtime_env(_ps_cfg("ray.runtime_env.env_vars.N=4", "ray.runtime_env.env_vars.DEBUG=true"), ps)
     assert (typed["env_vars"]["N"], typed["env_vars"]["DEBUG"]) == ("4", "true")
+
+
+def test_raytfs_own_variables_move_into_the_process_only_when_that_empties_the_runtime_env():
+    """plan.actor_env: a task actor without a runtime_env of its own can take a worker Ray pre-started (issue 38);
+    anything of the user's keeps the whole runtime_env where Ray sets it, at the process's start."""
+    from raytf._core.plan import IN_PROCESS_ENV, actor_env, task_runtime_env
+
+    cfg = _ps_cfg()
+    chief = make_plan(cfg).tasks[0]
+    full = task_runtime_env(cfg, chief)
+    option, env = actor_env(full)
+    assert option == {} and env == full["env_vars"] and set(env) <= IN_PROCESS_ENV
+    assert env["TF_USE_LEGACY_KERAS"] == "1" and env["OMP_NUM_THREADS"] == "2"
+    users = task_runtime_env(_ps_cfg("ray.runtime_env.env_vars.LD_LIBRARY_PATH=/opt/cuda/lib"), chief)
+    assert actor_env(users) == (users, {})  # (a library path must be there when the process starts)
+    threads = task_runtime_env(_ps_cfg("ray.runtime_env.env_vars.OMP_NUM_THREADS='8'"), chief)
+    assert actor_env(threads) == ({}, threads["env_vars"])  # one of raytf's own, set by the user: still in-process
+    package = task_runtime_env(_ps_cfg("ray.runtime_env.pip=[requests]"), chief)
+    assert actor_env(package) == (package, {})
