@@ -1,12 +1,12 @@
 """Standby task processes: Ray actors with TensorFlow and tf-keras already imported, kept per node, that take the
 next attempt's or the next run's tasks (raytf issue 22: fast recovery and fast repeat runs).
 
-A task process costs ~1.3 s to start (a Ray worker with the task's runtime_env, which Ray cannot take from its
-pool of pre-started workers) and ~3 s to import TensorFlow before it can build its strategy. A standby has done
-both. It never builds a strategy (a process can build a collective strategy only once) and never touches a GPU
-(tasks with GPUs always start afresh: Ray gives a GPU's ids only to an actor that reserves it). A task a standby
-takes still has its placement-group bundle reserved (the standby itself reserves nothing: `num_cpus=0`), so the
-cluster's accounting is the same as for a fresh actor.
+A task process costs ~0.3-1.5 s to start (a worker Ray pre-started when the task needs no runtime_env of its own,
+plan.actor_env; a new worker otherwise: benchmarks/actor_start.py) and ~3 s to import TensorFlow before it can build
+its strategy. A standby has done both. It never builds a strategy (a process can build a collective strategy only
+once) and never touches a GPU (tasks with GPUs always start afresh: Ray gives a GPU's ids only to an actor that
+reserves it). A task a standby takes still has its placement-group bundle reserved (the standby itself reserves
+nothing: `num_cpus=0`), so the cluster's accounting is the same as for a fresh actor.
 
 The standbys belong to one pool actor per Ray job (`raytf:standby-pool`), made by the driver's process: Ray ends
 an actor with its owner, so the pool and its standbys go when the session that made them does (a notebook's
