@@ -1,8 +1,8 @@
 """raytf against the same TF program launched by hand and by Ray Train, side by side on this machine.
 
 Run:  python -m benchmarks.run [--repeats 5] [--cold-repeats 3] [--workers 2] [--epochs 3] [--steps 50] [--batch 64]
-      python -m benchmarks.run --smoke        (one short trial of each contender but Ray Train's cold one: the CI
-                                               check that it runs)
+      python -m benchmarks.run --smoke        (one short trial of each code path: the CI check that it runs;
+                                               SMOKE_LEAVES_OUT says which contenders it leaves out and why)
 
 Every contender runs benchmarks/workload.py's program (same model, data, per-replica batch, thread cap), and
 the rounds are interleaved (A B C ... A B C ...) so the machine's drift hits all alike; the table shows medians
@@ -394,6 +394,14 @@ CONTENDERS = {"hand": hand, "script": raytf_script, "function": raytf_function, 
               "ps": raytf_ps}
 
 
+# The smoke (CI's check that every code path here runs; issue 31: each run left out is ~10-40 s of CI's second
+# step) leaves out the contenders whose code another one runs: Ray Train's cold run is the warm run's
+# _ray_train_fit in the _child the CLI's cold runs use; `fresh` and `unsplit` are `function` and `observed` with
+# one override (cluster.standby=0, metrics.breakdown=false), paths the default tests run. The hand launch runs
+# once, cold (the warm rounds' ratios to it read "—"). `--only` still runs any of them.
+SMOKE_LEAVES_OUT = {"raytrain_cold", "fresh", "unsplit"}
+
+
 def _median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -514,13 +522,12 @@ def main(argv: list[str] | None = None) -> int:
     every = [*COLD, *(c for c in CONTENDERS if c not in COLD)]
     ap.add_argument("--only", default=None, help=f"comma-separated, of {','.join(every)} (default: all)")
     ap.add_argument("--smoke", action="store_true",
-                    help="one short trial of each (raytrain_cold only if --only names it): checks it runs")
+                    help="one short trial of each code path (SMOKE_LEAVES_OUT only if --only names them): checks it "
+                         "runs")
     ap.add_argument("--json", help="also write every trial here")
     a = ap.parse_args(argv)
     if a.only is None:
-        # The smoke leaves out Ray Train's cold run (~40 s of CI's second step, issue 31): it is the warm run's
-        # _ray_train_fit in a fresh Python, and the CLI's cold runs go through that same _child.
-        a.only = ",".join(c for c in every if not (a.smoke and c == "raytrain_cold"))
+        a.only = ",".join(c for c in every if not (a.smoke and c in SMOKE_LEAVES_OUT))
     if a.smoke:
         a.repeats, a.cold_repeats, a.epochs, a.steps = 1, 1, 2, 5
     chosen = [c.strip() for c in a.only.split(",") if c.strip()]
@@ -536,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         cold = [c for c in chosen if c in COLD and (c != "hand" or any(x in chosen for x in COLD if x != "hand"))]
         if any(c != "hand" for c in cold):
             _rounds("cold", cold, COLD, setup, a.cold_repeats)
-        warm = [c for c in chosen if c in CONTENDERS]
+        warm = [c for c in chosen if c in CONTENDERS and not (a.smoke and c == "hand" and "hand" in cold)]
         if any(c != "hand" for c in warm) or not cold:
             import ray
 

@@ -45,6 +45,15 @@ _STALE_NS = re.compile(r"^rtf[0-9a-f]{5}h\d+$")
 _STALE_LINK = re.compile(r"^(rtfb[0-9a-f]{5}|rtf[0-9a-f]{5}v\d+)(@\S+)?$")
 _RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 _REPO = str(Path(__file__).resolve().parents[1])  # this checkout: its tasks import raytf, tests, examples from it
+# How soon the head's GCS declares a cut-off node dead. Ray's defaults (a health check every 3 s, 10 s to answer,
+# 5 failures) take ~65 s on a partition, where every check waits out its timeout (ray-project/ray#52945 spells the
+# arithmetic out); 3 s to answer and a check every 2 s take ~25 s, still well after TF's own ~9 s and with 5
+# misses in a row to be sure under load. What raytf does once a node is declared dead is what the tests check;
+# the wait was most of a partition test (the PS worker host's: 77.8 -> 33.0 s from the cut to the next attempt's
+# first step, the test 120 -> 75 s; CI's second step, issue 31). An operator may tune a real cluster the same way
+# (the same variables, on the head).
+_HEALTH_CHECK = {"RAY_health_check_timeout_ms": "3000", "RAY_health_check_period_ms": "2000",
+                 "RAY_health_check_failure_threshold": "5"}
 
 
 def unavailable() -> str | None:
@@ -98,9 +107,11 @@ class HostBed:
     checkout hidden on the other hosts but for what is installed from it."""
 
     def __init__(self, cpus: list[float | None], *, private_tmp: bool = False, private_fs: bool = False,
-                 resources: list[dict[str, float]] | None = None) -> None:
+                 resources: list[dict[str, float]] | None = None, env: dict[str, str] | None = None) -> None:
         """`resources`: custom Ray resources per host (besides `host<i>: 1`, which every host has), to pin roles
-        to hosts (cluster.<role>.custom)."""
+        to hosts (cluster.<role>.custom). `env`: variables for every process of the bed (its Ray nodes, and
+        what `exec`/`popen` run on its hosts), such as Ray's own RAY_<setting>."""
+        self.extra_env = dict(env or {})
         tag = uuid.uuid4().hex[:5]
         self.bridge = f"rtfb{tag}"
         self.private_tmp = private_tmp
@@ -136,7 +147,7 @@ class HostBed:
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
-        return {**env, "RAY_AUTH_MODE": "token", **extra}
+        return {**env, "RAY_AUTH_MODE": "token", **self.extra_env, **extra}
 
     # -- making and unmaking -------------------------------------------------------------------
     def start(self) -> HostBed:
@@ -197,7 +208,7 @@ class HostBed:
         keeper = subprocess.Popen(
             ["ip", "netns", "exec", h.name, "unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
              "--propagation", "private", "sh", "-c", f"{tmp}exec {shlex.join(args)}"],
-            env=self.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            env=self.env(**_HEALTH_CHECK), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self._keepers[h.name] = keeper
         # Its output, copied to the log for as long as it runs (the pipe must never fill), says when the node
         # is up: that line, or the end of the output (it failed), is the signal waited for.

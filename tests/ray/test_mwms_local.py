@@ -79,10 +79,28 @@ def test_keras_fit_two_workers_then_resume(keras_run, no_leaks, caplog, tmp_path
     assert again.last_checkpoint.endswith("-e000004-s0000000032")
 
 
-def test_custom_training_loop(fast_cfg, no_leaks):
+def test_custom_training_loop(fast_cfg, no_leaks, monkeypatch):
+    from ray.util.state import list_actors
+
+    from raytf._driver import group
+
+    # The teardown sweeps the tasks' scratch in this (the driver's) process, which shares their machine: no Ray
+    # task for it (each would start a worker process, ~0.7 s a teardown: raytf issue 38).
+    swept, sent = [], []
+    sweep = group.sweep_roots
+    monkeypatch.setattr(group, "sweep_roots", lambda roots: (swept.append(roots), sweep(roots)))
+    monkeypatch.setattr(group, "sweep_scratch", type("NoRayTask", (), {"options": lambda *a, **k: sent.append(k)}))
     result = raytf.fit(fast_cfg("run.name=loop", "train.entrypoint=examples.custom_loop:train",
                                 "train.epochs=3"), quiet=True)
     assert result.status == "succeeded", result.error
+    assert swept and sent == []
+    # raytf's own variables set by the tasks themselves (plan.actor_env): made without a runtime_env, so on a
+    # worker Ray had started ahead (a runtime_env of their own would have each wait for a new one).
+    actors = list_actors(address=state_address(), filters=[("class_name", "=", "TaskActor")], detail=True,
+                         limit=10_000, raise_on_missing_output=False)
+    tasks = [a for a in actors if (a.name or "").startswith("raytf:loop:")]
+    assert len(tasks) == 2 and all("TF_USE_LEGACY_KERAS" not in (a.serialized_runtime_env or "") for a in tasks), \
+        [(a.name, a.serialized_runtime_env) for a in tasks]
     assert result.summary["num_replicas_in_sync"] == 2
     df = result.metrics
     assert set(df["rank"]) == {0, 1}

@@ -24,18 +24,21 @@ def test_scaling_report_runs_each_count(fast_cfg, no_leaks):
     assert list(pd.read_csv(table.attrs["csv"])["workers"]) == [1, 2, 8]
 
 
-# slow (CI's second step): every contender, cold and warm, Ray Train's cold one aside (~2.5 min alone).
+# slow (CI's second step): every code path, cold and warm (SMOKE_LEAVES_OUT's contenders aside; ~2 min alone).
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.timeout(900)
 def test_benchmark_smoke_mode_runs():
-    """One short trial of every contender (Ray Train's cold run aside: the warm one's code in the cold runs' child),
-    so the benchmark cannot rot (its numbers are not checked here)."""
+    """One short trial of every code path (benchmarks/run.py's SMOKE_LEAVES_OUT: contenders whose code another
+    one runs), so the benchmark cannot rot (its numbers are not checked here)."""
     out = benchmark_smoke("benchmarks.run", timeout_s=880)
     for name in ("hand-launched TF", "raytf CLI, embedded Ray (cold)", "raytf CLI, train.script, embedded Ray (cold)",
                  "raytf MWMS, train.script", "raytf MWMS, function", "Ray Train TensorflowTrainer |", "raytf PS"):
         assert f"| {name}" in out.stdout
-    assert "| Ray Train TensorflowTrainer (cold)" not in out.stdout
+    for left_out in ("Ray Train TensorflowTrainer (cold)", "raytf MWMS, function, cluster.standby=0",
+                     "raytf MWMS, function + ckpt/metrics, metrics.breakdown=false"):
+        assert f"| {left_out}" not in out.stdout
+    assert "warm round 1/1 hand-launched TF" not in out.stdout  # the hand launch ran once, cold
     assert "wall ÷ hand" in out.stdout and "raytf wall time ÷ Ray Train, Ray already running" in out.stdout
     # The cold-launch timeline (raytf issue 38): each cold contender's phases, raytf's from its result.json.
     assert "| cold-launch timeline: boundary passed" in out.stdout

@@ -118,7 +118,8 @@ print("ready", flush=True)
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_recovery_benchmark_smoke_mode_runs():
-    """`python -m benchmarks.recovery --smoke`: one run each way (its own Ray); the retry with standbys took them."""
+    """`python -m benchmarks.recovery --smoke`: one run with standbys (its own Ray); the retry took them."""
     out = benchmark_smoke("benchmarks.recovery", timeout_s=380)
+    assert not [line for line in out.stdout.splitlines() if line.startswith("| 0 |")]  # (the smoke's one arm)
     rows = [line for line in out.stdout.splitlines() if line.startswith("| 2 |")]
     assert rows and rows[0].split("|")[3].strip() == "2.00", out.stdout
