@@ -52,8 +52,11 @@ _REPO = str(Path(__file__).resolve().parents[1])  # this checkout: its tasks imp
 # the wait was most of a partition test (the PS worker host's: 77.8 -> 33.0 s from the cut to the next attempt's
 # first step, the test 120 -> 75 s; CI's second step, issue 31). An operator may tune a real cluster the same way
 # (the same variables, on the head).
+# A bed may ask for others (HostBed's `env`): RAY_HEALTH_CHECK_DEFAULTS, Ray's own.
 _HEALTH_CHECK = {"RAY_health_check_timeout_ms": "3000", "RAY_health_check_period_ms": "2000",
                  "RAY_health_check_failure_threshold": "5"}
+RAY_HEALTH_CHECK_DEFAULTS = {"RAY_health_check_timeout_ms": "10000", "RAY_health_check_period_ms": "3000",
+                             "RAY_health_check_failure_threshold": "5"}
 
 
 def unavailable() -> str | None:
@@ -208,7 +211,8 @@ class HostBed:
         keeper = subprocess.Popen(
             ["ip", "netns", "exec", h.name, "unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
              "--propagation", "private", "sh", "-c", f"{tmp}exec {shlex.join(args)}"],
-            env=self.env(**_HEALTH_CHECK), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            env=self.env(**{**_HEALTH_CHECK, **self.extra_env}), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT)
         self._keepers[h.name] = keeper
         # Its output, copied to the log for as long as it runs (the pipe must never fill), says when the node
         # is up: that line, or the end of the output (it failed), is the signal waited for.
