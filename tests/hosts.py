@@ -52,11 +52,9 @@ _REPO = str(Path(__file__).resolve().parents[1])  # this checkout: its tasks imp
 # the wait was most of a partition test (the PS worker host's: 77.8 -> 33.0 s from the cut to the next attempt's
 # first step, the test 120 -> 75 s; CI's second step, issue 31). An operator may tune a real cluster the same way
 # (the same variables, on the head).
-# A bed may ask for others (HostBed's `env`): RAY_HEALTH_CHECK_DEFAULTS, Ray's own.
+# A bed made with `quick_verdict=False` keeps Ray's own.
 _HEALTH_CHECK = {"RAY_health_check_timeout_ms": "3000", "RAY_health_check_period_ms": "2000",
                  "RAY_health_check_failure_threshold": "5"}
-RAY_HEALTH_CHECK_DEFAULTS = {"RAY_health_check_timeout_ms": "10000", "RAY_health_check_period_ms": "3000",
-                             "RAY_health_check_failure_threshold": "5"}
 
 
 def unavailable() -> str | None:
@@ -110,11 +108,14 @@ class HostBed:
     checkout hidden on the other hosts but for what is installed from it."""
 
     def __init__(self, cpus: list[float | None], *, private_tmp: bool = False, private_fs: bool = False,
-                 resources: list[dict[str, float]] | None = None, env: dict[str, str] | None = None) -> None:
+                 resources: list[dict[str, float]] | None = None, env: dict[str, str] | None = None,
+                 quick_verdict: bool = True) -> None:
         """`resources`: custom Ray resources per host (besides `host<i>: 1`, which every host has), to pin roles
         to hosts (cluster.<role>.custom). `env`: variables for every process of the bed (its Ray nodes, and
-        what `exec`/`popen` run on its hosts), such as Ray's own RAY_<setting>."""
+        what `exec`/`popen` run on its hosts), such as Ray's own RAY_<setting>. `quick_verdict`: a cut-off node
+        declared dead in ~25 s (_HEALTH_CHECK); False: Ray's own health check (~65 s)."""
         self.extra_env = dict(env or {})
+        self.node_env = {**(_HEALTH_CHECK if quick_verdict else {}), **self.extra_env}  # (its Ray nodes')
         tag = uuid.uuid4().hex[:5]
         self.bridge = f"rtfb{tag}"
         self.private_tmp = private_tmp
@@ -211,8 +212,7 @@ class HostBed:
         keeper = subprocess.Popen(
             ["ip", "netns", "exec", h.name, "unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
              "--propagation", "private", "sh", "-c", f"{tmp}exec {shlex.join(args)}"],
-            env=self.env(**{**_HEALTH_CHECK, **self.extra_env}), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT)
+            env=self.env(**self.node_env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self._keepers[h.name] = keeper
         # Its output, copied to the log for as long as it runs (the pipe must never fill), says when the node
         # is up: that line, or the end of the output (it failed), is the signal waited for.

@@ -19,7 +19,7 @@ def bed():
     # health check (~65 s to declare a cut-off node dead), not the beds' quicker one (~25 s): the host must heal
     # while Ray still holds it alive, or its node exits as declared dead and the run ends at two workers before a
     # fresh one is up (a rehearsal under CI's load shrank only after the quicker verdict had come).
-    yield from hosts.bed_for_tests([0, 1, 1, 1], env=hosts.RAY_HEALTH_CHECK_DEFAULTS)
+    yield from hosts.bed_for_tests([0, 1, 1, 1], quick_verdict=False)
 
 
 def _wait_for_line(run: hostrun.Launch, text: str, timeout_s: float) -> float:
