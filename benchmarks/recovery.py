@@ -1,14 +1,16 @@
 """Recovery time with and without standby task processes (cluster.standby), side by side on one running Ray.
 
-Run:  python -m benchmarks.recovery [--rounds 3]
+Run:  python -m benchmarks.recovery [--rounds 3] [--script]
       python -m benchmarks.recovery --smoke      (one short round with standbys: the CI check that it runs)
 
 The benchmark job (benchmarks/workload.py's CNN, 2 MWMS workers, a checkpoint every epoch) is launched with
-`raytf.fit`; once it trains (and, with standbys, once the pool holds them ready), rank 1 SIGKILLs itself. The table
-gives, per setting, the median over rounds of: detection (the kill -> the driver ending the attempt), recovery
-(`recovery_s` in result.json: the attempt's end -> the next attempt's first step, the issue's "failure detected ->
-next first step") and the run's wall time. Rounds interleave the settings (standby 0, 2, 0, 2, ...); the pool is
-released between runs, so each run with standbys starts from none.
+`raytf.fit` (`--script`: the same program run unmodified, train.script, without checkpoints; its standbys hold a
+child process with TensorFlow imported, raytf/_task/script/spawn.py); once it trains (and, with standbys, once the
+pool holds them ready), rank 1 SIGKILLs itself. The table gives, per setting, the median over rounds of: detection
+(the kill -> the driver ending the attempt), recovery (`recovery_s` in result.json: the attempt's end -> the next
+attempt's first step, the issue's "failure detected -> next first step") and the run's wall time. Rounds interleave
+the settings (standby 0, 2, 0, 2, ...); the pool is released between runs, so each run with standbys starts from
+none.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def one(scratch: Path, n: int, standby_n: int, steps: int, after_s: float = 12.0) -> dict:
+def one(scratch: Path, n: int, standby_n: int, steps: int, after_s: float = 12.0, script: bool = False) -> dict:
     import raytf
     from raytf._driver import standby
 
@@ -37,8 +39,10 @@ def one(scratch: Path, n: int, standby_n: int, steps: int, after_s: float = 12.0
         f"storage.path={scratch / 'runs'}", f"run.name=rec-{n}-{standby_n}", "train.epochs=3",
         f"train.steps_per_epoch={steps}", "train.batch_size=64", "checkpoint.every_epochs=1",
         "checkpoint.export_model=false", "metrics.every_steps=10", f"cluster.standby={standby_n}",
-        "train.entrypoint=benchmarks.workload:train_killed_once", f"train.params.out={out}",
-        f"train.params.kill_file={kill_file}"])
+        *([f"train.script={ROOT / 'benchmarks/workload.py'}", "train.entrypoint=", "train.stream_output=none",
+           f"train.args=[--out,{out},--epochs,'3',--steps,'{steps}',--batch,'64',--kill-file,{kill_file}]"]
+          if script else ["train.entrypoint=benchmarks.workload:train_killed_once", f"train.params.out={out}",
+                          f"train.params.kill_file={kill_file}"])])
     first_step = threading.Event()
     done: dict = {}
 
@@ -77,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=300, help="per epoch")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--script", action="store_true", help="the program as a script (train.script)")
     a = ap.parse_args(argv)
     after_s, arms = 12.0, (0, 2)
     if a.smoke:
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n in range(a.rounds):
             for standby_n in arms:
-                row = one(scratch, n, standby_n, a.steps, after_s)
+                row = one(scratch, n, standby_n, a.steps, after_s, a.script)
                 rows.append(row)
                 print(f"round {n + 1}/{a.rounds} cluster.standby={standby_n}: " + " ".join(
                     f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)

@@ -211,18 +211,23 @@ def train(ctx) -> None:
 def train_killed_once(ctx) -> None:
     """`train`, where rank 1 of attempt 1 SIGKILLs itself once the file train.params.kill_file exists (the recovery
     benchmark, benchmarks/recovery.py, creates it when it wants the failure)."""
+    if ctx.rank == 1 and ctx.attempt == 1:
+        _kill_when_told(ctx.params["kill_file"])
+    train(ctx)
+
+
+def _kill_when_told(kill_file: str) -> None:
+    """This process SIGKILLs itself once `kill_file` exists (a worker killed: the OOM killer, a crash)."""
     import signal
     import threading
     import time
 
-    if ctx.rank == 1 and ctx.attempt == 1:
-        def kill_when_told():
-            while not os.path.exists(ctx.params["kill_file"]):
-                time.sleep(0.05)  # polling for the benchmark's go, on a thread of its own
-            os.kill(os.getpid(), signal.SIGKILL)
+    def kill_when_told():
+        while not os.path.exists(kill_file):
+            time.sleep(0.05)  # polling for the benchmark's go, on a thread of its own
+        os.kill(os.getpid(), signal.SIGKILL)
 
-        threading.Thread(target=kill_when_told, daemon=True).start()
-    train(ctx)
+    threading.Thread(target=kill_when_told, daemon=True).start()
 
 
 def _train_ps(ctx, tf, out: str) -> None:
@@ -257,8 +262,12 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--batch", type=int, default=64, help="per replica")
+    ap.add_argument("--kill-file", default="", help="launched by raytf: rank 1 of attempt 1 SIGKILLs itself once "
+                                                     "it exists (benchmarks/recovery.py --script)")
     a = ap.parse_args()
     task = json.loads(os.environ["TF_CONFIG"])["task"]
+    if a.kill_file and os.environ.get("RAYTF_RANK") == "1" and os.environ.get("RAYTF_ATTEMPT") == "1":
+        _kill_when_told(a.kill_file)
     fit_mwms(out=a.out, rank=int(task["index"]), epochs=a.epochs, steps=a.steps, batch=a.batch)
 
 

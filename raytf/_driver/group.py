@@ -109,7 +109,8 @@ class TaskGroup:
         slots: dict[tuple[str, str], list[int]] = {}
         for i, t in enumerate(self.plan.tasks):
             if not t.gpus and nodes.get(i):
-                slots.setdefault((nodes[i], standby.env_key(task_runtime_env(self.cfg, t))), []).append(i)
+                slots.setdefault((nodes[i], standby.env_key(task_runtime_env(self.cfg, t), self._runs_script(t))),
+                                 []).append(i)
         return slots
 
     def _standbys(self) -> dict[int, Any]:
@@ -136,8 +137,9 @@ class TaskGroup:
         try:
             pool = standby.pool()
             for (node, key), bundles in self._slots.items():
-                runtime_env = task_runtime_env(self.cfg, self.plan.tasks[bundles[0]])
-                pool.fill.remote(node, key, runtime_env, min(self.cfg.cluster.standby, len(bundles)))
+                task = self.plan.tasks[bundles[0]]  # (the slot's tasks share its key: runtime_env, script or not)
+                pool.fill.remote(node, key, task_runtime_env(self.cfg, task),
+                                 min(self.cfg.cluster.standby, len(bundles)), script=self._runs_script(task))
         except Exception as e:  # a faster next attempt is a bonus, never a reason to fail (or hide why) a run
             log.warning("cluster.standby: no standby processes made (%s)", e)
 
@@ -158,7 +160,11 @@ class TaskGroup:
             options["runtime_env"] = runtime_env
         if t.memory_bytes:
             options["memory"] = t.memory_bytes
-        return _RemoteTask.options(**options).remote(t, advertise, env)
+        return _RemoteTask.options(**options).remote(t, advertise, env, script=self._runs_script(t))
+
+    def _runs_script(self, t: TaskSpec) -> bool:
+        """Whether `t` runs the user's script (run_script): every task of a script's run but a PS server."""
+        return script_mode(self.cfg) and not is_server(self.cfg.cluster.strategy, t.role)
 
     def addresses(self) -> list[TaskInfo]:
         """Each task's node, address and held port; also checks that every task holds a port (of

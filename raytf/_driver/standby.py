@@ -41,9 +41,11 @@ POOL_NAME = "raytf:standby-pool"
 REFILL_AFTER_S = 20.0
 
 
-def env_key(runtime_env: dict[str, Any]) -> str:
-    """Standbys serve tasks of the same runtime_env only (its env vars are set before TensorFlow's import)."""
-    return hashlib.sha256(json.dumps(runtime_env, sort_keys=True, default=str).encode()).hexdigest()[:16]
+def env_key(runtime_env: dict[str, Any], script: bool = False) -> str:
+    """Standbys serve tasks of the same runtime_env only (its env vars are set before TensorFlow's import), and a
+    script's task only one made for a script (TensorFlow imported in the child process its script will run in)."""
+    key = hashlib.sha256(json.dumps(runtime_env, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return f"{key}-script" if script else key
 
 
 class StandbyPool:
@@ -75,8 +77,9 @@ class StandbyPool:
                 ray.kill(actor, no_restart=True)
         self._warming[where] = still
 
-    def fill(self, node_id: str, key: str, runtime_env: dict[str, Any], count: int) -> int:
-        """Start standbys on `node_id` until `count` are ready or warming there for `key`; how many it started."""
+    def fill(self, node_id: str, key: str, runtime_env: dict[str, Any], count: int, script: bool = False) -> int:
+        """Start standbys on `node_id` until `count` are ready or warming there for `key` (for a script's tasks:
+        `script`); how many it started."""
         where = (node_id, key)
         self._harvest(where)
         have = len(self._ready.get(where, [])) + len(self._warming.get(where, []))
@@ -86,7 +89,7 @@ class StandbyPool:
             actor = self._task.options(
                 num_cpus=0, max_restarts=0, **({"runtime_env": option} if option else {}),
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(None, None, env)
-            self._warming.setdefault(where, []).append((actor, actor.warm.remote()))
+            self._warming.setdefault(where, []).append((actor, actor.warm.remote(script=script)))
             started += 1
         return started
 

@@ -88,10 +88,14 @@ class TaskActor:
 
     Or a standby (raytf/_driver/standby.py): made with no spec, `warm()` imports TensorFlow and tf-keras (no
     strategy, no device touched: a process can build a collective strategy only once, and a GPU is only ever
-    touched by the task it is given), and `adopt(spec, ...)` later makes it a task, as __init__ would have."""
+    touched by the task it is given), and `adopt(spec, ...)` later makes it a task, as __init__ would have.
+
+    A task that will run a script (`script`), or a standby for one (`warm(script=True)`), holds a child process that
+    imports TensorFlow while the task is still being set up (script/spawn.py's WarmChild): its script starts in it
+    (run_script). The actor's own process then never imports TensorFlow."""
 
     def __init__(self, spec: TaskSpec | None, advertise_address: str | None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, script: bool = False) -> None:
         # First, before TensorFlow's import: raytf's variables when its runtime_env did not bring them (a worker
         # Ray pre-started: plan.actor_env), over whatever the worker had (Ray's own OMP_NUM_THREADS among them).
         os.environ.update(env or {})
@@ -101,14 +105,37 @@ class TaskActor:
         self._server = None  # ParameterServerStrategy ps/worker: TF's in-process server
         self._output: OutputCapture | None = None  # a server's, from start_server until serve() returns
         self._sock: socket.socket | None = None
+        self._child = None  # a script's warm child (script/spawn.py), until run_script takes it
         if spec is not None:
             self.adopt(spec, advertise_address)
+        if script:  # its TensorFlow import runs beside the addressing, the other tasks' start, the driver's setup
+            self._start_child()
 
-    def warm(self) -> dict[str, Any]:
-        """A standby's start: TensorFlow and tf-keras imported (raytf/_task/warm.py)."""
+    def warm(self, script: bool = False) -> dict[str, Any]:
+        """A standby's start: TensorFlow and tf-keras imported (raytf/_task/warm.py); for a script's task, in the
+        child process its script will run in (script/spawn.py)."""
+        if script:
+            return {"pid": os.getpid(), "import_s": self._start_child().ready()}
         from raytf._task import warm
 
         return {"pid": os.getpid(), "import_s": warm.import_tensorflow()}
+
+    def _start_child(self):
+        from raytf._task.script.spawn import WarmChild
+
+        # In this process's own temporary directory (scratch.own_tempdir): the script's is its scratch's work/.
+        self._child = WarmChild(cwd=scratch.own_tempdir())
+        return self._child
+
+    def _take_child(self):
+        """The warm child, now the caller's (None without one)."""
+        child, self._child = self._child, None
+        return child
+
+    def _drop_child(self) -> None:
+        """A task that runs no script (a function, a PS server) in a process made for one: its child goes."""
+        if (child := self._take_child()) is not None:
+            child.close()
 
     def adopt(self, spec: TaskSpec, advertise_address: str | None) -> None:
         """Become the task `spec`: hold its port. Called by __init__, or on a standby given a task."""
@@ -143,6 +170,7 @@ class TaskActor:
         captured until serve() returns."""
         from raytf._task import roles
 
+        self._drop_child()
         with TaskCall(self, run, kind=lambda e: failure.SYSTEM, keep_output=True) as call:
             self._server = roles.start_server(call)
         self._output = call.output
@@ -162,6 +190,7 @@ class TaskActor:
         code come back as the outcome's WorkerError, with the traceback."""
         from raytf._task import dataservice, roles
 
+        self._drop_child()
         dataservice.export(run.data_service)  # (ctx.data_service)
         with TaskCall(self, run) as call:
             roles.run_function(call)
@@ -180,16 +209,21 @@ class TaskActor:
         def kind(e: BaseException) -> str:
             return failure.USER if isinstance(e, (ClusterNotUsed, limits.TooManyMetrics)) else failure.SYSTEM
 
-        with TaskCall(self, run, kind=kind) as call:
-            host = ScriptHost(cfg=run.cfg, spec=self.spec, run_dir=run.run_dir, emit=call.emit, attempt=run.attempt,
-                              is_chief=run.is_chief, scratch=call.scratch(), log_file=call.output.file,
-                              stream=run.stream, datasets=run.datasets)
-            host.restore(run.resume_from)
-            call.on_sigterm(lambda: call.emit(ev.PREEMPTED, {"step": host.position[1]}))
-            code, tail = host.run(host.environment(run))
-            if code == 0:
-                epoch, step = host.position
-                call.succeeded(epoch=epoch, step=step)
-            else:
-                call.failed(host.exit_error(code, tail, self.node_id))
+        warm = self._take_child()
+        try:
+            with TaskCall(self, run, kind=kind) as call:
+                host = ScriptHost(cfg=run.cfg, spec=self.spec, run_dir=run.run_dir, emit=call.emit,
+                                  attempt=run.attempt, is_chief=run.is_chief, scratch=call.scratch(),
+                                  log_file=call.output.file, stream=run.stream, datasets=run.datasets, warm=warm)
+                host.restore(run.resume_from)
+                call.on_sigterm(lambda: call.emit(ev.PREEMPTED, {"step": host.position[1]}))
+                code, tail = host.run(host.environment(run))
+                if code == 0:
+                    epoch, step = host.position
+                    call.succeeded(epoch=epoch, step=step)
+                else:
+                    call.failed(host.exit_error(code, tail, self.node_id))
+        finally:
+            if warm is not None:
+                warm.close()  # (nothing, once the script ran in it: the host's then)
         return call.outcome

@@ -265,3 +265,38 @@ def test_tf_abort_noise_is_held_and_dropped_when_the_script_succeeds():
     noise.feed("err", abort)
     assert noise.feed("out", "step 7 loss 0.3") == [["err", abort], ["out", "step 7 loss 0.3"]]
     assert noise.end(ok=True) == []
+
+
+# -- a warm child's handoff (raytf/_task/script/spawn.py) -----------------------------------------------------------
+
+def test_a_warm_childs_sys_path_becomes_a_cold_ones():
+    """`python -m` started in /spawn with PYTHONPATH=/old:rel put /spawn, /old, /spawn/rel first; given its script,
+    the child's path is what a start in /work with PYTHONPATH=/user:/old would have made: the rest kept in order."""
+    from raytf._task.script.protocol import rebased_path
+
+    started = ["/spawn", "/old", "/spawn/rel", "/usr/lib/python311.zip", "/usr/lib/python3.11", "/site"]
+    assert rebased_path(started, was_cwd="/spawn", cwd="/work", was_pythonpath="/old:rel",
+                        pythonpath="/user:/old") == ["/work", "/user", "/old", "/usr/lib/python311.zip",
+                                                     "/usr/lib/python3.11", "/site"]
+    # A relative entry is the new directory's; no PYTHONPATH before or after; an empty entry is no entry.
+    assert rebased_path(["/spawn", "/lib"], was_cwd="/spawn", cwd="/work", was_pythonpath="",
+                        pythonpath="src::/x") == ["/work", "/work/src", "/x", "/lib"]
+    # An entry Python's start put elsewhere than first (a .pth file's) that PYTHONPATH also named: PYTHONPATH's place.
+    assert rebased_path(["/spawn", "/a", "/lib", "/a"], was_cwd="/spawn", cwd="/w", was_pythonpath="/a",
+                        pythonpath="") == ["/w", "/lib"]
+
+
+def test_a_handoff_travels_as_one_line():
+    from raytf._task.script.protocol import ChildSpec, Handoff, WarmStart
+
+    spec = ChildSpec(parent_pid=7, module=None, script="/s.py", args=["--a", "é\n"], threads=1,
+                     gpu_memory_growth=False, every_steps=10, heartbeat_s=5.0, is_chief=True, checkpoint_dir="/c",
+                     scratch="/x", events_fd=5, alive_fd=6)
+    handoff = Handoff(spec=spec, env={"TF_CONFIG": '{"a": 1}', "X": "line\nbreak"}, cwd="/w")
+    line = handoff.encode()
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert Handoff.decode(line) == handoff
+    start = WarmStart(parent_pid=1, control_fd=3, events_fd=4, alive_fd=5)
+    os.environ.update(start.to_env())
+    assert WarmStart.from_env() == start and "RAYTF_SCRIPT_WARM" not in os.environ
+

@@ -29,18 +29,21 @@ def _pids(result) -> dict[tuple[int, int], float]:
 
 
 @pytest.mark.slow  # step 2: ~70 s, three runs; the session's standbys ending with it run by default
-def test_a_retry_and_the_next_run_start_in_standbys(fast_cfg, no_leaks, tmp_path, monkeypatch):
+def test_a_scripts_retry_and_next_run_start_in_standbys_warm_children(script_cfg, no_leaks, tmp_path, monkeypatch):
+    """A script's standbys hold a child process with TensorFlow imported, waiting for its script (script/spawn.py):
+    a retry's and the next run's scripts run in them. (A training function's retry in standbys: the recovery
+    benchmark's smoke below; its next run: benchmarks.run's smoke, the `function` contender.)"""
     import ray
 
     from raytf._driver import standby
+    from tests.processes import _children, leftover_script_processes
 
     # An attempt asks for standbys after REFILL_AFTER_S (20 s) of training: sooner here, the run is short.
     monkeypatch.setattr(standby, "REFILL_AFTER_S", 2.0)
 
     fail_file = tmp_path / "fail"
-    cfg = fast_cfg("run.name=warm", "train.entrypoint=tests.train_fns:fail_when_told", "cluster.standby=2",
-                   "train.epochs=2", "train.steps_per_epoch=400", "metrics.every_steps=1",
-                   "checkpoint.every_epochs=1", f"train.params={{step_s: 0.02, fail_file: '{fail_file}'}}")
+    cfg = script_cfg("run.name=warm", "train.script=tests/scripts/fail_when_told.py", "cluster.standby=2",
+                     f"train.args=[--fail-file, '{fail_file}', --steps, '2000']", "metrics.every_steps=1")
     out = {}
     run = threading.Thread(target=lambda: out.setdefault("result", raytf.fit(cfg, quiet=True)))
     run.start()
@@ -56,26 +59,31 @@ def test_a_retry_and_the_next_run_start_in_standbys(fast_cfg, no_leaks, tmp_path
     assert len(counts) == 1  # (one node)
     pids = _pids(result)
     assert {pids[(2, 0)], pids[(2, 1)]}.isdisjoint({pids[(1, 0)], pids[(1, 1)]})
+    steps = result.metrics[result.metrics["kind"] == "step"]
+    # Every script ran in a warm child: attempt 1's started beside their tasks' start, attempt 2's in the standbys.
+    assert set(steps["warm"]) == {1.0}, steps.groupby(["attempt", "rank"])["warm"].first()
     retry_recovery = second["recovery_s"]
 
-    # The next run of the session: its tasks start in the standbys the first run asked for as it ended.
+    # The next run of the session: its scripts start in the standbys the first run asked for as it ended.
     _wait_ready(2)
-    again = raytf.fit(fast_cfg("run.name=warm2", "train.entrypoint=tests.train_fns:fail_when_told",
-                               "cluster.standby=2", "train.epochs=1", "train.steps_per_epoch=20",
-                               f"train.params={{fail_file: '{tmp_path / 'never'}'}}"), quiet=True)
+    again = raytf.fit(script_cfg("run.name=warm2", "train.script=tests/scripts/fail_when_told.py",
+                                 "cluster.standby=2", f"train.args=[--fail-file, '{tmp_path / 'never'}']"),
+                      quiet=True)
     assert again.status == "succeeded", again.error
     assert again.summary["attempts"][0]["standby_tasks"] == 2
     print(f"recovery_s of the retry in standbys: {retry_recovery}; first step of the warm run: "
           f"{again.summary['first_step_s']}s")
 
-    # Released (the leak check does it too): the pool and its standbys are gone, processes included.
+    # Released (the leak check does it too): the pool and its standbys are gone, their warm children included.
     _wait_ready(2)
     pids_before = [p["pid"] for p in ray.util.state.list_actors(
         address=ray.get_runtime_context().gcs_address, filters=[("class_name", "=", "TaskActor"),
                                                                 ("state", "=", "ALIVE")], detail=True)]
     assert len(pids_before) == 2
+    assert _children()  # the standbys' warm children (and their sentinels), waiting for a script
     assert raytf.release_standbys() == 2
     assert wait_exit(pids_before, 15) == []
+    assert leftover_script_processes() == []
 
 
 def test_standbys_end_with_the_session_that_made_them(no_leaks):

@@ -6,20 +6,28 @@ it (no orphans when Ray kills the actor), keep raytf's TF_CONFIG even if
 the script assigns its own, cap TensorFlow's threads to the task's CPU share, and add raytf's metrics
 callback to every Keras `Model.fit`. TF_USE_LEGACY_KERAS=1 is already in the environment (the actor's
 runtime_env), so `tf.keras` is tf-keras here.
+
+Or, with `--warm` (script/spawn.py's WarmChild: a standby's, or a task's started beside its actor's start), the same
+process is started before its script is known: it imports TensorFlow and tf-keras first, then waits for the script
+and the environment it runs in, so the script starts as a training function does in a standby process.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
 import inspect
+import json
 import logging
 import os
 import runpy
 import signal
+import socket
 import sys
 import traceback
 
+from raytf._task.script import protocol
 from raytf._task.script.protocol import ChildSpec
 
 _PR_SET_PDEATHSIG = 1
@@ -200,11 +208,49 @@ def _guard_tf_config() -> None:
         apis.SWITCHES.turn_off(apis.ENVIRON, f"changed ({e})", logging.getLogger("raytf").warning)
 
 
-def main() -> int:
-    spec = ChildSpec.from_env()
+def _warm_start() -> ChildSpec | None:
+    """`--warm` (spawn.WarmChild): what a cold child does before TensorFlow's import (die with the host, the
+    sentinel), then the import, on idle CPU (warm.import_tensorflow), then wait for the script: its Handoff takes
+    this process to where a cold child for it would have started (its environment, directory and sys.path). None
+    when the host lets it go unused (the control socket closed)."""
+    start = protocol.WarmStart.from_env()
+    _die_with_parent(start.parent_pid)
+    _start_sentinel(start.alive_fd)
+    os.set_inheritable(start.control_fd, False)  # the script's processes hold no end of it
+    from raytf._task import warm
+
+    before = dict(os.environ)
+    with socket.socket(fileno=start.control_fd) as control:
+        control.sendall(json.dumps({"import_s": warm.import_tensorflow()}).encode() + b"\n")
+        with control.makefile("rb") as f:
+            line = f.readline()
+    if not line:
+        return None
+    handoff = protocol.Handoff.decode(line)
+    # What TensorFlow's import set in the environment (TF2_BEHAVIOR, TPU_ML_PLATFORM, h5py's HDF5_PLUGIN_PATH, ...)
+    # a cold child's script sees too; the script's own environment wins where it sets the same.
+    env = {**{k: v for k, v in os.environ.items() if before.get(k) != v}, **handoff.env}
+    was_cwd, was_pythonpath = os.getcwd(), os.environ.get("PYTHONPATH", "")
+    os.chdir(handoff.cwd)
+    for key in [k for k in os.environ if k not in env]:
+        del os.environ[key]
+    os.environ.update(env)
+    sys.path[:] = protocol.rebased_path(sys.path, was_cwd=was_cwd, cwd=handoff.cwd, was_pythonpath=was_pythonpath,
+                                        pythonpath=handoff.env.get("PYTHONPATH", ""))
+    importlib.invalidate_caches()
+    return handoff.spec
+
+
+def main(argv: list[str] | None = None) -> int:
     _own_logging()
-    _die_with_parent(spec.parent_pid)
-    _start_sentinel(spec.alive_fd)
+    if "--warm" in (sys.argv[1:] if argv is None else argv):
+        spec = _warm_start()
+        if spec is None:
+            return 0
+    else:
+        spec = ChildSpec.from_env()
+        _die_with_parent(spec.parent_pid)
+        _start_sentinel(spec.alive_fd)
     # The events pipe is ours: a process the script starts (os.system, a TensorBoard) must not hold it open.
     os.set_inheritable(spec.events_fd, False)
     from raytf._task import report

@@ -24,7 +24,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from raytf._core.tasks import TaskRun
 from raytf._storage import RunDir, task_log, task_log_dir, task_workdir
 from raytf._task import timing, usercode
 from raytf._task.lines import Shown
-from raytf._task.script import feed, protocol
+from raytf._task.script import feed, protocol, spawn
 from raytf._task.script.env import child_env, expand_args
 from raytf._task.tee import CHUNK, TaskOutput
 from raytf._task.upload import Uploader, upload_outputs
@@ -59,7 +58,8 @@ class ScriptHost:
     """Runs one task's child process to its end; `run()` returns its exit code and stderr tail."""
 
     def __init__(self, *, cfg: Config, spec: TaskSpec, run_dir: RunDir, emit, attempt: int, is_chief: bool,
-                 scratch: str, log_file, stream: bool, datasets: dict[str, Any] | None = None) -> None:
+                 scratch: str, log_file, stream: bool, datasets: dict[str, Any] | None = None,
+                 warm: spawn.WarmChild | None = None) -> None:
         self.cfg, self.spec, self.run_dir, self.emit = cfg, spec, run_dir, emit
         self.attempt, self.is_chief, self.scratch = attempt, is_chief, scratch
         self.checkpoint_dir = os.path.join(scratch, "checkpoints")
@@ -82,6 +82,7 @@ class ScriptHost:
         # Ray Data input: {name: ray.data.DataIterator}, served to the script while it runs (child_env's data_socket).
         self.datasets = dict(datasets or {})
         self.data_socket = feed.socket_path(scratch) if self.datasets else ""
+        self.warm = warm  # a child that has imported TensorFlow already, to run the script in (spawn.WarmChild)
 
     def restore(self, resume_from) -> None:
         """Every task starts from the latest committed checkpoint's files in its $RAYTF_CHECKPOINT_DIR
@@ -118,9 +119,6 @@ class ScriptHost:
     def _run(self, env: dict[str, str]) -> tuple[int, list[str]]:
         c = self.cfg
         epoch, step = self.position
-        read_fd, write_fd = os.pipe()
-        # The child's sentinel waits on alive_r: EOF once this process closes alive_w, or dies.
-        alive_r, alive_w = os.pipe()
         spec = protocol.ChildSpec(
             parent_pid=os.getpid(), module=c.train.module,
             script=os.path.join(self.launch_dir, c.train.script) if c.train.script else c.train.script,
@@ -132,22 +130,16 @@ class ScriptHost:
             every_steps=c.metrics.every_steps, max_names=c.metrics.max_names,
             timing=timing.measured(c),  # the step-time breakdown, measured in the script's process
             heartbeat_s=c.failure.heartbeat_s, is_chief=self.is_chief, checkpoint_dir=self.checkpoint_dir,
-            scratch=self.scratch, epoch=epoch, step=step, events_fd=write_fd, alive_fd=alive_r)
-        try:
-            # -u: the script's prints reach the driver as they happen, not when a buffer fills.
-            # A session of its own: whatever the script starts (a TensorBoard, os.system, forked workers)
-            # is in the child's process group, and goes with it.
-            self.proc = subprocess.Popen(
-                [sys.executable, "-u", "-m", "raytf._task.script.child"], env={**env, **spec.to_env()},
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(write_fd, alive_r), start_new_session=True, cwd=self.work_dir)
-        except BaseException:
-            os.close(read_fd)
-            os.close(alive_w)
-            raise
-        finally:
-            os.close(write_fd)  # the child holds the only write end: EOF when it exits
-            os.close(alive_r)
+            scratch=self.scratch, epoch=epoch, step=step)
+        child = None
+        if self.warm is not None:  # TensorFlow imported already (spawn.WarmChild)
+            try:
+                child = self.warm.hand(spec, env, self.work_dir)
+            except spawn.WarmChildLost as e:  # the cold child shows why, if it is the import's fault
+                log.warning("%s; starting the script in a new process", e)
+        if child is None:
+            child = spawn.start_cold(spec, env, self.work_dir)
+        self.proc, read_fd, alive_w = child.proc, child.events_fd, child.alive_fd
         threads = [threading.Thread(target=self._read_output, args=(self.proc.stdout, "out"), daemon=True),
                    threading.Thread(target=self._read_output, args=(self.proc.stderr, "err"), daemon=True),
                    threading.Thread(target=self._read_events, args=(read_fd,), daemon=True)]

@@ -15,6 +15,8 @@ from typing import Any
 from raytf._core.events import DATA_SERVICE, EPOCH, HEARTBEAT, STEP
 
 SPEC_ENV = "RAYTF_SCRIPT_SPEC"
+# A warm child's (spawn.WarmChild): what it is given at its start, before it knows its script (WarmStart, JSON).
+WARM_ENV = "RAYTF_SCRIPT_WARM"
 
 # The kinds of the child's messages besides the rows (STEP, EPOCH, HEARTBEAT: a StepCounter's).
 FIT = "fit"  # a Model.fit began
@@ -52,6 +54,63 @@ class ChildSpec:
     @classmethod
     def from_env(cls) -> ChildSpec:
         return cls(**json.loads(os.environ.pop(SPEC_ENV)))
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """What a warm child (`python -m raytf._task.script.child --warm`) knows from its start: its host, and the fds
+    it holds from then on. It imports TensorFlow, says so on `control_fd` (a socket), then waits there for its
+    `Handoff`. The fds keep their numbers across the spawn (pass_fds), so the ChildSpec that comes later names the
+    same `events_fd` and `alive_fd`."""
+
+    parent_pid: int
+    control_fd: int
+    events_fd: int
+    alive_fd: int
+
+    def to_env(self) -> dict[str, str]:
+        return {WARM_ENV: json.dumps(asdict(self))}
+
+    @classmethod
+    def from_env(cls) -> WarmStart:
+        return cls(**json.loads(os.environ.pop(WARM_ENV)))
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """A warm child's script, given once its host has a task for it: the ChildSpec a cold child gets in its
+    environment, the whole environment a cold child would have started with, and its working directory.
+    One JSON line on the control socket."""
+
+    spec: ChildSpec
+    env: dict[str, str]
+    cwd: str
+
+    def encode(self) -> bytes:
+        return (json.dumps({"spec": asdict(self.spec), "env": self.env, "cwd": self.cwd}) + "\n").encode()
+
+    @classmethod
+    def decode(cls, line: bytes) -> Handoff:
+        obj = json.loads(line)
+        return cls(spec=ChildSpec(**obj["spec"]), env=dict(obj["env"]), cwd=str(obj["cwd"]))
+
+
+def rebased_path(path: list[str], *, was_cwd: str, cwd: str, was_pythonpath: str, pythonpath: str) -> list[str]:
+    """A warm child's sys.path once it has its script's place: what `python -m ...` started in `cwd` with
+    `pythonpath` would have had. Python's start put the start's directory first (`-m`: the current directory)
+    and PYTHONPATH's entries after it; both are replaced, the rest (the standard library, site-packages, .pth
+    entries) stays as it is. Pure."""
+
+    def entries(value: str, base: str) -> list[str]:  # (site.py made them absolute, from the start's directory)
+        return [os.path.normpath(os.path.join(base, p)) for p in value.split(os.pathsep) if p]
+
+    old = {was_cwd, *entries(was_pythonpath, was_cwd)}
+    rest = list(path)
+    if rest and rest[0] == was_cwd:
+        rest = rest[1:]
+    head = [cwd, *entries(pythonpath, cwd)]
+    drop = old - set(head)
+    return list(dict.fromkeys([*head, *(p for p in rest if p not in drop)]))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,158 @@
+"""Script mode: the host's child process (`python -m raytf._task.script.child`), started one of two ways.
+
+- cold (`start_cold`): for its script, with the ChildSpec in its environment; it imports TensorFlow itself, ~3 s
+  before the script's first line;
+- warm (`WarmChild`): before its script is known, by a standby (raytf/_driver/standby.py) or by a task's actor as it
+  starts (beside the driver's addressing and the others' start). It imports TensorFlow and tf-keras, says so, and
+  waits; `hand()` gives it the script, the environment and the directory a cold child would have started with.
+  So a script in a standby process starts as a training function does (raytf issue 38).
+
+Either way the host gets a `Child`: the process (its own session: whatever the script starts is in its group; its
+stdout and stderr on pipes), the read end of its events pipe and the write end of its liveness pipe (child.py's
+sentinel takes the group down once that closes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from raytf._task.script import protocol
+from raytf._task.script.protocol import ChildSpec
+from raytf.errors import RaytfError
+
+# -u: the script's prints reach the driver as they happen, not when a buffer fills.
+_COMMAND = (sys.executable, "-u", "-m", "raytf._task.script.child")
+_READY_LINE_BYTES = 4096
+
+
+class WarmChildLost(RaytfError):
+    """A warm child ended before its script was handed over (its TensorFlow import failed, or it was killed)."""
+
+
+@dataclass
+class Child:
+    """A child process and the host's ends of its pipes (the host closes them)."""
+
+    proc: subprocess.Popen
+    events_fd: int  # the events pipe's read end: EOF once the child (the only writer) is gone
+    alive_fd: int  # the liveness pipe's write end: closing it ends the child's group (its sentinel)
+
+
+def _popen(argv: list[str], env: dict[str, str], cwd: str | None, pass_fds: tuple[int, ...]) -> subprocess.Popen:
+    # A session of its own: whatever the script starts (a TensorBoard, os.system, forked workers) is in the
+    # child's process group, and goes with it.
+    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            pass_fds=pass_fds, start_new_session=True, cwd=cwd)
+
+
+def start_cold(spec: ChildSpec, env: dict[str, str], cwd: str) -> Child:
+    """Start the child for `spec` (its fds filled in here) with environment `env`, in `cwd`."""
+    events_r, events_w = os.pipe()
+    alive_r, alive_w = os.pipe()
+    spec = dataclasses.replace(spec, events_fd=events_w, alive_fd=alive_r)
+    try:
+        proc = _popen([*_COMMAND], {**env, **spec.to_env()}, cwd, (events_w, alive_r))
+    except BaseException:
+        os.close(events_r)
+        os.close(alive_w)
+        raise
+    finally:
+        os.close(events_w)  # the child holds the only write end: EOF when it exits
+        os.close(alive_r)
+    return Child(proc, events_r, alive_w)
+
+
+class WarmChild:
+    """A child started before its script: TensorFlow imported while it waits (child.py's `--warm`). Started with this
+    process's environment (the runtime_env's variables TensorFlow reads at its import are in it already) in `cwd`;
+    `ready()` waits for its import, `hand()` gives it its script, `close()` lets it go unused."""
+
+    def __init__(self, cwd: str | None = None) -> None:
+        events_r, events_w = os.pipe()
+        alive_r, alive_w = os.pipe()
+        host_end, child_end = socket.socketpair()
+        start = protocol.WarmStart(parent_pid=os.getpid(), control_fd=child_end.fileno(), events_fd=events_w,
+                                   alive_fd=alive_r)
+        try:
+            proc = _popen([*_COMMAND, "--warm"], {**os.environ, **start.to_env()}, cwd,
+                          (events_w, alive_r, child_end.fileno()))
+        except BaseException:
+            os.close(events_r)
+            os.close(alive_w)
+            host_end.close()
+            raise
+        finally:
+            # The fd numbers stay in `start` (the child's are the same: pass_fds); the host's copies go.
+            os.close(events_w)
+            os.close(alive_r)
+            child_end.close()
+        self.child = Child(proc, events_r, alive_w)
+        self._child_fds = {"events_fd": events_w, "alive_fd": alive_r}  # (the numbers the child holds them by)
+        self._control: socket.socket | None = host_end
+        self._closed = False
+        self.import_s: float | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.child.proc.pid
+
+    def ready(self) -> float:
+        """Until it has imported TensorFlow; the seconds that took. Raises WarmChildLost if it ended first (its end
+        of the control socket closes with it: no timeout is needed for that)."""
+        if self.import_s is not None:
+            return self.import_s
+        if self._control is None:
+            raise WarmChildLost("the warm child was handed over or closed already")
+        line = b""
+        while not line.endswith(b"\n") and len(line) < _READY_LINE_BYTES:
+            more = self._control.recv(_READY_LINE_BYTES - len(line))
+            if not more:
+                code = self.child.proc.wait()
+                raise WarmChildLost(f"the warm child (pid {self.pid}) ended before its script was given (exit code "
+                                    f"{code}) while importing TensorFlow")
+            line += more
+        self.import_s = float(json.loads(line)["import_s"])
+        return self.import_s
+
+    def hand(self, spec: ChildSpec, env: dict[str, str], cwd: str) -> Child:
+        """Give it its script (`spec`, its fds filled in here), to run with environment `env` in `cwd`, once it has
+        imported TensorFlow; the child is the caller's from now on. Raises WarmChildLost (and cleans up) if it is
+        gone: the caller starts a cold child instead."""
+        try:
+            self.ready()
+            spec = dataclasses.replace(spec, **self._child_fds)
+            self._control.sendall(protocol.Handoff(spec=spec, env=env, cwd=cwd).encode())
+        except (WarmChildLost, OSError) as e:
+            self.close()
+            raise e if isinstance(e, WarmChildLost) else WarmChildLost(f"the warm child is gone: {e}") from e
+        self._control.close()
+        self._control = None
+        self._closed = True  # (the caller's now: close() leaves it be)
+        return self.child
+
+    def close(self) -> None:
+        """Let it go unused: its group killed, its pipes closed, the process reaped. Once only; not after hand()."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self.child.proc.returncode is None:
+            try:
+                os.killpg(self.child.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):  # gone already
+                pass
+        os.close(self.child.alive_fd)
+        os.close(self.child.events_fd)
+        for pipe in (self.child.proc.stdout, self.child.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        self.child.proc.wait()
