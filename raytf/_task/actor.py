@@ -109,22 +109,22 @@ class TaskActor:
         if spec is not None:
             self.adopt(spec, advertise_address)
         if script:  # its TensorFlow import runs beside the addressing, the other tasks' start, the driver's setup
-            self._start_child()
+            self._start_child(idle=False)  # (at the normal priority: this task's first step waits for it)
 
     def warm(self, script: bool = False) -> dict[str, Any]:
         """A standby's start: TensorFlow and tf-keras imported (raytf/_task/warm.py); for a script's task, in the
         child process its script will run in (script/spawn.py)."""
         if script:
-            return {"pid": os.getpid(), "import_s": self._start_child().ready()}
+            return {"pid": os.getpid(), "import_s": self._start_child(idle=True).ready()}
         from raytf._task import warm
 
         return {"pid": os.getpid(), "import_s": warm.import_tensorflow()}
 
-    def _start_child(self):
+    def _start_child(self, idle: bool):
         from raytf._task.script.spawn import WarmChild
 
         # In this process's own temporary directory (scratch.own_tempdir): the script's is its scratch's work/.
-        self._child = WarmChild(cwd=scratch.own_tempdir())
+        self._child = WarmChild(cwd=scratch.own_tempdir(), idle=idle)
         return self._child
 
     def _take_child(self):

@@ -8,7 +8,7 @@ import resource
 import time
 
 
-def import_tensorflow() -> float:
+def import_tensorflow(idle: bool = True) -> float:
     """Import TensorFlow and tf-keras (the runtime_env's TF_USE_LEGACY_KERAS is set); the seconds it took.
 
     TensorFlow's start-up lines (oneDNN, CUDA drivers) belong to no task, so in no task's log; and never through
@@ -16,12 +16,13 @@ def import_tensorflow() -> float:
     meanwhile. The import runs beside training (the pool refills while an attempt trains): on idle CPU only.
     Measured on 2 cores, two standbys importing at normal priority made the running job's steps 1.8x slower.
     Linux's setpriority(PRIO_PROCESS, 0) is this thread's; back to normal afterwards, which needs the right to
-    raise a priority (root, or RLIMIT_NICE): without it, no lowering either (a task must not run niced)."""
+    raise a priority (root, or RLIMIT_NICE): without it, no lowering either (a task must not run niced). Not `idle`:
+    at the normal priority (a task's own script child, whose import its first step waits for)."""
     began = time.monotonic()
     saved = [os.dup(1), os.dup(2)]
     null = os.open(os.devnull, os.O_WRONLY)
     nice = os.getpriority(os.PRIO_PROCESS, 0)
-    lowered = _may_raise_priority(nice)
+    lowered = idle and _may_raise_priority(nice)
     try:
         if lowered:
             os.setpriority(os.PRIO_PROCESS, 0, 19)

@@ -1,6 +1,7 @@
 """Prints where and how it runs as one line, `PLACE {json}`: what a warm child (raytf/_task/script/spawn.py) must give
 a script exactly as a cold one does (tests/task/test_warm_child.py)."""
 
+import gc
 import json
 import os
 import sys
@@ -15,4 +16,5 @@ print("PLACE " + json.dumps({
     "threads": [tf.config.threading.get_intra_op_parallelism_threads(),
                 tf.config.threading.get_inter_op_parallelism_threads()],
     "own_group": os.getpgid(0) == os.getpid(), "warm": warm,
+    "frozen": gc.get_freeze_count() > 10_000,  # TensorFlow's import, frozen before the script (child.py)
 }), flush=True)

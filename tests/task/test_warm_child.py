@@ -1,6 +1,7 @@
 """A warm child (raytf/_task/script/spawn.py): a script's process started, TensorFlow imported, before its script is
 known. The script must not be able to tell it from a cold child: the same argv, directory, sys.path, environment,
-flags, tf-keras and thread caps. A child that cannot be used gives way to a cold one; one let go leaves nothing."""
+flags, tf-keras, thread caps and frozen import-time objects. A child that cannot be used gives way to a cold one;
+one let go leaves nothing."""
 
 import io
 import json
@@ -40,10 +41,10 @@ def _probe(tmp_path, name: str, warm: WarmChild | None = None) -> dict:
                       scratch=str(scratch), log_file=log_file, stream=True, warm=warm)
     host.restore(None)
     # The task's environment when its script is given, as ScriptHost.environment takes it: this process's now.
-    env = child_env(base={**os.environ, "TF_USE_LEGACY_KERAS": "1"}, tf_config=None, spec=spec, cfg=cfg, run_uri="/nowhere/run", attempt=1,
-                    is_chief=True, num_workers=1, checkpoint_dir=host.checkpoint_dir, resume_from=None,
-                    python_path=[str(ROOT)], log_dir=host.log_dir, launch_dir=host.launch_dir,
-                    work_dir=host.work_dir)
+    env = child_env(base={**os.environ, "TF_USE_LEGACY_KERAS": "1"}, tf_config=None, spec=spec, cfg=cfg,
+                    run_uri="/nowhere/run", attempt=1, is_chief=True, num_workers=1,
+                    checkpoint_dir=host.checkpoint_dir, resume_from=None, python_path=[str(ROOT)],
+                    log_dir=host.log_dir, launch_dir=host.launch_dir, work_dir=host.work_dir)
     code, tail = host.run(env)
     assert code == 0, "\n".join(tail)
     (line,) = [x for x in log_file.getvalue().decode().splitlines() if x.startswith("PLACE ")]
@@ -69,7 +70,7 @@ def test_a_script_cannot_tell_a_warm_child_from_a_cold_one(tmp_path, monkeypatch
     assert warm == cold
     assert cold["argv"] == [str(ROOT / "tests/scripts/place_probe.py"), "--rank", "0", "<scratch>/work"]
     assert cold["cwd"] == "<scratch>/work" and cold["name"] == "__main__" and cold["unbuffered"] is True
-    assert cold["keras"] == "tf_keras" and cold["threads"] == [1, 1] and cold["own_group"]
+    assert cold["keras"] == "tf_keras" and cold["threads"] == [1, 1] and cold["own_group"] and cold["frozen"]
     assert str(tmp_path / "spawn-only") not in warm["path"] and "RAYTF_TEST_SPAWN_ONLY" not in warm["env"]
     assert _leftovers() == []
 

@@ -67,6 +67,7 @@ class WarmStart:
     control_fd: int
     events_fd: int
     alive_fd: int
+    idle: bool = True  # import at the lowest CPU priority (a standby's, beside training); not a task's own
 
     def to_env(self) -> dict[str, str]:
         return {WARM_ENV: json.dumps(asdict(self))}

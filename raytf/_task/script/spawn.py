@@ -71,15 +71,16 @@ def start_cold(spec: ChildSpec, env: dict[str, str], cwd: str) -> Child:
 
 class WarmChild:
     """A child started before its script: TensorFlow imported while it waits (child.py's `--warm`). Started with this
-    process's environment (the runtime_env's variables TensorFlow reads at its import are in it already) in `cwd`;
+    process's environment (the runtime_env's variables TensorFlow reads at its import are in it already) in `cwd`,
+    importing at the lowest CPU priority when `idle` (a standby's, beside training: raytf/_task/warm.py);
     `ready()` waits for its import, `hand()` gives it its script, `close()` lets it go unused."""
 
-    def __init__(self, cwd: str | None = None) -> None:
+    def __init__(self, cwd: str | None = None, idle: bool = True) -> None:
         events_r, events_w = os.pipe()
         alive_r, alive_w = os.pipe()
         host_end, child_end = socket.socketpair()
         start = protocol.WarmStart(parent_pid=os.getpid(), control_fd=child_end.fileno(), events_fd=events_w,
-                                   alive_fd=alive_r)
+                                   alive_fd=alive_r, idle=idle)
         try:
             proc = _popen([*_COMMAND, "--warm"], {**os.environ, **start.to_env()}, cwd,
                           (events_w, alive_r, child_end.fileno()))
