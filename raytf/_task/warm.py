@@ -1,5 +1,6 @@
-"""A standby task process's warm-up (raytf/_driver/standby.py): TensorFlow and tf-keras imported, quietly and on
-idle CPU, before the process is given a task. No TensorFlow at import: it is what this module imports."""
+"""A standby task process's warm-up (raytf/_driver/standby.py), or a script's warm child's (script/spawn.py):
+TensorFlow and tf-keras imported, quietly and on idle CPU, before the process is given a task or a script. No
+TensorFlow at import: it is what this module imports."""
 
 from __future__ import annotations
 

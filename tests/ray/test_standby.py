@@ -28,7 +28,7 @@ def _pids(result) -> dict[tuple[int, int], float]:
     return {(a, r): p for (a, r), p in steps.groupby(["attempt", "rank"])["pid"].first().items()}
 
 
-@pytest.mark.slow  # step 2: ~70 s, three runs; the session's standbys ending with it run by default
+@pytest.mark.slow  # step 2: ~45 s, three runs; the session's standbys ending with it run by default
 def test_a_scripts_retry_and_next_run_start_in_standbys_warm_children(script_cfg, no_leaks, tmp_path, monkeypatch):
     """A script's standbys hold a child process with TensorFlow imported, waiting for its script (script/spawn.py):
     a retry's and the next run's scripts run in them. (A training function's retry in standbys: the recovery

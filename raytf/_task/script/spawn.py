@@ -130,9 +130,12 @@ class WarmChild:
             self.ready()
             spec = dataclasses.replace(spec, **self._child_fds)
             self._control.sendall(protocol.Handoff(spec=spec, env=env, cwd=cwd).encode())
-        except (WarmChildLost, OSError) as e:
+        except WarmChildLost:
             self.close()
-            raise e if isinstance(e, WarmChildLost) else WarmChildLost(f"the warm child is gone: {e}") from e
+            raise
+        except OSError as e:  # (it ended between its ready line and the handoff)
+            self.close()
+            raise WarmChildLost(f"the warm child (pid {self.pid}) is gone: {e}") from e
         self._control.close()
         self._control = None
         self._closed = True  # (the caller's now: close() leaves it be)
