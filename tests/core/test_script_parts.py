@@ -281,7 +281,7 @@ def test_a_warm_childs_sys_path_becomes_a_cold_ones():
     # A relative entry is the new directory's; no PYTHONPATH before or after; an empty entry is no entry.
     assert rebased_path(["/spawn", "/lib"], was_cwd="/spawn", cwd="/work", was_pythonpath="",
                         pythonpath="src::/x") == ["/work", "/work/src", "/x", "/lib"]
-    # An entry Python's start put elsewhere than first (a .pth file's) that PYTHONPATH also named: PYTHONPATH's place.
+    # An entry of the old PYTHONPATH goes wherever it stands, a second copy (a .pth file's) too: the new one lacks it.
     assert rebased_path(["/spawn", "/a", "/lib", "/a"], was_cwd="/spawn", cwd="/w", was_pythonpath="/a",
                         pythonpath="") == ["/w", "/lib"]
 
