@@ -173,7 +173,7 @@ class TaskGroup:
         marker = self.run_dir.write_storage_marker()
         needs = [self.code.needs_of(self.cfg, t.role) if self.code else None for t in self.plan.tasks]
         try:
-            self.infos = ray.get([a.address.remote(self.run_dir, marker, n) for a, n in zip(self.actors, needs)],
+            self.infos = ray.get([a.address.remote(self.run_dir.marker(marker), n) for a, n in zip(self.actors, needs)],
                                  timeout=timeout)
         except GetTimeoutError:
             raise WorkerError(f"tasks did not start within cluster.startup_timeout_s={timeout:g}s",

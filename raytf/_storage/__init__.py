@@ -1,11 +1,12 @@
 """The run directory on shared storage: the only package that reads or writes it (through pyarrow.fs), every
-access through one retry rule (`RunDir.retried`). Split by concept: `rundir` (paths, plain files, the rule),
-`checkpoints` (checkpoints and the exported model, each committed by a marker), `metrics` (the metrics table in
-parts), `staged` (files this node writes while the run goes, uploaded once complete)."""
+access through one retry rule (`RunDir.retried`). Split by concept: `layout` (the names, and the storage marker a
+task checks: no pyarrow), `rundir` (paths, plain files, the rule), `checkpoints` (checkpoints and the exported
+model, each committed by a marker), `metrics` (the metrics table in parts), `staged` (files this node writes while
+the run goes, uploaded once complete)."""
 
-from raytf._storage.checkpoints import CheckpointStore
-from raytf._storage.metrics import METRICS_FILE, METRICS_PARTS_DIR, METRICS_PARTS_KEY, MetricsStore
-from raytf._storage.rundir import (
+from typing import TYPE_CHECKING
+
+from raytf._storage.layout import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
     MODEL_DIR,
@@ -13,15 +14,35 @@ from raytf._storage.rundir import (
     RESULT_FILE,
     STORAGE_CHECK_PREFIX,
     WORKDIR_DIR,
-    RunDir,
-    resolve,
+    StorageMarker,
     task_log,
     task_log_dir,
     task_workdir,
-    with_retries,
 )
-from raytf._storage.staged import Staged
 from raytf.errors import StorageError
+
+if TYPE_CHECKING:
+    from raytf._storage.checkpoints import CheckpointStore
+    from raytf._storage.metrics import METRICS_FILE, METRICS_PARTS_DIR, METRICS_PARTS_KEY, MetricsStore
+    from raytf._storage.rundir import RunDir, resolve, with_retries
+    from raytf._storage.staged import Staged
+
+# What needs pyarrow, imported on first use: a task process unpickles a StorageMarker and names its log before it
+# answers (group.addresses), and needs pyarrow only once it reads or writes storage (issue 38).
+_LAZY = {"CheckpointStore": "checkpoints", "METRICS_FILE": "metrics", "METRICS_PARTS_DIR": "metrics",
+         "METRICS_PARTS_KEY": "metrics", "MetricsStore": "metrics", "RunDir": "rundir", "resolve": "rundir",
+         "with_retries": "rundir", "Staged": "staged"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f"raytf._storage.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'raytf._storage' has no attribute {name!r}")
+
 
 __all__ = [
     "CHECKPOINTS_DIR",
@@ -39,6 +60,7 @@ __all__ = [
     "RunDir",
     "Staged",
     "StorageError",
+    "StorageMarker",
     "resolve",
     "task_log",
     "task_log_dir",

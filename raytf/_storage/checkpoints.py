@@ -17,7 +17,7 @@ import pyarrow.fs as pafs
 
 from raytf._core import checkpoints
 from raytf._core.checkpoints import CheckpointEntry
-from raytf._storage.rundir import CHECKPOINTS_DIR, MODEL_DIR
+from raytf._storage.layout import CHECKPOINTS_DIR, MODEL_DIR
 from raytf.errors import StorageError
 
 if TYPE_CHECKING:

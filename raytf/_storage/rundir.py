@@ -19,6 +19,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from raytf._s3 import s3_credentials, s3_filesystem, with_query_options
+from raytf._storage.layout import STORAGE_CHECK_PREFIX, StorageMarker, seen_here
 from raytf.config import StorageConfig
 from raytf.config.redact import redact_storage_path, redact_text, without_userinfo
 from raytf.errors import StorageError
@@ -27,41 +28,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-CONFIG_FILE = "config.yaml"
-RESULT_FILE = "result.json"
-CHECKPOINTS_DIR = "checkpoints"
-MODEL_DIR = "model"
-WORKDIR_DIR = "workdir"
-
-
-# A task's files in the run directory, named by role and task index (worker1, ps0: TF's names for it).
-def task_log(role: str, index: int, attempt: int) -> str:
-    """The task's captured stdout/stderr."""
-    return f"logs/{role}{index}-attempt{attempt}.log"
-
-
-def task_log_dir(role: str, index: int, attempt: int) -> str:
-    """What the task's program wrote into its own log directory ($RAYTF_LOG_DIR, ctx.log_dir)."""
-    return f"logs/{role}{index}-attempt{attempt}"
-
-
-def task_workdir(role: str, index: int) -> str:
-    """What the task's program wrote into its working directory (each attempt's over the last's)."""
-    return f"{WORKDIR_DIR}/{role}{index}"
-
-
-# Test seam: a one-machine test cluster cannot show a node whose local disk differs from the driver's. A raylet
-# started with this variable set makes its tasks see local paths under that root instead, as such a node would.
-NODE_LOCAL_ROOT_ENV = "RAYTF_TEST_NODE_LOCAL_ROOT"
-STORAGE_CHECK_PREFIX = ".storage-check-"
-
 
 def resolve(path: str, options: StorageConfig | None = None) -> tuple[pafs.FileSystem, str, str]:
     """(filesystem, path inside it, canonical URI) for a local path or a pyarrow URI."""
     if "://" not in path:
         local = os.path.abspath(os.path.expanduser(path))
-        seen_as = os.environ.get(NODE_LOCAL_ROOT_ENV, "") + local
-        return pafs.LocalFileSystem(), seen_as, local
+        return pafs.LocalFileSystem(), seen_here(local), local
     base, _, query = path.partition("?")
     o = options or StorageConfig(path=path)
     try:
@@ -304,6 +276,13 @@ class RunDir:
 
     def remove_storage_marker(self, name: str) -> None:
         self.remove(name)
+
+    def marker(self, name: str) -> StorageMarker:
+        """The marker `name` as a task checks it (group.addresses): a local path's without pyarrow; a URI's
+        (file:// too) through this run directory, opened on the task's node."""
+        if "://" in self.storage_path:
+            return StorageMarker(name, run_dir=self)
+        return StorageMarker(name, local_path=posixpath.join(self.storage_path, self.run_name, name))
 
     def can_see(self, marker: str) -> bool:
         try:

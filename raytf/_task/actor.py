@@ -19,7 +19,7 @@ from raytf._core import failure, limits, ports
 from raytf._core.plan import TaskSpec
 from raytf._core.shipping import CodeNeeds
 from raytf._core.tasks import TaskInfo, TaskOutcome, TaskRun
-from raytf._storage import RunDir
+from raytf._storage import StorageMarker
 from raytf._task import scratch, usercode
 from raytf._task.call import TaskCall
 from raytf._task.tee import OutputCapture
@@ -148,15 +148,14 @@ class TaskActor:
         self._no_port = ports.none_free(spec.port_range, self._host) if self._sock is None else None
         self.node_id = ray.get_runtime_context().get_node_id()
 
-    def address(self, run_dir: RunDir | None = None, marker: str | None = None,
-                code: CodeNeeds | None = None) -> TaskInfo:
+    def address(self, marker: StorageMarker | None = None, code: CodeNeeds | None = None) -> TaskInfo:
         """Where this task listens, what it holds, whether it sees the driver's storage marker and what of the
         program (`code`) it lacks."""
         return TaskInfo(
             role=self.spec.role, index=self.spec.index, rank=self.spec.rank, host=self._host, port=self._port,
             node_id=self.node_id, pid=os.getpid(), gpu_ids=tuple(str(g) for g in ray.get_gpu_ids()),
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), port_error=self._no_port,
-            storage_visible=run_dir.can_see(marker) if run_dir is not None and marker else None,
+            storage_visible=marker.visible() if marker is not None else None,
             code_missing=tuple(usercode.missing(code)) if code is not None else (),
             scratch_root=scratch.root(), place=scratch.place())
 

@@ -8,13 +8,15 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from raytf._core import events as ev
 from raytf._core import limits
-from raytf._storage import RunDir
 from raytf._task.lines import AbortNoise, Shown, benign, display
 from raytf.errors import RaytfError
+
+if TYPE_CHECKING:
+    from raytf._storage import RunDir
 
 log = logging.getLogger(__name__)
 

@@ -2,6 +2,8 @@
 rules (`rules`) and loading YAML and overrides onto it (`load`); each imports only those before it. What looks
 secret, and the views that may be written or sent (`redact`), needs only the schema."""
 
+from typing import TYPE_CHECKING
+
 from raytf.config.choices import (
     Collective,
     CrossDeviceOps,
@@ -18,7 +20,6 @@ from raytf.config.cluster import (
     PsConfig,
     Resources,
 )
-from raytf.config.load import load_config, to_dict, to_yaml
 from raytf.config.redact import SECRET, redacted, secret_runtime_env, task_view
 from raytf.config.rules import ignored_by_scripts, is_function_label, validate, validate_run
 from raytf.config.schema import (
@@ -38,6 +39,24 @@ from raytf.config.schema import (
     owns_loop,
     script_mode,
 )
+
+if TYPE_CHECKING:
+    from raytf.config.load import load_config, to_dict, to_yaml
+
+# `load` (and omegaconf, ~65 ms) on first use: a task process unpickles its Config and never loads YAML, and on
+# one machine every task's import is paid on the same cores (benchmarks.scale, issue 38).
+_LOAD = ("load_config", "to_dict", "to_yaml")
+
+
+def __getattr__(name: str):
+    if name in _LOAD:
+        from raytf.config import load
+
+        value = getattr(load, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'raytf.config' has no attribute {name!r}")
+
 
 __all__ = [
     "SECRET",

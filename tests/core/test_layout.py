@@ -2,6 +2,7 @@
 the functions of the same name, and `import raytf` (what a user's script does for raytf.report) stays light."""
 
 import importlib
+import pickle
 import subprocess
 import sys
 import types
@@ -62,3 +63,21 @@ def test_no_module_is_over_350_lines():
     long = {str(p.relative_to(package)): n for p in sorted(package.rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > 350}
     assert long == {} and len((package / "_driver" / "driver.py").read_text().splitlines()) < 250
+
+
+def test_a_task_answers_before_it_imports_storage_or_config_loading(tmp_path):
+    """A task's process imports its actor's module and checks the storage marker before it answers the driver
+    (group.addresses): none of pyarrow, numpy, omegaconf or pandas (~0.4 s a task, paid by every task on the same
+    cores of one machine: benchmarks.scale, issue 38). Ray itself is imported there anyway (a Ray worker)."""
+    code = ("import pickle, sys, raytf._task.actor; marker = pickle.loads(sys.stdin.buffer.read()); "
+            "print(marker.visible(), sorted(m for m in ('pyarrow', 'numpy', 'omegaconf', 'pandas', 'tensorflow') "
+            "if m in sys.modules))")
+    from raytf._storage import RunDir
+
+    rd = RunDir(str(tmp_path), "run")
+    rd.makedirs()
+    marker = rd.marker(rd.write_storage_marker())
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(marker), capture_output=True, cwd=ROOT,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.decode().strip() == "True []"
