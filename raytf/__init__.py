@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from raytf._core.events import Event
+from raytf._lazy import lazy_attributes
 from raytf._task.report import report
 from raytf.errors import (
     ConfigError,
@@ -43,14 +44,7 @@ _LAZY = {"TrainContext": "raytf._task.context", "plot": "raytf.api.plots", "Resu
          "Config": "raytf.config", "load_config": "raytf.config"}
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'raytf' has no attribute {name!r}")
+__getattr__ = lazy_attributes("raytf", _LAZY, globals())
 
 
 def __dir__() -> list[str]:

@@ -6,6 +6,7 @@ the run goes, uploaded once complete)."""
 
 from typing import TYPE_CHECKING
 
+from raytf._lazy import lazy_attributes
 from raytf._storage.layout import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
@@ -32,16 +33,7 @@ if TYPE_CHECKING:
 _LAZY = {"CheckpointStore": "checkpoints", "METRICS_FILE": "metrics", "METRICS_PARTS_DIR": "metrics",
          "METRICS_PARTS_KEY": "metrics", "MetricsStore": "metrics", "RunDir": "rundir", "resolve": "rundir",
          "with_retries": "rundir", "Staged": "staged"}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f"raytf._storage.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'raytf._storage' has no attribute {name!r}")
+__getattr__ = lazy_attributes("raytf._storage", {name: f"raytf._storage.{m}" for name, m in _LAZY.items()}, globals())
 
 
 __all__ = [

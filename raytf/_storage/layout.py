@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (pyarrow's: a task that checks a local marker never imports it)
+    from raytf._storage.rundir import RunDir
 
 CONFIG_FILE = "config.yaml"
 RESULT_FILE = "result.json"
@@ -50,7 +53,7 @@ class StorageMarker:
 
     name: str
     local_path: str | None = None
-    run_dir: Any = None
+    run_dir: RunDir | None = None
 
     def visible(self) -> bool:
         if self.local_path is not None:

@@ -282,7 +282,7 @@ class RunDir:
         (file:// too) through this run directory, opened on the task's node."""
         if "://" in self.storage_path:
             return StorageMarker(name, run_dir=self)
-        return StorageMarker(name, local_path=posixpath.join(self.storage_path, self.run_name, name))
+        return StorageMarker(name, local_path=self.uri_of(name))
 
     def can_see(self, marker: str) -> bool:
         try:

@@ -4,6 +4,7 @@ secret, and the views that may be written or sent (`redact`), needs only the sch
 
 from typing import TYPE_CHECKING
 
+from raytf._lazy import lazy_attributes
 from raytf.config.choices import (
     Collective,
     CrossDeviceOps,
@@ -45,17 +46,8 @@ if TYPE_CHECKING:
 
 # `load` (and omegaconf, ~65 ms) on first use: a task process unpickles its Config and never loads YAML, and on
 # one machine every task's import is paid on the same cores (benchmarks.scale, issue 38).
-_LOAD = ("load_config", "to_dict", "to_yaml")
-
-
-def __getattr__(name: str):
-    if name in _LOAD:
-        from raytf.config import load
-
-        value = getattr(load, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'raytf.config' has no attribute {name!r}")
+__getattr__ = lazy_attributes("raytf.config", dict.fromkeys(("load_config", "to_dict", "to_yaml"), "raytf.config.load"),
+                              globals())
 
 
 __all__ = [

@@ -281,7 +281,7 @@ def test_rays_tensorflow_examples_run_with_one_import_changed(name, tmp_path):
         assert "{'loss': " in proc.stdout  # its own print(results.metrics)
 
 
-@pytest.mark.slow  # step 2: a benchmark's smoke run (four trainings on a Ray of its own)
+@pytest.mark.bench  # a benchmark's smoke run (four trainings on a Ray of its own)
 @pytest.mark.timeout(900)
 def test_the_loss_difference_benchmark_shows_it_explained():
     """benchmarks/ray_train_loss.py --smoke: the same program and data (and initial weights) through Ray Train,

@@ -5,8 +5,8 @@ import pytest
 from tests.conftest import benchmark_smoke
 
 
-# The slow step, with the other benchmarks' smokes: ~50 s here (its own Ray, two runs of 2 TensorFlow workers).
-@pytest.mark.slow
+# With the other benchmarks' smokes: ~50 s here (its own Ray, two runs of 2 TensorFlow workers).
+@pytest.mark.bench
 @pytest.mark.timeout(300)
 def test_data_benchmark_smoke_mode_runs():
     """`python -m benchmarks.data --smoke`: one short run each way; both succeed and read the same steps."""

@@ -112,9 +112,9 @@ def test_killed_service_worker_and_dispatcher_are_replaced_and_training_goes_on(
         assert len(json.loads((out / f"a1-keras-r{rank}.json").read_text())["loss"]) == 1
 
 
-# The slow step, with the other benchmarks' smokes: its own Ray, a run of 2 trainers and one with 2 trainers and a
-# service of one worker.
-@pytest.mark.slow
+# With the other benchmarks' smokes: its own Ray, a run of 2 trainers and one with 2 trainers and a service of one
+# worker.
+@pytest.mark.bench
 @pytest.mark.timeout(300)
 def test_data_service_benchmark_smoke_mode_runs():
     """`python -m benchmarks.data_service --smoke`: the pipeline in the trainers, then served; both succeed, train

@@ -7,8 +7,8 @@ import pytest
 from tests.conftest import benchmark_smoke
 
 
-# The slow step, with the other benchmarks' smokes: its own simulated cluster, then its own Ray twice.
-@pytest.mark.slow
+# With the other benchmarks' smokes: its own simulated cluster, then its own Ray twice.
+@pytest.mark.bench
 @pytest.mark.timeout(420)
 def test_scale_benchmark_smoke_mode_runs():
     out = benchmark_smoke("benchmarks.scale", timeout_s=400)

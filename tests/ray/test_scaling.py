@@ -24,8 +24,8 @@ def test_scaling_report_runs_each_count(fast_cfg, no_leaks):
     assert list(pd.read_csv(table.attrs["csv"])["workers"]) == [1, 2, 8]
 
 
-# slow (CI's second step): every code path, cold and warm (SMOKE_LEAVES_OUT's contenders aside; ~2 min alone).
-@pytest.mark.slow
+# A benchmark's smoke (`-m bench`): every code path, cold and warm (SMOKE_LEAVES_OUT's contenders aside; ~2 min alone).
+@pytest.mark.bench
 @pytest.mark.ray
 @pytest.mark.timeout(900)
 def test_benchmark_smoke_mode_runs():

@@ -8,7 +8,7 @@ from tests.conftest import benchmark_smoke
 pytestmark = [pytest.mark.ray]
 
 
-@pytest.mark.slow  # a benchmark's smoke, its own Ray: ~1 min here
+@pytest.mark.bench  # a benchmark's smoke, its own Ray: ~1 min here
 @pytest.mark.timeout(720)
 def test_soak_benchmark_smoke_mode_runs():
     out = benchmark_smoke("benchmarks.soak", timeout_s=700).stdout

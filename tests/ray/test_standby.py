@@ -122,8 +122,8 @@ print("ready", flush=True)
     assert alive == []
 
 
-# slow, like benchmarks.run's smoke (tests/ray/test_scaling.py): ~1.5 min, past the default run's 20 minutes
-@pytest.mark.slow
+# With the other benchmarks' smokes (tests/ray/test_scaling.py): ~1.5 min, past the default run's budget
+@pytest.mark.bench
 @pytest.mark.timeout(400)
 def test_recovery_benchmark_smoke_mode_runs():
     """`python -m benchmarks.recovery --smoke`: one run with standbys (its own Ray); the retry took them."""
