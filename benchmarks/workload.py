@@ -7,8 +7,9 @@
 
 Every process writes `DIR/timing-<rank>.json`: when its first step ended (wall clock, compared with the
 launcher's start), each step's duration, each epoch's duration, and its peak RSS; and `marks`, the wall-clock
-times of its own start-up (process start, TensorFlow's import begun and done, strategy built: where this program
-builds them, i.e. by hand, a script, Ray Train) and of training's end, for the cold-launch timeline
+times of its own start-up (process start, its training code begun (`code_start`, any launcher), TensorFlow's import
+begun and done, strategy built: where this program builds them, i.e. by hand, a script, Ray Train) and of training's
+end, for the cold-launch timeline
 (benchmarks/run.py). TensorFlow is imported lazily: the launcher imports this module without paying for it.
 """
 
@@ -174,6 +175,7 @@ def _threads(tf) -> None:
 def fit_mwms(*, out: str, rank: int, epochs: int, steps: int, batch: int, strategy=None, callbacks=(),
              initial_epoch: int = 0) -> None:
     """MWMS training with a per-replica `batch`; `strategy` None builds one from TF_CONFIG."""
+    MARKS.setdefault("code_start", time.time())  # the program's training code began (benchmarks/recovery.py)
     MARKS["tf_import_start"] = time.time()
     import tensorflow as tf
 
@@ -191,6 +193,7 @@ def fit_mwms(*, out: str, rank: int, epochs: int, steps: int, batch: int, strate
 
 def train(ctx) -> None:
     """raytf training function: MWMS (any strategy raytf builds) or ParameterServerStrategy (chief)."""
+    MARKS.setdefault("code_start", time.time())
     import tensorflow as tf
 
     p = ctx.params

@@ -55,6 +55,10 @@ class StorageMarker:
     local_path: str | None = None
     run_dir: RunDir | None = None
 
+    def __post_init__(self) -> None:
+        if (self.local_path is None) == (self.run_dir is None):
+            raise ValueError("a StorageMarker is checked one way: a local_path or a run_dir, exactly one")
+
     def visible(self) -> bool:
         if self.local_path is not None:
             return os.path.exists(seen_here(self.local_path))

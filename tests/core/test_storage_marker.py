@@ -3,6 +3,8 @@ local run directory's with `os` (no pyarrow in the task before it answers), an o
 
 import pickle
 
+import pytest
+
 from raytf._storage import NODE_LOCAL_ROOT_ENV, RunDir, StorageMarker
 
 
@@ -40,3 +42,10 @@ def test_a_uri_is_checked_through_its_run_directory(tmp_path):
     assert marker.visible()
     rd.remove_storage_marker(name)
     assert not marker.visible()
+
+
+def test_a_marker_is_checked_exactly_one_way(tmp_path):
+    with pytest.raises(ValueError, match="exactly one"):
+        StorageMarker(".storage-check-x")
+    with pytest.raises(ValueError, match="exactly one"):
+        StorageMarker(".storage-check-x", local_path=str(tmp_path), run_dir=RunDir(str(tmp_path), "r"))

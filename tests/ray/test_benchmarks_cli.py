@@ -1,6 +1,7 @@
 """Every benchmark still imports and parses its command line, in the default run. Their smoke runs (each benchmark
-end to end, on its own Ray: ~25 min in all here) are `-m bench`, outside CI (README, Test): this is what CI keeps of
-them, a cheap check that none has rotted at import (a renamed raytf module, a moved helper) or in its arguments."""
+end to end, on its own Ray: 641 s in all here, alone, 2026-11-26) are `-m bench`, outside CI (README, Test): this
+is what CI keeps of them, a cheap check that none has rotted at import (a renamed raytf module, a moved helper) or
+in its arguments."""
 
 import json
 import subprocess
@@ -28,6 +29,7 @@ for name in sys.argv[1:]:
             code = e.code
     out[name] = [code, buf.getvalue()]
 out["(imported)"] = sorted(m for m in ("tensorflow", "tf_keras") if m in sys.modules)
+out["(ray started)"] = "ray" in sys.modules and sys.modules["ray"].is_initialized()
 print(json.dumps(out))
 """
 
@@ -51,4 +53,5 @@ def test_every_benchmark_imports_and_parses_its_command_line():
     # The seven whose smokes are `-m bench` keep the flag those runs use.
     for name in ("run", "data", "data_service", "soak", "scale", "ray_train_loss", "recovery"):
         assert "--smoke" in got[f"benchmarks.{name}"][1], name
-    assert got["(imported)"] == []  # --help starts no TensorFlow (nor Ray: none of them calls ray.init for it)
+    assert got["(imported)"] == []  # --help imports no TensorFlow
+    assert got["(ray started)"] is False  # nor starts Ray
