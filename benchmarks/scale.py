@@ -5,8 +5,10 @@ actor per rank, each task's address, held port, storage and code checks, the TF 
 TF_CONFIG) on a simulated cluster (`ray.cluster_utils.Cluster`: a head and nodes of 16 CPUs on this machine), the
 tasks never importing TensorFlow (the group is torn down before any training call): launch -> all addressed, and
 teardown; against Ray itself starting the same number of bare actors in the same placement group shape and
-getting an answer from each. Plus the driver's CPU seconds and RSS. Target: raytf's all-addressed for 128 tasks
-under 10 s beyond Ray's own.
+getting an answer from each. Plus the driver's CPU seconds and RSS, and the CPU seconds one process had used when it
+answered (medians: a bare actor's, a raytf task's; on one machine a task's start is CPU, and these do not scatter
+with the shared cores' wall clock as the totals do). Target: raytf's all-addressed for 128 tasks under 10 s beyond
+Ray's own.
 
 **Intake** (`--ranks 8,32,128,512`): N ranks each
 report one metrics row every `--interval` seconds, through raytf's own task-side emitter (`_task.call.Emitter`,
@@ -238,6 +240,14 @@ def _rss_mib() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
+def _process_cpu_s(pids: list[int]) -> float:
+    """The median CPU seconds (user + system) the processes `pids` have used so far: on one machine a task's
+    start is CPU (its imports), and this does not scatter with the shared cores' wall clock as the totals do."""
+    import psutil
+
+    return statistics.median(sum(psutil.Process(p).cpu_times()[:2]) for p in pids)
+
+
 def orchestrate(n: int, scratch: str) -> dict:
     """One size: Ray's bare actors, then raytf's task group, in the same placement group shape."""
     from ray.util.placement_group import placement_group, remove_placement_group
@@ -253,8 +263,9 @@ def orchestrate(n: int, scratch: str) -> dict:
     ray.get(pg.ready(), timeout=600)
     actors = [Bare.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
               .remote() for i in range(n)]
-    ray.get([a.ping.remote() for a in actors], timeout=600)
+    bare_pids = ray.get([a.ping.remote() for a in actors], timeout=600)
     bare_up = time.perf_counter() - t
+    bare_cpu = _process_cpu_s(bare_pids)
     t = time.perf_counter()
     for a in actors:
         ray.kill(a)
@@ -277,13 +288,15 @@ def orchestrate(n: int, scratch: str) -> dict:
         configs = [topology.tf_config(spec, i.role, i.index) for i in infos]
         addressed = time.perf_counter() - t
         rss = _rss_mib()
+        task_cpu = _process_cpu_s([i.pid for i in infos])
     finally:
         t2 = time.perf_counter()
         group.teardown()
         down = time.perf_counter() - t2
     assert len(configs) == n and len(spec["worker"]) == n, "a task group of the wrong size"
     return {"tasks": n, "bare_up": bare_up, "bare_down": bare_down, "placed": placed, "addressed": addressed,
-            "down": down, "driver_cpu_s": _own_cpu() - cpu, "driver_rss_mib": rss}
+            "down": down, "driver_cpu_s": _own_cpu() - cpu, "driver_rss_mib": rss, "bare_cpu_s": bare_cpu,
+            "task_cpu_s": task_cpu}
 
 
 def _orchestration(sizes: list[int]) -> list[dict]:
@@ -402,12 +415,13 @@ def _tables(orch: list[dict], results: list[dict], interval: float, seconds: flo
               "a task per CPU bundle (SPREAD); seconds\n")
         print("| tasks | Ray: bare actors all answering | Ray: teardown | raytf: placed and started | "
               "raytf: all addressed (TF_CONFIG made) | beyond Ray's own | raytf: teardown | driver CPU s | "
-              "driver RSS MiB |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "driver RSS MiB | a process's CPU s when it answered: Ray's bare actor / raytf's task |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for r in orch:
             print(f"| {r['tasks']} | {r['bare_up']:.2f} | {r['bare_down']:.2f} | {r['placed']:.2f} | "
                   f"{r['addressed']:.2f} | {r['addressed'] - r['bare_up']:+.2f} | {r['down']:.2f} | "
-                  f"{r['driver_cpu_s']:.2f} | {r['driver_rss_mib']:.0f} |")
+                  f"{r['driver_cpu_s']:.2f} | {r['driver_rss_mib']:.0f} | "
+                  f"{r['bare_cpu_s']:.2f} / {r['task_cpu_s']:.2f} ({r['task_cpu_s'] - r['bare_cpu_s']:+.2f}) |")
         big = max(orch, key=lambda r: r["tasks"])
         if big["tasks"] >= 128:
             beyond = big["addressed"] - big["bare_up"]

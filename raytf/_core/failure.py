@@ -6,8 +6,10 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from raytf.config import FailureConfig
+if TYPE_CHECKING:
+    from raytf.config import FailureConfig
 
 # Failure kinds (WorkerError.kind).
 USER = "user"  # the training function raised

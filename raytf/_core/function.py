@@ -16,7 +16,6 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from raytf.config import is_function_label
 from raytf.errors import ConfigError
 
 
@@ -28,7 +27,12 @@ def label(qualname: str, module: str, importable: bool) -> str:
     return f"<function {qualname or '?'} defined in {module or '?'}>"
 
 
-is_label = is_function_label  # (the config's rule: it accepts both forms as train.entrypoint)
+def is_label(entrypoint: str | None) -> bool:
+    """Whether `entrypoint` is such a label (the config's rule, which accepts both forms as train.entrypoint;
+    imported on use: a task imports this module before it answers its address, without the config's rules)."""
+    from raytf.config import is_function_label
+
+    return is_function_label(entrypoint)
 
 
 @dataclass(frozen=True)

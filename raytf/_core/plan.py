@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raytf._core import shipping
 from raytf._core.tasks import TaskInfo
-from raytf.config import Config, Resources, Strategy, StreamOutput
+from raytf.config import Strategy, StreamOutput
+
+if TYPE_CHECKING:
+    from raytf.config import Config, Resources
 
 # Task types in TF's vocabulary; ranks are assigned in this order.
 CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"

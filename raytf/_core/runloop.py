@@ -103,7 +103,7 @@ class AttemptLoop:
     can_save_now: bool = True  # script mode cannot (a script owns its checkpoints)
     phase: Phase = Phase.TRAINING
     end: End | None = None  # once ENDED
-    busy: dict[int, tuple[str, float]] = field(default_factory=dict)  # rank -> (what, until): see events.BUSY
+    busy: dict[int, tuple[str, float, float]] = field(default_factory=dict)  # rank -> (what, until, allowance)
     lost: list[tuple[int, WorkerError, float]] = field(default_factory=list)  # tolerated PS workers, when
     # Elastic grow asked for while the program saves on its own schedule (a script, ParameterServerStrategy): the
     # group stops at the next committed checkpoint.
@@ -139,10 +139,10 @@ class AttemptLoop:
             if e.kind in PROGRESS and e.rank in self.watched:
                 self.watched[e.rank] = now  # any progress, heartbeats included, clears a rank of hanging
             if e.kind == ev.BUSY and e.rank in self.watched and float(e.payload.get("allow_s", 0)) > 0:
-                self.busy[e.rank] = (str(e.payload.get("what", "busy")), now + float(e.payload["allow_s"]))
+                allow = float(e.payload["allow_s"])
+                self.busy[e.rank] = (str(e.payload.get("what", "busy")), now + allow, allow)
             elif (e.kind == ev.BUSY or e.kind in (ev.STEP, ev.EPOCH)) and self.busy.pop(e.rank, None):
-                # The wait is over: the ranks that were blocked on it start their hang clock afresh.
-                self.watched = {r: max(t, now) for r, t in self.watched.items()}
+                self._wait_over(now)
             if e.kind == ev.CHECKPOINT and self.grow_at_commit and self.phase is Phase.TRAINING:
                 self._stopping = Cause.RESIZE
                 actions += self._end_stop(saved=True)
@@ -152,6 +152,12 @@ class AttemptLoop:
                 self._notice = e
                 actions += self._save_and_stop(Cause.PREEMPTED)
         return actions
+
+    def _wait_over(self, now: float) -> None:
+        """A rank is no longer busy: the ranks that were blocked on it, silent or busy themselves, start their
+        hang clocks (or their allowances) afresh."""
+        self.watched = {r: max(t, now) for r, t in self.watched.items()}
+        self.busy = {r: (what, max(until, now + allow), allow) for r, (what, until, allow) in self.busy.items()}
 
     def on_grow(self, now: float, save_now: bool) -> list[Action]:
         """Capacity for the full size is back (elastic training): stop, to restart bigger. `save_now`: every task
@@ -171,7 +177,8 @@ class AttemptLoop:
     def on_finished(self, f: Finished, now: float) -> list[Action]:
         self.now = now
         self.watched.pop(f.rank, None)
-        self.busy.pop(f.rank, None)
+        if self.busy.pop(f.rank, None):
+            self._wait_over(now)
         self.running.discard(f.rank)
         self.serving.discard(f.rank)
         if f.error is not None and f.alone:
@@ -193,9 +200,11 @@ class AttemptLoop:
         self.now = now
         if self.phase is Phase.TRAINING:
             if self.busy:
-                # Healthy ranks go silent in their next collective while a peer uploads or exports: only a
-                # busy rank past its own allowance is hung.
-                hung = sorted(r for r, (_, until) in self.busy.items() if now > until)
+                # Healthy ranks go silent in their next collective while a peer uploads or exports, and a busy
+                # rank may itself wait on a busy peer (the model's export is collective under MWMS: a worker,
+                # allowed the hang timeout alone, waits in it on the chief, allowed its model's bytes too). So the
+                # group is hung only once no busy rank is within its allowance; the busy ranks are named.
+                hung = sorted(self.busy) if all(now > until for _, until, _ in self.busy.values()) else []
             else:
                 hung = failure.stale_ranks(self.watched, now, self.timing.hang_timeout_s)
             if hung:

@@ -5,12 +5,14 @@ ended (`TaskOutcome`). Pure: plain dataclasses, which Ray pickles."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raytf._core.checkpoints import CheckpointEntry
 from raytf._core.function import PickledFunction
-from raytf.config import Config
 from raytf.errors import WorkerError
+
+if TYPE_CHECKING:
+    from raytf.config import Config  # (a task unpickles its Config only with its TaskRun: issue 38)
 
 
 @dataclass(frozen=True)

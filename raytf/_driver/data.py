@@ -20,9 +20,8 @@ from raytf._core import data as rules
 from raytf._core import private_apis as apis
 from raytf._core.plan import Plan, TaskSpec
 from raytf._core.tasks import TaskInfo
-from raytf.config import Config
+from raytf.config import Config, Strategy
 from raytf.config.rules import PS_DATASETS
-from raytf.config.schema import Strategy
 from raytf.errors import ConfigError
 
 log = logging.getLogger("raytf")

@@ -14,6 +14,9 @@ class Strategy(str, enum.Enum):
     central_storage = "central_storage"
 
 
+SINGLE_TASK_STRATEGIES = (Strategy.mirrored, Strategy.central_storage)
+
+
 class PlacementStrategy(str, enum.Enum):
     PACK = "PACK"
     SPREAD = "SPREAD"

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from raytf.config.choices import (
+    SINGLE_TASK_STRATEGIES,
     Collective,
     CrossDeviceOps,
     Partitioner,
@@ -21,11 +22,7 @@ from raytf.config.ranges import RANGES as RANGES  # (re-exported: the tests' tab
 from raytf.config.ranges import Range, check_range, check_ranges
 from raytf.config.ranges import number_wanted as number_wanted  # (re-exported: load.py's)
 from raytf.config.redact import redact_text, storage_path_problem
-from raytf.config.schema import (
-    SINGLE_TASK_STRATEGIES,
-    Config,
-    script_mode,
-)
+from raytf.config.schema import Config, script_mode
 from raytf.errors import ConfigError
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")

@@ -7,15 +7,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from raytf.config.choices import SINGLE_TASK_STRATEGIES as SINGLE_TASK_STRATEGIES  # (re-exported: its old home)
 from raytf.config.choices import (
     ProcessingMode,
     ShipCode,
-    Strategy,
     StreamOutput,
 )
 from raytf.config.cluster import ClusterConfig
-
-SINGLE_TASK_STRATEGIES = (Strategy.mirrored, Strategy.central_storage)
 
 
 @dataclass

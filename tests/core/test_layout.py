@@ -68,10 +68,11 @@ def test_no_module_is_over_350_lines():
 def test_a_task_answers_before_it_imports_storage_or_config_loading(tmp_path):
     """A task's process imports its actor's module and checks the storage marker before it answers the driver
     (group.addresses): none of pyarrow, numpy, omegaconf or pandas (~0.4 s a task, paid by every task on the same
-    cores of one machine: benchmarks.scale, issue 38). Ray itself is imported there anyway (a Ray worker)."""
+    cores of one machine: benchmarks.scale, issue 38), nor the config's schema and rules (25-40 ms more: the task
+    unpickles its Config with its TaskRun). Ray itself is imported there anyway (a Ray worker)."""
     code = ("import pickle, sys, raytf._task.actor; marker = pickle.loads(sys.stdin.buffer.read()); "
-            "print(marker.visible(), sorted(m for m in ('pyarrow', 'numpy', 'omegaconf', 'pandas', 'tensorflow') "
-            "if m in sys.modules))")
+            "print(marker.visible(), sorted(m for m in ('pyarrow', 'numpy', 'omegaconf', 'pandas', 'tensorflow', "
+            "'raytf.config.schema', 'raytf.config.rules') if m in sys.modules))")
     from raytf._storage import RunDir
 
     rd = RunDir(str(tmp_path), "run")

@@ -180,6 +180,30 @@ def test_ranks_blocked_on_a_busy_peer_are_not_hung_but_a_busy_rank_past_its_allo
     assert 200 < loop.now <= 204
 
 
+def busy(rank: int, what: str, allow_s: float) -> ev.Event:
+    return ev.Event(ev.BUSY, "worker", rank, 1, {"what": what, "allow_s": allow_s})
+
+
+def test_a_busy_rank_waiting_on_a_busy_peer_is_not_hung_while_the_peer_is_within_its_allowance():
+    """The model's export is collective under MWMS: worker 1, whose allowance is the hang timeout alone (it holds
+    no upload to size one by), waits in it on the chief, whose allowance counts its model's bytes and which may be
+    slow to export on a loaded machine or still waiting for an upload slot (CI's failure of
+    test_a_slow_upload_is_not_a_hang: worker 1 "hung" 5 s into the export, the chief within its 155 s). Not a
+    hang; once the chief is done worker 1's allowance starts afresh, and a group whose busy ranks are all past
+    theirs is hung."""
+    start = [([step(0, 3), step(1, 3)], []), ([busy(0, "exporting the model", 155)], []),
+             ([busy(1, "exporting the model", 5)], [])] + [([], [])] * 100
+    loop, _ = run(FakeGroup([*start, ([busy(1, "", 0), busy(0, "", 0)], [Finished(0), Finished(1)])]))
+    assert loop.end == Done()  # worker 1 busy for ~100 s on an allowance of 5
+    # The chief is done and worker 1 stays busy, alone: hung once its fresh allowance (5 s) has passed.
+    loop, _ = run(FakeGroup([*start, ([busy(0, "", 0)], [Finished(0)])]))
+    assert loop.end == Hung((1,), {1: "exporting the model"}) and 109 < loop.now <= 111
+    # Both busy and both past their allowances: both are named.
+    loop, _ = run(FakeGroup(start))
+    assert loop.end == Hung((0, 1), {0: "exporting the model", 1: "exporting the model"})
+    assert 157 < loop.now <= 159
+
+
 def test_the_busy_allowance_grows_with_the_bytes():
     assert failure.busy_allowance_s(0, 300, 1.0) == 300
     assert failure.busy_allowance_s(1024 ** 3, 300, 1.0) == 300 + 1024
