@@ -243,9 +243,7 @@ def _rss_mib() -> float:
 def _process_cpu_s(pids: list[int]) -> float:
     """The median CPU seconds (user + system) the processes `pids` have used so far: on one machine a task's
     start is CPU (its imports), and this does not scatter with the shared cores' wall clock as the totals do."""
-    import psutil
-
-    return statistics.median(sum(psutil.Process(p).cpu_times()[:2]) for p in pids)
+    return statistics.median(_cpu(p) for p in pids)
 
 
 def orchestrate(n: int, scratch: str) -> dict:

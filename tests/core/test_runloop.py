@@ -166,22 +166,22 @@ def test_the_evaluator_gets_its_grace_after_training_then_is_stopped():
     assert isinstance(loop.end, Failed)  # an evaluator that fails its last round fails the attempt
 
 
+def busy(rank: int, what: str, allow_s: float) -> ev.Event:
+    return ev.Event(ev.BUSY, "worker", rank, 1, {"what": what, "allow_s": allow_s})
+
+
 def test_ranks_blocked_on_a_busy_peer_are_not_hung_but_a_busy_rank_past_its_allowance_is():
-    busy = ev.Event(ev.BUSY, "worker", 0, 1, {"what": "waiting for an upload slot", "allow_s": 200})
+    waits = busy(0, "waiting for an upload slot", 200)
     # Rank 0 is busy (it heartbeats, but that is not the point); rank 1 is silent, blocked in a collective.
-    rounds = [([step(0, 1), step(1, 1)], []), ([busy], [])] + [([], [])] * 150 + \
-             [([ev.Event(ev.BUSY, "worker", 0, 1, {"allow_s": 0})], [])] + [([], [])] * 10 + \
+    rounds = [([step(0, 1), step(1, 1)], []), ([waits], [])] + [([], [])] * 150 + \
+             [([busy(0, "", 0)], [])] + [([], [])] * 10 + \
              [([step(0, 2), step(1, 2)], []), ([], [Finished(0), Finished(1)])]
     loop, _ = run(FakeGroup(rounds))
     assert loop.end == Done()  # (not hung:) 150 s silent, well past the 30 s hang timeout
-    rounds = [([step(0, 1), step(1, 1)], []), ([busy], [])] + [([], [])] * 300
+    rounds = [([step(0, 1), step(1, 1)], []), ([waits], [])] + [([], [])] * 300
     loop, _ = run(FakeGroup(rounds))
     assert loop.end == Hung((0,), {0: "waiting for an upload slot"})
     assert 200 < loop.now <= 204
-
-
-def busy(rank: int, what: str, allow_s: float) -> ev.Event:
-    return ev.Event(ev.BUSY, "worker", rank, 1, {"what": what, "allow_s": allow_s})
 
 
 def test_a_busy_rank_waiting_on_a_busy_peer_is_not_hung_while_the_peer_is_within_its_allowance():
