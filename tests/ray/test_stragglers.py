@@ -52,9 +52,15 @@ def test_a_slow_rank_is_named_with_its_cause(slow, fast_cfg, no_leaks, caplog):
         assert med.loc[1, "input_wait_s"] > 0.02 and med.loc[1, "input_wait_s"] > 10 * med.loc[0, "input_wait_s"]
     else:
         assert med.loc[1, "compute_s"] > 0.02 and med.loc[1, "compute_s"] > 3 * med.loc[0, "compute_s"]
-    for rank in (0, 1):  # the parts add up to the step
-        parts = med.loc[rank, ["input_wait_s", "collective_s", "compute_s"]].sum()
-        assert parts == pytest.approx(med.loc[rank, "step_time_s"], rel=0.25)
+    # The parts add up to the step in each row (compute_s is what the measured parts leave, never below 0), so a
+    # part measured twice or a clock read late shows as rows whose parts overshoot. Row by row, not the sum of the
+    # parts' medians: that differs from the step's median whenever the parts vary against each other from row to
+    # row, as the fast rank's collective and compute do (CI: 0.130 s against 0.180 s, where no row's parts can
+    # fall short of its step).
+    measured = [c for c in ("input_wait_s", "collective_s", "save_s", "compute_s") if c in steps]  # (save_s: if any)
+    parts = steps[measured].sum(axis=1, min_count=1)
+    ratio = (parts / steps["step_time_s"]).groupby(steps["rank"]).median()
+    assert ratio.to_dict() == {0: pytest.approx(1.0, rel=0.05), 1: pytest.approx(1.0, rel=0.05)}, ratio
 
     show = subprocess.run([sys.executable, "-m", "raytf.runs", "show", result.run_dir], capture_output=True,
                           text=True, cwd=ROOT, timeout=60)
