@@ -8,7 +8,8 @@ teardown; against Ray itself starting the same number of bare actors in the same
 getting an answer from each. Plus the driver's CPU seconds and RSS, and the CPU seconds one process had used when it
 answered (medians: a bare actor's, a raytf task's; on one machine a task's start is CPU, and these do not scatter
 with the shared cores' wall clock as the totals do). Target: raytf's all-addressed for 128 tasks under 10 s beyond
-Ray's own.
+Ray's own, taken round by round (`--rounds`, the two sides' order alternating: whichever goes second starts on
+nodes still reaping the first one's processes) and the median of the rounds given.
 
 **Intake** (`--ranks 8,32,128,512`): N ranks each
 report one metrics row every `--interval` seconds, through raytf's own task-side emitter (`_task.call.Emitter`,
@@ -26,8 +27,8 @@ function, `cluster.standby=0` so that every run's tasks import TensorFlow as a h
 Ray started for the part) against the same program hand-launched with its TF_CONFIG (`benchmarks.run`'s `hand`),
 up to `--hand-max` workers; launch to the first step and the median step after the first epoch, side by side.
 
-Run:  python -m benchmarks.scale [--tasks 8,32,128] [--ranks 8,32,128,512] [--train 2,4,8,16] [--seconds 20]
-                                 [--interval 0.1] [--plot benchmarks/scale.png] [--json FILE]
+Run:  python -m benchmarks.scale [--tasks 8,32,128] [--rounds 3] [--ranks 8,32,128,512] [--train 2,4,8,16]
+                                 [--seconds 20] [--interval 0.1] [--plot benchmarks/scale.png] [--json FILE]
       python -m benchmarks.scale --smoke      (8 tasks; 8 ranks for 3 s; 2 workers through raytf: that it runs)
 
 No TensorFlow: `--reporters` Ray processes each speak for N/reporters ranks (a real task speaks for one; the
@@ -54,6 +55,7 @@ from pathlib import Path
 import ray
 
 from benchmarks import loglog
+from benchmarks.rounds import interleaved, medians, paired
 from raytf._core import events as ev
 from raytf._core.figures import learning_curves, png_bytes
 from raytf._core.metrics import MetricsTable
@@ -246,15 +248,10 @@ def _process_cpu_s(pids: list[int]) -> float:
     return statistics.median(_cpu(p) for p in pids)
 
 
-def orchestrate(n: int, scratch: str) -> dict:
-    """One size: Ray's bare actors, then raytf's task group, in the same placement group shape."""
+def _bare(n: int) -> dict:
+    """Ray's own: `n` bare actors in a placement group of `n` one-CPU bundles (SPREAD), each answering once."""
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    from raytf._core import topology
-    from raytf._core.plan import make_plan
-    from raytf._driver.group import TaskGroup
-    from raytf.config import load_config
 
     t = time.perf_counter()
     pg = placement_group([{"CPU": 1.0}] * n, strategy="SPREAD")
@@ -268,10 +265,19 @@ def orchestrate(n: int, scratch: str) -> dict:
     for a in actors:
         ray.kill(a)
     remove_placement_group(pg)
-    bare_down = time.perf_counter() - t
+    return {"bare_up": bare_up, "bare_down": time.perf_counter() - t, "bare_cpu_s": bare_cpu}
+
+
+def _raytf(n: int, scratch: str, name: str) -> dict:
+    """raytf's TaskGroup of `n` workers in the same shape: placed and started, all addressed with every TF_CONFIG
+    made, torn down."""
+    from raytf._core import topology
+    from raytf._core.plan import make_plan
+    from raytf._driver.group import TaskGroup
+    from raytf.config import load_config
 
     cfg = load_config(os.path.join(ROOT, "conf/local.yaml"), [
-        f"run.name=scale-{n}", f"storage.path={scratch}", f"cluster.num_workers={n}", "cluster.worker.cpus=1",
+        f"run.name={name}", f"storage.path={scratch}", f"cluster.num_workers={n}", "cluster.worker.cpus=1",
         "cluster.placement_strategy=SPREAD", "cluster.standby=0", "cluster.startup_timeout_s=600",
         "cluster.placement_timeout_s=600"])
     rd = RunDir(scratch, cfg.run.name)
@@ -292,12 +298,22 @@ def orchestrate(n: int, scratch: str) -> dict:
         group.teardown()
         down = time.perf_counter() - t2
     assert len(configs) == n and len(spec["worker"]) == n, "a task group of the wrong size"
-    return {"tasks": n, "bare_up": bare_up, "bare_down": bare_down, "placed": placed, "addressed": addressed,
-            "down": down, "driver_cpu_s": _own_cpu() - cpu, "driver_rss_mib": rss, "bare_cpu_s": bare_cpu,
-            "task_cpu_s": task_cpu}
+    return {"placed": placed, "addressed": addressed, "down": down, "driver_cpu_s": _own_cpu() - cpu,
+            "driver_rss_mib": rss, "task_cpu_s": task_cpu}
 
 
-def _orchestration(sizes: list[int]) -> list[dict]:
+def orchestrate(n: int, scratch: str, rounds: int) -> dict:
+    """One size: Ray's bare actors and raytf's task group, `rounds` times, the order alternating (the side that
+    goes second starts on nodes still reaping the first side's processes); the medians of each side's numbers, and
+    raytf's all-addressed beyond Ray's own taken round by round (`beyond`: the median; `beyond_rounds`: each)."""
+    rows = interleaved(rounds, ["ray", "raytf"], lambda c, r: {
+        "contender": c, "round": r, **(_bare(n) if c == "ray" else _raytf(n, scratch, f"scale-{n}-{r}"))})
+    beyond = paired(rows, "ray", "bare_up", "raytf", "addressed")
+    return {"tasks": n, **medians(rows, "ray"), **medians(rows, "raytf"), "beyond": statistics.median(beyond),
+            "beyond_rounds": beyond}
+
+
+def _orchestration(sizes: list[int], rounds: int) -> list[dict]:
     from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
@@ -309,7 +325,7 @@ def _orchestration(sizes: list[int]) -> list[dict]:
             with tempfile.TemporaryDirectory(prefix="raytf-bench-scale-") as scratch:
                 out = []
                 for n in sizes:
-                    out.append(orchestrate(n, scratch))
+                    out.append(orchestrate(n, scratch, rounds))
                     print(f"{n} tasks: all addressed in {out[-1]['addressed']:.1f} s", flush=True)
                 return out
         finally:
@@ -368,6 +384,8 @@ def _training(sizes: list[int], hand_max: int, epochs: int, steps: int, batch: i
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", default="8,32,128", help="orchestration: task group sizes ('' skips the part)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="orchestration: rounds of each size, Ray's and raytf's alternating in order (medians)")
     ap.add_argument("--ranks", default="8,32,128,512", help="intake: reporting ranks ('' skips the part)")
     ap.add_argument("--seconds", type=float, default=20.0, help="how long the ranks report, per size")
     ap.add_argument("--interval", type=float, default=0.1, help="seconds between two rows of one rank")
@@ -386,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [8] if a.smoke else [int(x) for x in a.ranks.split(",") if x]
     workers = [2] if a.smoke else [int(x) for x in a.train.split(",") if x]
     seconds = 3.0 if a.smoke else a.seconds
-    orch = _orchestration(tasks) if tasks else []
+    orch = _orchestration(tasks, 1 if a.smoke else a.rounds) if tasks else []
     results = _intake(sizes, seconds, a.interval, a.reporters) if sizes else []
     # (smoke: 2 epochs of 5 steps; else 2 of 20, the median step taken from the second)
     # (the smoke trains through raytf only: benchmarks.run's smoke runs the hand launch already)
@@ -410,21 +428,22 @@ def _tables(orch: list[dict], results: list[dict], interval: float, seconds: flo
     if orch:
         nodes = math.ceil(max(r["tasks"] for r in orch) / NODE_CPUS)
         print(f"\norchestration: a simulated cluster of {nodes} nodes of {NODE_CPUS} CPUs, "
-              "a task per CPU bundle (SPREAD); seconds\n")
+              f"a task per CPU bundle (SPREAD); seconds, the median of {len(orch[0]['beyond_rounds'])} rounds "
+              "(beyond Ray's own: taken round by round, each round's in brackets)\n")
         print("| tasks | Ray: bare actors all answering | Ray: teardown | raytf: placed and started | "
               "raytf: all addressed (TF_CONFIG made) | beyond Ray's own | raytf: teardown | driver CPU s | "
               "driver RSS MiB | a process's CPU s when it answered: Ray's bare actor / raytf's task |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for r in orch:
+            each = ", ".join(f"{b:+.1f}" for b in r["beyond_rounds"])
             print(f"| {r['tasks']} | {r['bare_up']:.2f} | {r['bare_down']:.2f} | {r['placed']:.2f} | "
-                  f"{r['addressed']:.2f} | {r['addressed'] - r['bare_up']:+.2f} | {r['down']:.2f} | "
+                  f"{r['addressed']:.2f} | {r['beyond']:+.2f} ({each}) | {r['down']:.2f} | "
                   f"{r['driver_cpu_s']:.2f} | {r['driver_rss_mib']:.0f} | "
                   f"{r['bare_cpu_s']:.2f} / {r['task_cpu_s']:.2f} ({r['task_cpu_s'] - r['bare_cpu_s']:+.2f}) |")
         big = max(orch, key=lambda r: r["tasks"])
         if big["tasks"] >= 128:
-            beyond = big["addressed"] - big["bare_up"]
             print(f"\ntarget, 128 tasks all addressed under 10 s beyond Ray's own bare actors: "
-                  f"{'holds' if beyond < 10 else 'MISSED'} ({beyond:+.2f} s)")
+                  f"{'holds' if big['beyond'] < 10 else 'MISSED'} ({big['beyond']:+.2f} s, the rounds' median)")
     if not results:
         return
     print(f"\nintake: every rank one row each {interval:g} s for {seconds:g} s, {reporters} reporting processes, "
