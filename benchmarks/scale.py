@@ -8,7 +8,7 @@ teardown; against Ray itself starting the same number of bare actors in the same
 getting an answer from each. Plus the driver's CPU seconds and RSS, and the CPU seconds one process had used when it
 answered (medians: a bare actor's, a raytf task's; on one machine a task's start is CPU, and these do not scatter
 with the shared cores' wall clock as the totals do). Target: raytf's all-addressed for 128 tasks under 10 s beyond
-Ray's own, taken round by round (`--rounds`, the two sides' order alternating: whichever goes second starts on
+Ray's own, taken round by round (`--rounds`, the two sides' order alternating: whichever goes second may start on
 nodes still reaping the first one's processes) and the median of the rounds given.
 
 **Intake** (`--ranks 8,32,128,512`): N ranks each
@@ -304,7 +304,7 @@ def _raytf(n: int, scratch: str, name: str) -> dict:
 
 def orchestrate(n: int, scratch: str, rounds: int) -> dict:
     """One size: Ray's bare actors and raytf's task group, `rounds` times, the order alternating (the side that
-    goes second starts on nodes still reaping the first side's processes); the medians of each side's numbers, and
+    goes second may start on nodes still reaping the first side's processes); the medians of each side's numbers, and
     raytf's all-addressed beyond Ray's own taken round by round (`beyond`: the median; `beyond_rounds`: each)."""
     rows = interleaved(rounds, ["ray", "raytf"], lambda c, r: {
         "contender": c, "round": r, **(_bare(n) if c == "ray" else _raytf(n, scratch, f"scale-{n}-{r}"))})
