@@ -397,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", help="also draw every cost against N, log-log, into this PNG file")
     ap.add_argument("--json", help="also write both parts' rows to this file")
     a = ap.parse_args(argv)
+    if a.rounds < 1:  # (before a cluster is started: the rounds' median needs one)
+        ap.error(f"--rounds: {a.rounds}; give 1 or more")
     if ray.is_initialized():
         print("benchmarks.scale starts its own Ray (twice): run it from a fresh process", file=sys.stderr)
         return 2
