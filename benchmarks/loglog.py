@@ -13,7 +13,8 @@ import math
 ORCHESTRATION = (("bare_up", "Ray: bare actors all answering (s)"), ("addressed", "raytf: all addressed (s)"),
                  ("down", "raytf: teardown (s)"), ("driver_cpu_s", "raytf: driver CPU (s)"))
 INTAKE = (("driver_cpu", "driver loop (cores)"), ("bus_cpu", "event bus (cores)"),
-          ("intake_p99", "lag to driver p99 (s)"), ("end_s", "run's end: compaction + curves (s)"))
+          ("intake_p99", "lag to driver p99 (s)"), ("end_s", "run's end: compaction + curves (s)"),
+          ("show_s", "`runs show` of the run (s)"))
 TRAINING = (("hand_first_step_s", "hand-launched: launch to first step (s)"),
             ("raytf_first_step_s", "raytf: launch to first step (s)"), ("hand_step_ms", "hand-launched: step (ms)"),
             ("raytf_step_ms", "raytf: step (ms)"))

@@ -19,7 +19,10 @@ wait for it, in one push) into raytf's own event bus (an
 what the driver's does with each row: the metrics table (`MetricsTable.add`), the straggler watch
 (`Stragglers.add`), the TensorBoard files (`TensorBoardSink`: one per rank), and a Parquet part every
 `metrics.flush_interval_s` (`RunDir.metrics.append`, local
-storage). Then the run's end on that table: `metrics.parquet` compacted, the learning curves plotted.
+storage). Then the run's end on that table: `metrics.parquet` compacted, the learning curves plotted; and, the
+run's `config.yaml` and `result.json` written beside it as its driver writes them (N tasks, one attempt, the
+stragglers found, the final metrics), what a user runs to look at it afterwards, each a fresh process as from a
+shell: `python -m raytf.runs show`, `... plot` (the learning curves) and `... plot --ranks` (each rank's step time).
 
 **Real training** (`--train 2,4,8,16`): the benchmark's tiny CNN (benchmarks/workload.py) under
 MultiWorkerMirroredStrategy with N workers on this machine, one TF thread each, the cores shared by all: raytf (the
@@ -36,7 +39,8 @@ bus cannot tell). Per size: rows per second offered and taken into the table, ro
 step rows past its bound: raytf's back-pressure), lag from the report to the driver's table and to a Parquet
 part (p50 / p99), the CPU share of the driver loop, the bus and the reporters, and what one report costs the
 reporting process (p50 / p99). Targets (issue 38): 512 ranks every 100 ms with the driver under one core and
-under 2 s lag to the driver; the run's end (compaction and curves) of that table under 5 s.
+under 2 s lag to the driver; the run's end (compaction and curves) of that table, and `runs show` and the curves
+from `runs plot` of it, each under 5 s.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import math
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -213,7 +218,8 @@ def measure(n: int, seconds: float, interval: float, reporters: int, scratch: st
     for g in groups:
         ray.kill(g)
     ray.kill(bus)
-    return {
+    _as_a_run(rd, n, table, stragglers)
+    return {**_read_back(scratch, rd.run_name),
         "ranks": n, "offered_per_s": offered / wall, "taken_per_s": taken / wall, "offered": offered, "taken": taken,
         "coalesced": coalesced, "not_sent": sum(s["dropped_here"] for s in sent),
         "pushes": sum(s["pushes"] for s in sent),
@@ -226,6 +232,39 @@ def measure(n: int, seconds: float, interval: float, reporters: int, scratch: st
         "cost_p99_us": max(s["cost_p99_us"] for s in sent),
         "end_s": end_s, "rows_total": whole.num_rows, "png_kib": len(png) / 1024,
     }
+
+
+def _as_a_run(rd: RunDir, n: int, table: MetricsTable, stragglers: Stragglers) -> None:
+    """config.yaml and result.json beside the metrics just written, as the driver of a run of `n` workers writes
+    them (its tasks, one attempt, the stragglers found, the final metrics): what `python -m raytf.runs` reads."""
+    from raytf._core.tasks import TaskInfo
+    from raytf._storage import CONFIG_FILE, RESULT_FILE
+    from raytf.config import load_config, redacted, to_yaml
+
+    cfg = load_config(os.path.join(ROOT, "conf", "local.yaml"),
+                      [f"run.name={rd.run_name}", f"cluster.num_workers={n}"])
+    rd.write_text(CONFIG_FILE, to_yaml(redacted(cfg)))
+    node = [f"{i:056x}" for i in range(math.ceil(n / NODE_CPUS))]  # (Ray's node ids: 56 hex digits)
+    tasks = [TaskInfo("worker", r, r, f"198.18.0.{r // NODE_CPUS + 1}", 20000 + r % NODE_CPUS, node[r // NODE_CPUS],
+                      0).to_json() for r in range(n)]
+    rd.write_json(RESULT_FILE, {
+        "run": rd.run_name, "status": "succeeded", "strategy": cfg.cluster.strategy.value, "roles": {"worker": n},
+        "tasks": tasks, "attempts": [{"attempt": 1, "status": "succeeded"}], "stragglers": stragglers.to_json(),
+        "final_metrics": table.final()})
+
+
+def _read_back(storage: str, run: str) -> dict:
+    """Wall seconds of `python -m raytf.runs show`, `plot` and `plot --ranks` of the run, each a fresh process."""
+    took = {}
+    for key, args in (("show_s", ["show", run]), ("curves_s", ["plot", run, "--out", "curves.png"]),
+                      ("ranks_plot_s", ["plot", run, "--ranks", "--out", "ranks.png"])):
+        t = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "raytf.runs", *args, "--storage", storage], cwd=storage,
+                              capture_output=True, text=True, timeout=600)
+        took[key] = time.perf_counter() - t
+        if proc.returncode != 0 or not proc.stdout.strip():
+            raise RuntimeError(f"raytf.runs {' '.join(args)}: exit {proc.returncode}: {proc.stderr.strip()[-800:]}")
+    return took
 
 
 @ray.remote(num_cpus=1)
@@ -452,13 +491,14 @@ def _tables(orch: list[dict], results: list[dict], interval: float, seconds: flo
           f"flush every {FLUSH_INTERVAL_S:g} s; CPU as a share of one core\n")
     print("| ranks | rows/s offered | rows/s taken | coalesced by the bus | late ticks | lag to driver p50 / p99 s | "
           "lag to Parquet p50 / p99 s | driver loop CPU | bus CPU | reporters CPU | report cost p50 / p99 µs | "
-          "run's end (compaction + curves) s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "run's end (compaction + curves) s | runs show s | runs plot s | runs plot --ranks s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['ranks']} | {r['offered_per_s']:.0f} | {r['taken_per_s']:.0f} | {r['coalesced']} | "
               f"{r['late_ticks']}/{r['ticks']} | {r['intake_p50']:.2f} / {r['intake_p99']:.2f} | "
               f"{r['parquet_p50']:.2f} / {r['parquet_p99']:.2f} | {r['driver_cpu']:.2f} | {r['bus_cpu']:.2f} | "
-              f"{r['reporters_cpu']:.2f} | {r['cost_p50_us']:.0f} / {r['cost_p99_us']:.0f} | {r['end_s']:.2f} |")
+              f"{r['reporters_cpu']:.2f} | {r['cost_p50_us']:.0f} / {r['cost_p99_us']:.0f} | {r['end_s']:.2f} | "
+              f"{r['show_s']:.2f} | {r['curves_s']:.2f} | {r['ranks_plot_s']:.2f} |")
     big = max(results, key=lambda r: r["ranks"])
     if big["ranks"] >= 512 and abs(interval - 0.1) < 1e-9:
         holds = big["driver_cpu"] < 1.0 and big["intake_p99"] < 2.0
@@ -469,6 +509,10 @@ def _tables(orch: list[dict], results: list[dict], interval: float, seconds: flo
               f"lag p99 {big['intake_p99']:.2f} s)")
         print(f"target, the run's end of 512 ranks' table ({big['rows_total']:,} rows) under 5 s: "
               f"{'holds' if big['end_s'] < 5 else 'MISSED'} ({big['end_s']:.2f} s)")
+        looks = big["show_s"] < 5 and big["curves_s"] < 5
+        print(f"target, `runs show` and `runs plot` (the curves) of 512 ranks' run under 5 s each: "
+              f"{'holds' if looks else 'MISSED'} (show {big['show_s']:.2f} s, plot {big['curves_s']:.2f} s; "
+              f"plot --ranks {big['ranks_plot_s']:.2f} s)")
 
 
 def _training_table(rows: list[dict]) -> None:

@@ -150,31 +150,35 @@ def fig_png(fig) -> bytes:
     return buf.getvalue()
 
 
+# More ranks than this, and the ranks figure draws their spread (the median and the range over the ranks, step by
+# step) and the slowest ones, not a line each: 10 colours tell 8 lines apart, 512 ranks' 1,536 lines and their legend
+# took 22 s to draw and said nothing (`python -m benchmarks.scale`, raytf issue 38).
+LINES_PER_RANK_UP_TO = 8
+SLOWEST_SHOWN = 3  # of many ranks, the ones with the most time of their own a step, a line each
+_PANELS = ((0, STEP_TIME, "-", ""), (1, "own_s", "-", ": own time"), (1, INPUT_WAIT, "--", ": input wait"))
+
+
 def ranks_figure(times: pd.DataFrame, title: str = ""):
     """Per rank over time (`ranks.rank_step_times`): the step time (top) and, below, each rank's own time a step
     (its all-reduce wait left out: under synchronous training every rank's step is as long as the slowest's, so
-    this is where a slow rank shows) with its input wait dashed. One line per rank, broken between attempts (a
+    this is where a slow rank shows) with its input wait dashed. Up to `LINES_PER_RANK_UP_TO` ranks, a line each;
+    more, the median over the ranks and their range (min to max) step by step, and below, the `SLOWEST_SHOWN`
+    ranks with the most time of their own a step (over the run), a line each. Lines break between attempts (a
     restart's gap is no step time); each attempt after the first a dotted vertical line where it starts."""
     plt = _pyplot()
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for i, ((role, rank), rows) in enumerate(times.groupby(["role", "rank"])):
-        color = f"C{i % 10}"
-        for ax, column, style, label in ((top, STEP_TIME, "-", f"{role} {rank}"),
-                                         (bottom, "own_s", "-", f"{role} {rank}: own time"),
-                                         (bottom, INPUT_WAIT, "--", f"{role} {rank}: input wait")):
-            if column not in rows or rows[column].isna().all():
-                continue
-            xs: list[float] = []
-            ys: list[float] = []
-            for _, part in rows.groupby("attempt"):
-                if xs:
-                    xs.append(float("nan"))
-                    ys.append(float("nan"))
-                xs += part["t"].astype(float).tolist()
-                ys += (1000 * part[column].astype(float)).tolist()
-            ax.plot(xs, ys, marker="." if style == "-" else None, linestyle=style, color=color, label=label)
+    fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    series = times.groupby(["role", "rank"])
+    if series.ngroups <= LINES_PER_RANK_UP_TO:
+        for i, ((role, rank), rows) in enumerate(series):
+            _rank_lines(axes, rows, f"C{i % 10}", f"{role} {rank}", _PANELS)
+    else:
+        _spread(axes, times, series.ngroups)
+        own = series["own_s"].median().dropna().sort_values(ascending=False, kind="stable")
+        for i, (role, rank) in enumerate(own.index[:SLOWEST_SHOWN]):
+            _rank_lines(axes, series.get_group((role, rank)), f"C{i + 1}", f"{role} {rank}", _PANELS[1:2])
+    top, bottom = axes
     starts = times.groupby("attempt")["t"].min().sort_index()
-    for ax in (top, bottom):
+    for ax in axes:
         for attempt, t in starts.iloc[1:].items():
             ax.axvline(t, color="gray", linestyle=":", linewidth=1)
             ax.text(t, 0.98, f" attempt {attempt}", transform=ax.get_xaxis_transform(), rotation=90, va="top",
@@ -191,6 +195,46 @@ def ranks_figure(times: pd.DataFrame, title: str = ""):
         top.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def _broken(rows: pd.DataFrame, columns: list[str]) -> list[list[float]]:
+    """`columns` of `rows` as lists, attempt after attempt with a NaN between (a line breaks there)."""
+    out: list[list[float]] = [[] for _ in columns]
+    for _, part in rows.groupby("attempt"):
+        for values, column in zip(out, columns):
+            if values:
+                values.append(float("nan"))
+            values += part[column].astype(float).tolist()
+    return out
+
+
+def _rank_lines(axes, rows: pd.DataFrame, color: str, name: str, panels) -> None:
+    """One rank's lines, in milliseconds."""
+    for panel, column, style, what in panels:
+        if column not in rows or rows[column].isna().all():
+            continue
+        xs, ys = _broken(rows, ["t", column])
+        axes[panel].plot(xs, [1000 * y for y in ys], marker="." if style == "-" else None, linestyle=style,
+                         color=color, label=name + what)
+
+
+def _spread(axes, times: pd.DataFrame, n: int) -> None:
+    """Step by step (each attempt's), the median over the ranks and their range, in milliseconds; at the median
+    time the ranks reported that step."""
+    for panel, column, style, what in _PANELS:
+        if column not in times or times[column].isna().all():
+            continue
+        by_step = times.dropna(subset=[column]).groupby(["attempt", "step"])
+        agg = by_step.agg(t=("t", "median"), lo=(column, "min"), mid=(column, "median"), hi=(column, "max"))
+        # (In time order: a later Model.fit of the same attempt may number its steps again.)
+        xs, lo, mid, hi = _broken(agg.reset_index().sort_values(["attempt", "t"], kind="stable"),
+                                  ["t", "lo", "mid", "hi"])
+        label = (what.removeprefix(": ") or "step time")
+        axes[panel].fill_between(xs, [1000 * y for y in lo], [1000 * y for y in hi], color="C0",
+                                 alpha=0.15 if style == "-" else 0.08, linewidth=0,
+                                 label=f"{label}: range of {n} ranks")
+        axes[panel].plot(xs, [1000 * y for y in mid], linestyle=style, color="C0",
+                         label=f"{label}: median of {n} ranks")
 
 
 def scaling_figure(table: pd.DataFrame, title: str = ""):

@@ -24,7 +24,8 @@ def _orch(n: int, addressed: float) -> dict:
 
 
 def _intake(n: int) -> dict:
-    return {"ranks": n, "driver_cpu": 1e-4 * n, "bus_cpu": 2e-3 * n, "intake_p99": 0.05, "end_s": 1e-3 * n}
+    return {"ranks": n, "driver_cpu": 1e-4 * n, "bus_cpu": 2e-3 * n, "intake_p99": 0.05, "end_s": 1e-3 * n,
+            "show_s": 1.0 + 1e-3 * n}
 
 
 def test_report_names_the_part_that_grows_faster_than_linearly():

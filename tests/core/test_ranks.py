@@ -130,6 +130,40 @@ def test_the_ranks_figure_has_a_line_per_rank_broken_between_attempts():
     assert figures.fig_png(figures.ranks_figure(ranks.rank_step_times(_table()))).startswith(b"\x89PNG\r\n\x1a\n")
 
 
+def test_many_ranks_are_drawn_as_their_spread_and_the_slowest_ones():
+    """20 ranks in step (synchronous: the same step time), two attempts of 3 steps; rank 13 spends no time waiting
+    in the all-reduce (the others wait 50 ms for it), rank 7 waits less than the rest; rank 4 reports one step more."""
+    wait = {13: 0.0, 7: 0.02}
+    rows = [_row(a, r, s, 100.0 * a + s + r / 100, **_parts(0.1 * a, 0.01, wait.get(r, 0.05), None, None))
+            for a in (1, 2) for s in (1, 2, 3) for r in range(20)]
+    rows += [_row(2, 4, 4, 206.0, **_parts(0.5, 0.3, 0.45, None, None))]  # one more step: rank 4's alone
+    fig = figures.ranks_figure(ranks.rank_step_times(rows_to_arrow(rows)))
+    try:
+        top, below = fig.axes
+        labels = [[line.get_label() for line in ax.lines if not line.get_label().startswith("_")]
+                  for ax in (top, below)]
+        # The spread, then the 3 ranks with the most time of their own a step (of the ties, the first): not 20 lines.
+        assert labels[0] == ["step time: median of 20 ranks"]  # (the same for every rank under synchronous training)
+        assert labels[1] == ["own time: median of 20 ranks", "input wait: median of 20 ranks", "worker 13: own time",
+                             "worker 7: own time", "worker 0: own time"]
+        median = top.lines[0].get_ydata()
+        assert len(median) == 3 + 1 + 4 and math.isnan(median[3])  # attempt 1's steps, a break, attempt 2's
+        assert median[:3] == pytest.approx([100.0] * 3) and median[4:7] == pytest.approx([200.0] * 3)
+        assert median[7] == pytest.approx(500.0)  # a step one rank reported: its own value
+        own = below.lines[0].get_ydata()
+        assert own[0] == pytest.approx(50.0) and own[4] == pytest.approx(150.0)  # the ranks' median own time
+        # The range behind each median: from 50 ms (waiting) to 200 ms (rank 13 in attempt 2, not waiting).
+        bands = [c for c in below.collections if c.get_label() == "own time: range of 20 ranks"]
+        assert len(bands) == 1
+        ys = [y for path in bands[0].get_paths() for _, y in path.vertices]
+        assert min(ys) == pytest.approx(50.0) and max(ys) == pytest.approx(200.0)
+        assert [t.get_text().strip() for t in top.texts] == ["attempt 2"]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+
+
 def test_learning_curves_leave_raytfs_timing_out():
     table = _table().to_pandas()
     # A program that put raytf's names in its epoch logs, and an evaluator that did: still no learning curves.
