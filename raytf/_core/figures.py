@@ -155,7 +155,9 @@ def fig_png(fig) -> bytes:
 # took 22 s to draw and said nothing (`python -m benchmarks.scale`, raytf issue 38).
 LINES_PER_RANK_UP_TO = 8
 SLOWEST_SHOWN = 3  # of many ranks, the ones with the most time of their own a step, a line each
-_PANELS = ((0, STEP_TIME, "-", ""), (1, "own_s", "-", ": own time"), (1, INPUT_WAIT, "--", ": input wait"))
+# (axis, column, line style, a rank's label after its name, the spread's label)
+_PANELS = ((0, STEP_TIME, "-", "", "step time"), (1, "own_s", "-", ": own time", "own time"),
+           (1, INPUT_WAIT, "--", ": input wait", "input wait"))
 
 
 def ranks_figure(times: pd.DataFrame, title: str = ""):
@@ -210,7 +212,7 @@ def _broken(rows: pd.DataFrame, columns: list[str]) -> list[list[float]]:
 
 def _rank_lines(axes, rows: pd.DataFrame, color: str, name: str, panels) -> None:
     """One rank's lines, in milliseconds."""
-    for panel, column, style, what in panels:
+    for panel, column, style, what, _ in panels:
         if column not in rows or rows[column].isna().all():
             continue
         xs, ys = _broken(rows, ["t", column])
@@ -221,7 +223,7 @@ def _rank_lines(axes, rows: pd.DataFrame, color: str, name: str, panels) -> None
 def _spread(axes, times: pd.DataFrame, n: int) -> None:
     """Step by step (each attempt's), the median over the ranks and their range, in milliseconds; at the median
     time the ranks reported that step."""
-    for panel, column, style, what in _PANELS:
+    for panel, column, style, _, label in _PANELS:
         if column not in times or times[column].isna().all():
             continue
         by_step = times.dropna(subset=[column]).groupby(["attempt", "step"])
@@ -229,7 +231,6 @@ def _spread(axes, times: pd.DataFrame, n: int) -> None:
         # (In time order: a later Model.fit of the same attempt may number its steps again.)
         xs, lo, mid, hi = _broken(agg.reset_index().sort_values(["attempt", "t"], kind="stable"),
                                   ["t", "lo", "mid", "hi"])
-        label = (what.removeprefix(": ") or "step time")
         axes[panel].fill_between(xs, [1000 * y for y in lo], [1000 * y for y in hi], color="C0",
                                  alpha=0.15 if style == "-" else 0.08, linewidth=0,
                                  label=f"{label}: range of {n} ranks")
