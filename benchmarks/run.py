@@ -154,12 +154,17 @@ def _raytf(name: str, s: Setup, out: Path, conf: str, overrides: list[str], exam
     return _measure(name, t0, wall, out, examples_per_step)
 
 
-def _settle() -> None:
+def _settle(timeout_s: float = 60.0) -> None:
     """Outside the timed run: until the standbys the run asked for as it ended have imported TensorFlow, as they
     have by the time a notebook's next cell runs; else their import would land on the next contender's run."""
+    import ray
+
     from raytf._driver import standby
 
-    standby.settle()
+    p = standby.pool(create=False)
+    refs = ray.get(p.warming.remote()) if p is not None else []
+    if refs:
+        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
 
 
 _LEAN = ["checkpoint.every_epochs=0", "checkpoint.export_model=false", "metrics.every_steps=0"]

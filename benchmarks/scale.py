@@ -62,9 +62,9 @@ import ray
 from benchmarks import loglog
 from benchmarks.rounds import interleaved, medians, paired
 from raytf._core import events as ev
-from raytf._core.figures import learning_curves, png_bytes
 from raytf._core.metrics import MetricsTable
 from raytf._core.stragglers import Stragglers
+from raytf._driver.figures import learning_curves, png_bytes
 from raytf._driver.sinks import TensorBoardSink
 from raytf._storage import RunDir
 
@@ -109,7 +109,7 @@ class Reporters:
         costs.sort()
         return {"rows": step * len(self.emitters), "late_ticks": late, "ticks": step,
                 "dropped_here": sum(e.dropped for e in self.emitters),
-                "pushes": sum(e.pushes for e in self.emitters),
+                "pushes": sum(e._outbox.pushes for e in self.emitters),  # (the emitter's outbox: its pushes)
                 "cost_p50_us": 1e6 * costs[len(costs) // 2], "cost_p99_us": 1e6 * costs[int(len(costs) * 0.99)]}
 
 
@@ -312,6 +312,7 @@ def _raytf(n: int, scratch: str, name: str) -> dict:
     made, torn down."""
     from raytf._core import topology
     from raytf._core.plan import make_plan
+    from raytf._driver import placement
     from raytf._driver.group import TaskGroup
     from raytf.config import load_config
 
@@ -322,9 +323,10 @@ def _raytf(n: int, scratch: str, name: str) -> dict:
     rd = RunDir(scratch, cfg.run.name)
     rd.makedirs()
     cpu, t = _own_cpu(), time.perf_counter()
-    group = TaskGroup(cfg, make_plan(cfg), rd, embedded=False)
+    plan = make_plan(cfg)
+    group = TaskGroup(cfg, plan, rd, embedded=False)
     try:
-        group.start()
+        group.start(placement.reserve(plan, timeout_s=cfg.cluster.placement_timeout_s, name=f"raytf:{cfg.run.name}"))
         placed = time.perf_counter() - t
         infos = group.addresses()
         spec = topology.cluster_spec([topology.TaskAddress(i.role, i.index, i.host, i.port) for i in infos])

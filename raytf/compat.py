@@ -13,7 +13,9 @@ Mapped (Ray Train 2.60, v2):
 - `RunConfig(name, storage_path, worker_runtime_env, checkpoint_config, failure_config)`: run.name (the same name
   again resumes from its newest checkpoint), storage.path (Ray's default ~/ray_results), ray.runtime_env;
   `CheckpointConfig(num_to_keep)`: checkpoint.keep_last; `FailureConfig(max_failures)`: failure.max_failures, and
-  the program's own exceptions are retried too, as Ray does (failure.retry_user_errors).
+  the program's own exceptions are retried too, as Ray does (failure.retry_user_errors);
+  `FailureConfig(max_preemption_failures)`: failure.max_preemptions (preemptions are counted apart from failures,
+  each retried after every worker saved at one agreed step).
 - `datasets={name: ray.data.Dataset}` (or a function returning one): each worker's equal share
   (`ray.train.get_dataset_shard(name)`).
 - Inside the loop: `ray.train.report(metrics, checkpoint=Checkpoint.from_directory(...))`, `get_checkpoint()`,
@@ -26,8 +28,9 @@ Mapped (Ray Train 2.60, v2):
 
 Not mapped: Tune (`Tuner(trainer)`: use raytf.sweep), ScalingConfig's label_selector, use_tpu, topology;
 RunConfig's storage_filesystem (an error: pass a URI), callbacks, logging_config; CheckpointConfig's
-checkpoint_score_attribute (raytf keeps the newest); FailureConfig's preemption settings (raytf retries preemptions
-without counting them); `dataset_config` (every dataset is split equally, Ray's default); `tensorflow_config`;
+checkpoint_score_attribute (raytf keeps the newest); FailureConfig's controller_failure_limit (raytf's driver's own
+errors count against max_failures), relax_collectives_on_preemption and preemption_grace_s (every worker saves at
+once at the notice); `dataset_config` (every dataset is split equally, Ray's default); `tensorflow_config`;
 `validation_config` (an error); `metadata` and `resume_from_checkpoint` (refused by Ray Train v2 as well);
 `Result.return_value` (None); metrics that are not numbers (raytf's metrics table holds numbers). Differences:
 `Result.metrics` is rank 0's report of the newest checkpoint (its last report when none was committed);
@@ -133,7 +136,7 @@ class TensorflowTrainer:
 
     def _plan(self) -> tuple[Any, Functions]:
         """The Config, and the loop pickled for the tasks (with its config when train.params cannot hold it)."""
-        from raytf._driver.functions import pack
+        from raytf._driver.pickling import pack
 
         scaling, warnings = scaling_overrides(self.scaling_config)
         run, more = run_overrides(self.run_config)

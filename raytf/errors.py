@@ -12,7 +12,16 @@ class ConfigError(RaytfError, ValueError):
 
 
 class PlacementError(RaytfError):
-    """The cluster cannot host the requested tasks (placement group not ready in time)."""
+    """The cluster cannot host the requested tasks: `never` when it can never hold them (what it has is short of
+    what the plan asks for: a configuration to change, exit 2 from the CLI, as `--dry-run` says of the same plan),
+    else the placement group was not ready in time (exit 1: the run failed)."""
+
+    def __init__(self, message: str, *, never: bool = False) -> None:
+        super().__init__(message)
+        self.never = never
+
+    def __reduce__(self):
+        return (_rebuild_placement_error, (str(self), self.never))
 
 
 class StorageError(RaytfError):
@@ -56,6 +65,10 @@ class WorkerError(RaytfError):
         where = f"{self.role} {self.rank}" if self.role else f"rank {self.rank}"
         node = f" on node {self.node_id[:12]}" if self.node_id else ""
         return f"{where}{node}: {self.message}"
+
+
+def _rebuild_placement_error(message: str, never: bool) -> PlacementError:
+    return PlacementError(message, never=never)
 
 
 def _rebuild_worker_error(message, role, rank, node_id, remote_traceback, kind, error_type) -> WorkerError:

@@ -1,6 +1,7 @@
 """`python -m raytf.launch CONFIG.yaml [key=value ...]`: run one training job from the command line.
 
-Exit codes: 0 success, 1 the run failed, 2 bad configuration or usage, 130 interrupted (Ctrl-C),
+Exit codes: 0 success, 1 the run failed, 2 bad configuration or usage (a plan the cluster can never hold too,
+from a launch as from --dry-run), 130 interrupted (Ctrl-C),
 143 terminated (SIGTERM).
 """
 
@@ -50,7 +51,10 @@ def _sigterm(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    timeline.mark(tl.IMPORTS_DONE)  # (result.json's `timeline`: where a cold command's seconds go)
+    import time
+
+    line = timeline.for_process()  # result.json's `timeline`: where a cold command's seconds go
+    line.mark(tl.IMPORTS_DONE, time.time())
     args = _parser().parse_intermixed_args(argv)
     # raytf's own lines from INFO up, other libraries' from WARNING up: a first run's matplotlib said "generated new
     # fontManager" at INFO (raytf issue 21: the terminal shows raytf's lines and real problems).
@@ -62,14 +66,16 @@ def main(argv: list[str] | None = None) -> int:
         overrides += ["train.stream_output=all"] if args.all_ranks else []
         overrides += ["train.show_tf_logs=true"] if args.tf_logs else []
         cfg = validate_run(load_config(args.config, overrides))  # a run: refused before Ray starts
-        if cfg.storage.credentials_file and cfg.storage.path.startswith("s3://"):
-            from raytf._s3 import read_credentials
+        one_run = not (args.scaling or cfg.sweep.space or args.dry_run)
+        if not one_run:  # (one run's launch checks these with the rest: preflight.prepare below)
+            if cfg.storage.credentials_file and cfg.storage.path.startswith("s3://"):
+                from raytf._s3 import read_credentials
 
-            read_credentials(cfg.storage.credentials_file)  # readable here (each node reads its own copy)
-        if cfg.tracking.mlflow.uri.strip():
-            from raytf._driver.tracking import check_installed
+                read_credentials(cfg.storage.credentials_file)  # readable here (each node reads its own copy)
+            if cfg.tracking.mlflow.uri.strip():
+                from raytf._driver.tracking import check_installed
 
-            check_installed(cfg.tracking.mlflow.uri.strip())  # before Ray starts
+                check_installed(cfg.tracking.mlflow.uri.strip())
         if args.scaling:
             from raytf.api.scaling import parse_workers
 
@@ -84,37 +90,44 @@ def main(argv: list[str] | None = None) -> int:
             check_sweep(cfg, sw.space, max_concurrent=sw.max_concurrent, num_samples=sw.num_samples)
         if args.dry_run:
             return _dry_run(cfg, scaling_counts if args.scaling else None)
+        launch = None
+        if one_run:  # every check of it (the program, MLflow, the run directory's lineage) before Ray is loaded
+            from raytf._driver import preflight
+
+            launch = preflight.prepare(cfg, timeline=line)
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2
-    except RaytfError as e:  # (a dry run that cannot reach the configured cluster)
+    except RaytfError as e:  # (a dry run that cannot reach the configured cluster; storage that cannot be read)
         print(f"raytf: {e}", file=sys.stderr)
         return 1
-    timeline.mark(tl.CONFIG_CHECKED)
+    except KeyboardInterrupt:
+        print("raytf: interrupted; nothing was started", file=sys.stderr)
+        return 130
+    line.mark(tl.CONFIG_CHECKED, time.time())
     from raytf._driver import connect, standby
     from raytf.api.fit import _fit
 
-    timeline.mark(tl.DRIVER_IMPORTED)
+    line.mark(tl.DRIVER_IMPORTED, time.time())
     signal.signal(signal.SIGTERM, _sigterm)
     started = False
     try:
-        started = connect.ensure_ray(cfg)
-        timeline.mark(tl.RAY_READY)
-        if cfg.sweep.space:
-            return _sweep(cfg)
-        if args.scaling:
-            return _scaling(cfg, scaling_counts, quiet=args.quiet)
+        if launch is None:  # several runs (a sweep, a scaling report), each prepared as it starts
+            started = connect.ensure_ray(cfg)
+            return _sweep(cfg) if cfg.sweep.space else _scaling(cfg, scaling_counts, quiet=args.quiet)
+        launch.connect()
+        started = launch.started_ray
         # A failed run: its line, then exit 1; this command's session is its one run (no standbys made at its end).
-        result = _fit(cfg, quiet=args.quiet, raise_on_failure=False, refill_at_end=False)
+        result = _fit(cfg, quiet=args.quiet, raise_on_failure=False, refill_at_end=False, launch=launch)
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("raytf: interrupted; everything was released", file=sys.stderr)
         return 143 if _terminated else 130
-    except PlacementError as e:
+    except PlacementError as e:  # (one the cluster can never hold is the config's: 2, as from --dry-run)
         print(f"raytf: {e}", file=sys.stderr)
-        return 1
+        return 2 if e.never else 1
     except RaytfError as e:
         print(f"raytf: {e}", file=sys.stderr)
         return 1
@@ -176,7 +189,7 @@ def _sweep(cfg) -> int:
         from ray.tune.schedulers import ASHAScheduler
 
         scheduler = ASHAScheduler(max_t=cfg.train.epochs, time_attr="epoch")
-    table = sweep(cfg, sw.space, max_concurrent=sw.max_concurrent, num_samples=sw.num_samples, metric=sw.metric,
+    table = sweep(cfg, space=sw.space, max_concurrent=sw.max_concurrent, num_samples=sw.num_samples, metric=sw.metric,
                   mode=sw.mode, scheduler=scheduler, name=sw.name)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.drop(columns=[c for c in table.columns if c.startswith("best_")]).to_string(index=False))

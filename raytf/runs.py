@@ -1,10 +1,11 @@
 """`python -m raytf.runs ls|show|plot`: look at finished (and running) runs on any storage.
 
-  python -m raytf.runs ls [STORAGE]          one line per run: status, strategy, epochs, final metrics
+  python -m raytf.runs ls [--storage S]      one line per run: status, strategy, epochs, final metrics
   python -m raytf.runs show RUN [--storage S] the run's summary: tasks, attempts, checkpoints, final metrics, and
                                              where each rank's step time went (median ms per step of input wait,
                                              collective, save, compute), the slowest rank and the stragglers
   python -m raytf.runs plot RUN [-o FILE]    learning curves as PNG (default: RUN's learning_curves.png here)
+                                             (every subcommand takes the storage as --storage, ./runs by default)
   python -m raytf.runs plot RUN --ranks      each rank's step time over time instead (default: RUN_ranks.png)
 
 Exit codes: 0 done, 1 a run could not be read, 2 bad usage (no run where RUN points).
@@ -99,7 +100,7 @@ def _straggler(g: dict) -> str:
 
 def _breakdown_lines(summary: dict, metrics: pa.Table) -> list[str]:
     """`show`'s last lines: each rank's median step time and its parts, the slowest rank, the stragglers."""
-    from raytf._core import ranks
+    from raytf._driver import ranks
 
     metrics = metrics.to_pandas()  # once: each of ranks' functions would convert an Arrow table again
     why = ranks.no_breakdown(metrics)
@@ -162,13 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m raytf.runs", description="Inspect raytf runs.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_ls = sub.add_parser("ls", help="list the runs under a storage path")
-    p_ls.add_argument("storage", nargs="?", default="./runs")
+    # The storage as every subcommand takes it (--storage); a path given alone, as before, is taken the same.
+    p_ls.add_argument("path", nargs="?", help=argparse.SUPPRESS)
+    p_ls.add_argument("--storage", default=None, help="where the runs are (storage.path; default ./runs)")
     p_show = sub.add_parser("show", help="one run's summary")
     p_show.add_argument("run", help="run name (under --storage) or run directory path/URI")
-    p_show.add_argument("--storage", default="./runs")
+    p_show.add_argument("--storage", default="./runs", help="where the runs are (storage.path; default ./runs)")
     p_plot = sub.add_parser("plot", help="a run's learning curves (or its step time per rank) as PNG")
     p_plot.add_argument("run")
-    p_plot.add_argument("--storage", default="./runs")
+    p_plot.add_argument("--storage", default="./runs", help="where the runs are (storage.path; default ./runs)")
     p_plot.add_argument("-o", "--out", help="PNG file to write (default: <run name>_learning_curves.png, or "
                         "<run name>_ranks.png with --ranks)")
     p_plot.add_argument("--ranks", action="store_true", help="each rank's step time over time instead of the "
@@ -176,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "ls":
+            if args.path and args.storage and args.path != args.storage:
+                print(f"raytf.runs: ls {args.path} --storage {args.storage}: two storage paths; give one "
+                      "(--storage)", file=sys.stderr)
+                return 2
+            args.storage = args.storage or args.path or "./runs"
             try:
                 rows = ls(args.storage)
             except NotADirectoryError as e:

@@ -133,9 +133,11 @@ def _small(conf: str, tmp_path, defaults: list[str]):
 
     def make(*overrides: str):
         # No standby processes unless a test asks (tests/ray/test_standby.py): each would import TensorFlow beside
-        # the test's own tasks on 2 cores.
-        return raytf.load_config(ROOT / conf, [f"storage.path={tmp_path / 'runs'}", *defaults,
-                                               "metrics.flush_interval_s=0", "cluster.standby=0", *overrides])
+        # the test's own tasks on 2 cores. No model export unless a test asks (keras_run's is looked at): ~1 s of
+        # CPU in each task of every run, which nothing else checks.
+        return raytf.load_config(ROOT / conf, [f"storage.path={tmp_path / 'runs'}", "checkpoint.export_model=false",
+                                               *defaults, "metrics.flush_interval_s=0", "cluster.standby=0",
+                                               *overrides])
 
     return make
 
@@ -172,7 +174,7 @@ def keras_run(session_ray, tmp_path_factory):
     if importlib.util.find_spec("mlflow") is not None:
         tracked = [f"tracking.mlflow.uri=sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"]
     result = _shared_run(session_ray, tmp_path_factory, "conf/local.yaml", FAST, "run.name=keras3", "train.epochs=3",
-                         *tracked)
+                         "checkpoint.export_model=true", *tracked)
     assert result.status == "succeeded", result.error
     return result
 
@@ -197,8 +199,10 @@ PS = ["train.epochs=3", "train.steps_per_epoch=10", "train.batch_size=16", "metr
 @pytest.fixture(scope="session")
 def ps_run(session_ray, tmp_path_factory):
     """examples.ps_keras under ParameterServerStrategy (chief, 2 workers, 1 ps, and a side-car evaluator running
-    examples.ps_keras:evaluate) for 3 epochs of 10 steps, succeeded."""
+    examples.ps_keras:evaluate) for 3 epochs of 10 steps, succeeded; its training function refuses to run anywhere
+    but on the chief (tests.train_fns:ps_keras_on_the_chief_only: the workers and ps run servers only)."""
     result = _shared_run(session_ray, tmp_path_factory, "conf/ps_local.yaml", PS, "run.name=psfit",
+                         "train.entrypoint=tests.train_fns:ps_keras_on_the_chief_only",
                          "cluster.ps.cpus=0.25", "cluster.chief.cpus=0.25", "cluster.evaluator.enabled=true",
                          "cluster.evaluator.cpus=0.5", "train.eval_entrypoint=examples.ps_keras:evaluate",
                          "train.params.steps_per_execution=2")

@@ -136,6 +136,7 @@ class HostBed:
         # machine's pid numbering
         self._keepers: dict[str, subprocess.Popen] = {}
         self._inits: dict[str, int] = {}
+        self._to_revive: set[str] = set()  # hosts whose node starts again at the next ready()
 
     @property
     def head(self) -> Host:
@@ -353,8 +354,22 @@ class HostBed:
 
     def revive(self, h: Host) -> None:
         """A fresh Ray node on the host (after kill_host, or a partition after which Ray declared it dead)."""
+        self._to_revive.discard(h.name)
         self.kill_host(h)
         self._ray_start(h)
+
+    def revive_before_next_use(self, h: Host) -> None:
+        """The host's remains killed now, its fresh Ray node started when the bed is next asked for (`ready()`, a
+        test's start): after a module's last fault nothing waits for a node no test will use (~15 s a revive)."""
+        self.kill_host(h)
+        self._to_revive.add(h.name)
+
+    def ready(self) -> HostBed:
+        """Every host a fault left to revive has its fresh node again."""
+        for h in self.hosts:
+            if h.name in self._to_revive:
+                self.revive(h)
+        return self
 
     def slow_link(self, h: Host, delay_ms: float, rate: str = "1gbit") -> None:
         """Delay and rate-limit what the host sends and receives, on both ends of its link (tc netem). With

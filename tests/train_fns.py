@@ -4,9 +4,25 @@ import raytf
 
 
 def fail_on_rank1(ctx: raytf.TrainContext) -> None:
+    """Rank 1 raises before its first step; every other rank waits in an all-reduce with it (as a training step
+    would) until the group is torn down: no rank makes a step."""
     if ctx.rank == 1:
         raise ValueError("rank 1 refuses to train")
-    from examples.keras_cnn import train
+    import tensorflow as tf
+
+    @tf.function
+    def all_reduce():
+        return ctx.strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("sum", tf.constant(1.0)))
+
+    all_reduce()
+
+
+def ps_keras_on_the_chief_only(ctx: raytf.TrainContext) -> None:
+    """examples.ps_keras:train, refusing to run anywhere but on ParameterServerStrategy's chief: its workers and ps
+    run TF's servers, never the function (a run that succeeds shows it)."""
+    if ctx.role != "chief":
+        raise ValueError(f"the training function ran on {ctx.role} {ctx.rank}, not on the chief")
+    from examples.ps_keras import train
 
     train(ctx)
 
@@ -23,10 +39,11 @@ def fail_always(ctx: raytf.TrainContext) -> None:
     raise RuntimeError(f"{ctx.role} {ctx.rank} fails on purpose")
 
 
-def _on_rank1_first_attempt(ctx: raytf.TrainContext, at_step: int, action) -> None:
-    """Train examples.keras_cnn, running `action()` after rank 1's step `at_step` (and later ones) in
-    attempt 1 only."""
-    from examples.keras_cnn import train
+def _on_rank1_first_attempt(ctx: raytf.TrainContext, at_step: int, action, train=None) -> None:
+    """Train examples.keras_cnn (or `train`), running `action()` after rank 1's step `at_step` (and later ones)
+    in attempt 1 only."""
+    if train is None:
+        from examples.keras_cnn import train
 
     if ctx.rank == 1 and ctx.attempt == 1:
         original = ctx.step_end
@@ -41,10 +58,11 @@ def _on_rank1_first_attempt(ctx: raytf.TrainContext, at_step: int, action) -> No
 
 
 def hang_on_rank1_first_attempt(ctx: raytf.TrainContext) -> None:
-    """Rank 1 blocks forever at its 3rd step of attempt 1 (rank 0 then waits in the collective)."""
+    """Rank 1 blocks forever at its 3rd step of attempt 1 (rank 0 then waits in the next step's all-reduce):
+    paced_loop's steps, an all-reduce each (no model: the hang is the point)."""
     import threading
 
-    _on_rank1_first_attempt(ctx, 3, lambda: threading.Event().wait())
+    _on_rank1_first_attempt(ctx, 3, lambda: threading.Event().wait(), train=paced_loop)
 
 
 def fail_once_after_progress(ctx: raytf.TrainContext) -> None:
@@ -63,16 +81,18 @@ def fail_once_with_a_bug_after_progress(ctx: raytf.TrainContext) -> None:
     _on_rank1_first_attempt(ctx, 5, fail)
 
 
-def print_rank(ctx: raytf.TrainContext) -> None:
-    print(f"hello from {ctx.role} {ctx.rank}", flush=True)
-    report_only(ctx)
-
-
 def print_then_train(ctx: raytf.TrainContext) -> None:
-    """Prints, then trains examples/keras_cnn.py's model: TensorFlow's start-up lines and a dataset come with it."""
+    """Prints, writes where programs write (a relative path: its working directory; its own log directory), then
+    trains examples/keras_cnn.py's model: TensorFlow's start-up lines and a dataset come with it."""
+    import os
+
     from examples.keras_cnn import train
 
     print(f"hello from {ctx.role} {ctx.rank}", flush=True)
+    with open("notes.txt", "w") as f:  # relative: every task on this host would share the launch directory
+        f.write(f"{ctx.role} {ctx.index} wrote this in {os.getcwd()}\n")
+    with open(os.path.join(ctx.log_dir, "events.txt"), "w") as f:
+        f.write(f"{ctx.role} {ctx.index}\n")
     train(ctx)
 
 
@@ -181,17 +201,6 @@ def keras_iterations(ctx: raytf.TrainContext) -> None:
     ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(ctx.global_batch_size)
     model.fit(ds, epochs=ctx.epochs, initial_epoch=ctx.initial_epoch, steps_per_epoch=ctx.steps_per_epoch,
               callbacks=[Iterations(), *ctx.keras_callbacks()], verbose=0)
-
-
-def write_outputs(ctx: raytf.TrainContext) -> None:
-    """Writes where programs write: a relative path (its working directory) and its own log directory."""
-    import os
-
-    with open("notes.txt", "w") as f:  # relative: every task on this host would share the launch directory
-        f.write(f"{ctx.role} {ctx.index} wrote this in {os.getcwd()}\n")
-    with open(os.path.join(ctx.log_dir, "events.txt"), "w") as f:
-        f.write(f"{ctx.role} {ctx.index}\n")
-    report_only(ctx)
 
 
 def fit_then_fine_tune(ctx: raytf.TrainContext) -> None:

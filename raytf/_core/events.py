@@ -2,28 +2,150 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# Event kinds.
-STARTED = "started"  # the strategy is built; payload: replicas, keras, devices
-STEP = "step"  # every metrics.every_steps steps; payload: epoch, step, metrics (doubles as a heartbeat)
-EPOCH = "epoch"  # an epoch finished; payload: epoch, step, metrics
-HEARTBEAT = "heartbeat"  # progress without metrics, at most every failure.heartbeat_s; payload: epoch, step
-EVAL = "eval"  # the evaluator scored a checkpoint; payload: epoch, step, metrics
-CHECKPOINT = "checkpoint"  # a checkpoint was committed; payload: epoch, step, uri
-OUTPUT = "output"  # a task's output lines the driver shows (tee.TaskOutput); payload: lines [[out|err, text], ...]
-PREEMPTED = "preempted"  # the task's process got SIGTERM (preemption notice); payload: step
+# Event kinds, each with its payload's record below (PAYLOADS).
+STARTED = "started"  # the strategy is built, or a Model.fit began (Started)
+STEP = "step"  # every metrics.every_steps steps (Row; doubles as a heartbeat)
+EPOCH = "epoch"  # an epoch finished (Row)
+HEARTBEAT = "heartbeat"  # progress without metrics, at most every failure.heartbeat_s (Beat)
+EVAL = "eval"  # the evaluator scored a checkpoint (Row)
+CHECKPOINT = "checkpoint"  # a checkpoint was committed (Committed)
+OUTPUT = "output"  # a task's output lines the driver shows (tee.TaskOutput) (Output)
+PREEMPTED = "preempted"  # the task's process got SIGTERM: a preemption notice (Notice)
 # The task is busy with something its peers wait for (an upload slot, the model export): neither it nor the
-# ranks blocked on it are hung until allow_s passes; allow_s 0 (or its next step) ends it. payload: what, allow_s
+# ranks blocked on it are hung until allow_s passes; allow_s 0 (or its next step) ends it (Busy).
 BUSY = "busy"
 # The bus' own, in a drain: what it could not keep of a rank's events since the attempt began (the rank sent faster
-# than the driver drained); payload: steps (step rows, not in metrics.parquet), output_lines (not streamed).
+# than the driver drained) (Dropped).
 DROPPED = "dropped"
-# A task read a pipeline through the run's tf.data service (ctx.data_service / raytf.data_service); payload: job.
+# A task read a pipeline through the run's tf.data service (ctx.data_service / raytf.data_service) (ServiceUsed).
 DATA_SERVICE = "data_service"
+
+
+# -- the payloads: one small record per kind, defined once ----------------------------------------------------------
+class Payload(Mapping[str, Any]):
+    """An event's payload: a frozen record whose fields raytf reads by name. It is also a read-only mapping of its
+    fields that are set (not None), equal to a dict of them, so an `on_event` hook written for the dicts of
+    earlier versions (`e.payload["step"]`, `e.payload.get("metrics")`) reads it unchanged. (Each record is a
+    dataclass with eq=False: the mapping's equality stands.)"""
+
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self, key, None) if key in _field_names(type(self)) else None
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in _field_names(type(self)) if getattr(self, name) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> Payload:
+        """The record of a dict payload (a script's rows come as JSON; tests and hooks make them): a key the record
+        does not have is a TypeError (a payload nobody would read)."""
+        return cls(**dict(values))
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+@dataclass(frozen=True, eq=False)
+class Started(Payload):
+    """STARTED: the task's strategy is built (its replicas in sync, versions, when it passed the start's phases:
+    _core/timeline.py's TASK_MARKS), or a Keras Model.fit began (its epochs and steps, its number, where it counts
+    on from: a later fit's rows are not the earlier ones')."""
+
+    replicas: int = 0
+    tensorflow: str | None = None
+    keras: str | None = None
+    timeline: dict[str, float] | None = None
+    epochs: int | None = None
+    steps_per_epoch: int | None = None
+    fit: int | None = None
+    base_epoch: int | None = None
+    base_step: int | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Row(Payload):
+    """STEP, EPOCH, EVAL: a metrics row at (epoch, step); a step row's epoch is the one under way (1-based), an
+    epoch row's the one completed. `fit`: the Keras Model.fit it belongs to (None outside fit)."""
+
+    epoch: int = 0
+    step: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    fit: int | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Beat(Payload):
+    """HEARTBEAT: progress without metrics (the epoch under way, the step)."""
+
+    epoch: int = 0
+    step: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class Committed(Payload):
+    """CHECKPOINT: the checkpoint of (epoch, step), the run's `seq`-th, committed at `uri`."""
+
+    epoch: int = 0
+    step: int = 0
+    seq: int = 0
+    uri: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Output(Payload):
+    """OUTPUT: lines the driver shows, each [stream, text] (stream "out" or "err")."""
+
+    lines: list[list[str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, eq=False)
+class Notice(Payload):
+    """PREEMPTED: the task got SIGTERM at `step`."""
+
+    step: int | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Busy(Payload):
+    """BUSY: what the task is busy with, allowed `allow_s` seconds (0: no longer busy)."""
+
+    what: str = ""
+    allow_s: float = 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class Dropped(Payload):
+    """DROPPED: a rank's step rows (not in metrics.parquet) and output lines (not streamed) the bus could not keep
+    since its attempt began."""
+
+    steps: int = 0
+    output_lines: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class ServiceUsed(Payload):
+    """DATA_SERVICE: the task reads a pipeline through the run's tf.data service, under this job name."""
+
+    job: str = ""
+
+
+PAYLOADS: dict[str, type[Payload]] = {STARTED: Started, STEP: Row, EPOCH: Row, EVAL: Row, HEARTBEAT: Beat,
+                                      CHECKPOINT: Committed, OUTPUT: Output, PREEMPTED: Notice, BUSY: Busy,
+                                      DROPPED: Dropped, DATA_SERVICE: ServiceUsed}
 
 # What the bus may merge or drop when a rank sends more than its bound: heartbeats (the latest says it all), step
 # rows (past the bound only the latest is kept, for progress and the hang watch; the others are counted) and
@@ -41,12 +163,20 @@ MAX_BYTES_PER_RANK = 4 * 1024 * 1024
 
 @dataclass
 class Event:
+    """What a task tells the driver: its `kind`, who (`role`, `rank`) in which attempt, the kind's `payload` record
+    (a dict given is made the record: a script's JSON rows, a test's), when."""
+
     kind: str
     role: str
     rank: int
     attempt: int
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: Payload | Mapping[str, Any] = field(default_factory=dict)
     time: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        record = PAYLOADS.get(self.kind)
+        if record is not None and not isinstance(self.payload, record):
+            self.payload = record.of(self.payload)
 
 
 def payload_bytes(obj: Any, depth: int = 0) -> int:
@@ -55,7 +185,7 @@ def payload_bytes(obj: Any, depth: int = 0) -> int:
         return 8 + len(obj)
     if depth > 8:
         return 8
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):
         return 16 + sum(payload_bytes(k, depth + 1) + payload_bytes(v, depth + 1) for k, v in obj.items())
     if isinstance(obj, (list, tuple)):
         return 16 + sum(payload_bytes(v, depth + 1) for v in obj)
@@ -84,13 +214,13 @@ class EventBuffer:
         self.max_events, self.max_bytes = max_events, max_bytes
         self._events: list[Event] = []
         self._held: dict[int, _Held] = {}
-        self._dropped: dict[int, dict[str, int]] = {}  # rank -> what was not kept, since the start
-        self._told: dict[int, dict[str, int]] = {}  # rank -> the counts its last DROPPED event carried
+        self._dropped: dict[int, Dropped] = {}  # rank -> what was not kept, since the start
+        self._told: dict[int, Dropped] = {}  # rank -> the counts its last DROPPED event carried
         self._who: dict[int, tuple[str, int]] = {}  # rank -> (role, attempt), for its DROPPED events
         self._cond = threading.Condition()
         self._stop = threading.Event()
         # The save-now protocol (see request_save): one request at a time, numbered.
-        self._control = {"version": 0, "phase": None, "save_at": None, "stop": False}
+        self._control = SaveRequest()
         self._reports: dict[int, int] = {}
 
     def request_stop(self) -> None:
@@ -123,15 +253,16 @@ class EventBuffer:
             held.bytes += size
             self._events.append(e)
             return
-        dropped = self._dropped.setdefault(e.rank, {"steps": 0, "output_lines": 0})
+        dropped = self._dropped.get(e.rank, Dropped())
         if e.kind == OUTPUT:
-            dropped["output_lines"] += len(e.payload.get("lines", ()))
+            dropped = dataclasses.replace(dropped, output_lines=dropped.output_lines + len(e.payload.lines))
         elif held.latest is not None:  # a step row past the bound: the rank's latest, in the place of the last
             self._events[held.latest] = e
-            dropped["steps"] += 1
+            dropped = dataclasses.replace(dropped, steps=dropped.steps + 1)
         else:
             held.latest = len(self._events)
             self._events.append(e)
+        self._dropped[e.rank] = dropped
 
     def drain(self, timeout: float) -> list[Event]:
         """Everything buffered, and a DROPPED event for each rank that lost events since the last one; waits up
@@ -141,10 +272,10 @@ class EventBuffer:
                 self._cond.wait(timeout)
             out, self._events, self._held = self._events, [], {}
             for rank, counts in self._dropped.items():
-                if counts != self._told.get(rank):
-                    self._told[rank] = dict(counts)
+                if counts != self._told.get(rank) and counts != Dropped():
+                    self._told[rank] = counts
                     role, attempt = self._who[rank]
-                    out.append(Event(DROPPED, role, rank, attempt, dict(counts)))
+                    out.append(Event(DROPPED, role, rank, attempt, counts))
             return out
 
     # -- save-now protocol ----------------------------------------------------------------------
@@ -156,15 +287,14 @@ class EventBuffer:
 
     def request_save(self) -> int:
         with self._cond:
-            self._control = {"version": self._control["version"] + 1, "phase": "pause", "save_at": None,
-                             "stop": False}
+            self._control = SaveRequest(self._control.version + 1, SavePhase.PAUSE)
             self._reports = {}
             self._cond.notify_all()
-            return self._control["version"]
+            return self._control.version
 
     def report_step(self, version: int, rank: int, step: int) -> None:
         with self._cond:
-            if version == self._control["version"]:
+            if version == self._control.version:
                 self._reports[rank] = step
                 self._cond.notify_all()
 
@@ -175,12 +305,27 @@ class EventBuffer:
 
     def decide(self, save_at: int, stop: bool) -> None:
         with self._cond:
-            self._control = {**self._control, "phase": "decided", "save_at": save_at, "stop": stop}
+            self._control = dataclasses.replace(self._control, phase=SavePhase.DECIDED, save_at=save_at, stop=stop)
             self._cond.notify_all()
 
-    def wait_control(self, known: tuple[int, str | None], timeout: float) -> dict:
-        """The control state once it differs from `known` (version, phase), or as it is after `timeout`."""
+    def wait_control(self, known: tuple[int, SavePhase | None], timeout: float) -> SaveRequest:
+        """The save-now request once it differs from `known` (version, phase), or as it is after `timeout`."""
         with self._cond:
-            self._cond.wait_for(lambda: (self._control["version"], self._control["phase"]) != tuple(known),
-                                timeout)
-            return dict(self._control)
+            self._cond.wait_for(lambda: (self._control.version, self._control.phase) != tuple(known), timeout)
+            return self._control
+
+
+class SavePhase(str, enum.Enum):
+    PAUSE = "pause"  # every task reports its step and blocks at its next step end
+    DECIDED = "decided"  # every task trains on to save_at, saves, and stops if asked
+
+
+@dataclass(frozen=True)
+class SaveRequest:
+    """The save-now protocol's state, as the bus keeps it and each task's listener reads it (_task/control.py):
+    request `version` (0: none yet), its phase, and once decided the agreed step and whether to stop after it."""
+
+    version: int = 0
+    phase: SavePhase | None = None
+    save_at: int | None = None
+    stop: bool = False

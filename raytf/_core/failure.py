@@ -26,6 +26,10 @@ HEAD_LOST = "head_lost"  # the Ray head (its GCS) stopped answering: the cluster
 # retried: the next attempt's tasks go to the same hosts and meet the same ports (a "startup" failure would be
 # retried, and with failure.max_failures=-1 for ever); the error names the setting to change.
 CONFIG = "config"
+# raytf's own driver raised while an attempt ran (a Ray call it made failed, a bug): retried within
+# failure.max_failures like a lost task, with its traceback in result.json (Ray Train's controller retries its own
+# errors the same way), never the end of a run without a retry.
+DRIVER = "driver"
 
 # Errors a retry cannot fix: the code itself is wrong.
 DETERMINISTIC = frozenset({"ImportError", "ModuleNotFoundError", "SyntaxError", "NameError", "AttributeError",
@@ -41,7 +45,7 @@ TRANSIENT = PEER_ERRORS | frozenset({"StorageError", "OSError", "IOError", "Conn
                                      "TimeoutError"})
 
 # How informative a failure is about the root cause, when several tasks fail together.
-_CAUSE_RANK = {RESIZE: 0, PREEMPTED: 0, CONFIG: 1, SYSTEM: 2, HANG: 3, USER: 4, STARTUP: 5, PEER: 6}
+_CAUSE_RANK = {RESIZE: 0, PREEMPTED: 0, CONFIG: 1, SYSTEM: 2, DRIVER: 2, HANG: 3, USER: 4, STARTUP: 5, PEER: 6}
 
 
 class Decision(str, enum.Enum):
@@ -68,7 +72,7 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
     """Retry the whole group from the latest committed checkpoint, or fail the run.
 
     Args:
-        kind: the failure kind (USER, SYSTEM, PEER, HANG, STARTUP, CONFIG).
+        kind: the failure kind (USER, SYSTEM, PEER, HANG, STARTUP, CONFIG, DRIVER, PREEMPTED, RESIZE).
         error_type: the exception's class name ("" for deaths and hangs; "exit N" for a script's plain exit).
         attempt: the attempt that failed, from 1.
         progressed: whether any task completed a training step in that attempt.

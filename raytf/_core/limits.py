@@ -26,7 +26,7 @@ MAX_EVENT_LINE_BYTES = 1024 * 1024
 # A training function's error message and traceback, as result.json keeps them (the exception's text can be
 # anything: a tensor, a whole dataset's repr).
 MAX_ERROR_BYTES = 64 * 1024
-# A task's events go to the bus one push in flight at a time (Outbox: in order); while one is in flight, those
+# A task's events go to the bus one push in flight at a time (EventOutbox: in order); while one is in flight, those
 # that come wait and then go together, as one push (Nagle's rule). The bus pays per call (~0.6 ms of its CPU
 # each, whatever it carries), so 512 ranks sending a row every 100 ms one call each outran it (1,565 rows/s taken
 # of 5,120; raytf issue 38): a bus that is behind now gets fewer, bigger pushes, and an idle one gets every event
@@ -143,7 +143,7 @@ class MetricNames:
         self.seen.update(new)
 
 
-class Outbox:
+class EventOutbox:
     """A task's events on their way to the bus, in the order they came, with at most one push in flight: Ray runs
     a threaded actor's calls (the bus is one) in no guaranteed order, so a second push sent before the first
     landed could overtake it (seen here: a batch that went through the object store was overtaken by the small

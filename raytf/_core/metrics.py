@@ -95,9 +95,9 @@ class MetricsTable:
             return None
         p = event.payload
         row = {"run": self.run, "attempt": event.attempt, "rank": event.rank, "role": event.role,
-               "kind": event.kind, "epoch": int(p["epoch"]), "step": int(p["step"]), "time": event.time,
-               "fit": p.get("fit"), "num_workers": self._sizes.get(event.attempt)}
-        for k, v in p.get("metrics", {}).items():
+               "kind": event.kind, "epoch": int(p.epoch), "step": int(p.step), "time": event.time,
+               "fit": p.fit, "num_workers": self._sizes.get(event.attempt)}
+        for k, v in p.metrics.items():
             row[k if k not in _BASE_TYPES else f"metric_{k}"] = float(v)
         self._new.append(row)
         self._whole = None

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from raytf._core.checkpoints import crossed
-from raytf._core.events import EPOCH, HEARTBEAT, STEP
+from raytf._core.events import EPOCH, HEARTBEAT, STEP, Beat, Row
 from raytf._core.limits import MetricNames
 
 
@@ -104,12 +104,11 @@ class StepCounter:
     def report(self, metrics: Mapping[str, Any] | None, *, kind: str = STEP) -> None:
         """Send a metrics row (this task's rank, current epoch and step) to the driver."""
         self._last_beat = self._now()
-        payload = {"epoch": self.epoch + (1 if kind == STEP else 0), "step": self.step, "metrics": scalars(metrics)}
+        row = Row(epoch=self.epoch + (1 if kind == STEP else 0), step=self.step, metrics=scalars(metrics),
+                  fit=self.fit)
         if self._names is not None:
-            self._names.check(payload["metrics"])
-        if self.fit is not None:
-            payload["fit"] = self.fit
-        self._emit(kind, payload)
+            self._names.check(row.metrics)
+        self._emit(kind, row)
 
     def heartbeat(self) -> None:
         """Tell the driver this task is making progress (at most every failure.heartbeat_s). Called for you
@@ -117,7 +116,7 @@ class StepCounter:
         now = self._now()
         if now - self._last_beat >= self._heartbeat_s:
             self._last_beat = now
-            self._emit(HEARTBEAT, {"epoch": self.epoch + 1, "step": self.step})
+            self._emit(HEARTBEAT, Beat(epoch=self.epoch + 1, step=self.step))
 
     def step_end(self, metrics: Mapping[str, Any] | None = None, *, steps: int = 1) -> None:
         """Count `steps` more steps; report the metrics if a row is due (values may be tensors: they are only

@@ -98,11 +98,18 @@ def run_overrides(run: Any) -> tuple[dict[str, Any], list[str]]:
         limit = int(getattr(failure, "max_failures", 0))
         out["failure.max_failures"] = limit
         out["failure.retry_user_errors"] = limit != 0
-        for name, default in (("controller_failure_limit", -1), ("max_preemption_failures", -1),
-                              ("relax_collectives_on_preemption", False), ("preemption_grace_s", 0.0)):
+        # Preemptions have a budget of their own in both (raytf counts them apart from failures, after every worker
+        # saved at one agreed step): -1 is no limit in both.
+        preemptions = getattr(failure, "max_preemption_failures", -1)
+        if preemptions is not None and int(preemptions) != -1:
+            out["failure.max_preemptions"] = int(preemptions)
+        for name, default, why in (
+                ("controller_failure_limit", -1, "raytf's driver's own errors count against max_failures"),
+                ("relax_collectives_on_preemption", False, "every worker saves at one agreed step, then the group "
+                                                          "restarts"),
+                ("preemption_grace_s", 0.0, "the group saves at once at the notice: no grace window to wait out")):
             if getattr(failure, name, default) != default:
-                warnings.append(_not_mapped(f"FailureConfig({name}=...)", "ignored (raytf retries a preemption "
-                                            "without counting it, after every worker saved at one agreed step)"))
+                warnings.append(_not_mapped(f"FailureConfig({name}=...)", f"ignored ({why})"))
     if getattr(run, "callbacks", None):
         warnings.append(_not_mapped("RunConfig(callbacks=...)", "ignored (raytf.fit's on_event= sees every report "
                                     "of every rank)"))

@@ -7,8 +7,10 @@ start time from /proc is the caller's (`process_start` parses what it read)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from raytf._core.events import Started
 
 # The phase boundaries, in the order a launch passes them. Each is when that phase ENDED (seconds since the process
 # started); a boundary a launch does not pass (no Ray started by it, a script's tasks) is absent.
@@ -62,9 +64,9 @@ class Timeline:
             raise ValueError(f"unknown phase {phase!r}")
         self.marks[phase] = max(at, self.marks.get(phase, at))
 
-    def task_started(self, payload: Mapping[str, object]) -> None:
+    def task_started(self, payload: Started) -> None:
         """A task's STARTED event: its TensorFlow import and strategy times, when it sent them."""
-        times = payload.get("timeline")
+        times = payload.timeline
         if not isinstance(times, Mapping):
             return
         for key, phase in TASK_MARKS.items():
@@ -82,22 +84,6 @@ class Timeline:
 
     def to_json(self) -> dict[str, object]:
         return {"process_started_at": self.origin, "phases": self.seconds()}
-
-
-def durations(phases: Mapping[str, float], order: Iterable[str] = PHASES) -> list[tuple[str, float]]:
-    """(phase, seconds it took) for each boundary present, in `order`: from the boundary before it that is present.
-    The tasks' own clocks and the driver's may disagree a little across hosts, so a duration can be slightly
-    negative; it is kept as measured."""
-    out: list[tuple[str, float]] = []
-    prev: float | None = None
-    for phase in order:
-        if phase not in phases:
-            continue
-        at = float(phases[phase])
-        if prev is not None:
-            out.append((phase, at - prev))
-        prev = at
-    return out
 
 
 def process_start(stat: str, boot_time: float, clock_ticks: int) -> float:

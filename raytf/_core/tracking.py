@@ -1,7 +1,7 @@
 """What a run sends to an experiment tracker (MLflow), pure: the config as flat params, metric names and points
 (epoch rows averaged over ranks as on the learning curves, step rows at the rate reported, the step-time breakdown
-per rank) and tags. How it is sent (batches, back-off) is `_core.outbox`'s; `_driver.tracking` sends. No MLflow, no
-I/O."""
+per rank) and tags. How it is sent (batches, back-off) is `_core.tracking_outbox`'s; `_driver.tracking` sends. No
+MLflow, no I/O."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from raytf._core import events as ev
-from raytf._core.attempts import FAILED, INTERRUPTED, RUNNING, SUCCEEDED
+from raytf._core.attempt_record import FAILED, INTERRUPTED, RUNNING, SUCCEEDED
 from raytf._core.breakdown import is_timing
 
 DEFAULT_EXPERIMENT = "raytf"
@@ -200,14 +200,14 @@ class MetricStream:
     @staticmethod
     def _metrics(e: ev.Event, *, timing: bool) -> dict[str, float]:
         out = {}
-        for name, value in (e.payload.get("metrics") or {}).items():
+        for name, value in e.payload.metrics.items():
             number = _number(value)
             if number is not None and is_timing(name) == timing:
                 out[name] = number
         return out
 
     def _step(self, e: ev.Event) -> list[Point]:
-        at, step = int(e.time * 1000), int(e.payload.get("step", 0))
+        at, step = int(e.time * 1000), int(e.payload.step)
         out = [Point(metric_key(rank_prefix(e.rank) + k), v, at, step)
                for k, v in self._metrics(e, timing=True).items()]
         if e.rank == 0:
@@ -215,11 +215,11 @@ class MetricStream:
         return out
 
     def _eval(self, e: ev.Event) -> list[Point]:
-        at, epoch = int(e.time * 1000), int(e.payload.get("epoch", 0))
+        at, epoch = int(e.time * 1000), int(e.payload.epoch)
         return [Point(metric_key(f"eval_{k}"), v, at, epoch) for k, v in self._metrics(e, timing=False).items()]
 
     def _epoch(self, e: ev.Event) -> None:
-        key = (e.payload.get("fit"), int(e.payload.get("epoch", 0)))
+        key = (e.payload.fit, int(e.payload.epoch))
         pending = self.pending.setdefault(key, _Epoch(first_at=e.time))
         pending.rows[e.rank] = self._metrics(e, timing=False)
         pending.time = max(pending.time, e.time)

@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
-import sys
-from collections.abc import Mapping
 
 import ray
 from ray.exceptions import RuntimeEnvSetupError
 
 from raytf._core import private_apis as apis
 from raytf._core import shipping
-from raytf._core.function import Functions, unrunnable
 from raytf._driver import usercode
 from raytf._driver.headwatch import unreachable
-from raytf.config import Config, is_function_label
-from raytf.errors import ConfigError, RaytfError
+from raytf._driver.preflight import resolve_address
+from raytf.config import Config
+from raytf.errors import RaytfError
 
 log = logging.getLogger("raytf")
-
-
-def resolve_address(cfg: Config, environ: Mapping[str, str] = os.environ) -> str | None:
-    """The Ray cluster to use: ray.address (the CLI's --address lands there), else RAY_ADDRESS, else None
-    for an embedded local Ray."""
-    return cfg.ray.address or environ.get("RAY_ADDRESS") or None
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -113,48 +104,3 @@ def started_here() -> bool:
         return False
     node = apis.owner(apis.GLOBAL_NODE)[0]._global_node  # (read now: None until Ray is up)
     return bool(node is not None and getattr(node, "head", False))
-
-
-def python_path(cfg: Config) -> list[str]:
-    """sys.path entries for the driver's own imports of the user's code (train.datasets' function): train.python_path
-    from the launch directory, plus the launch directory on an embedded Ray. (The tasks' are usercode.plan's.)"""
-    paths = [os.path.abspath(p) for p in cfg.train.python_path]
-    if resolve_address(cfg) is None:
-        # Embedded Ray runs on this machine: let tasks import what the driver's cwd can.
-        paths.append(os.getcwd())
-    return paths
-
-
-def check_entrypoint(cfg: Config, paths: list[str], functions: Functions | None = None) -> None:
-    """Fail before anything starts when the config records a function sent by value that this run was not given
-    (raytf._core.function); on an embedded Ray, also when the entrypoint's (or train.module's) module cannot be
-    found (without importing it: that would pull TensorFlow into the driver) or train.script is not there. Joining
-    a cluster the nodes may have what the driver lacks (an image): each task checks for itself (usercode.plan)."""
-    functions = functions or Functions()
-    for key, value, given in (("train.entrypoint", cfg.train.entrypoint, functions.train),
-                              ("train.eval_entrypoint", cfg.train.eval_entrypoint, functions.evaluate)):
-        if is_function_label(value) and given is None:
-            raise unrunnable(key, value)
-    if resolve_address(cfg) is not None:
-        return
-    if cfg.train.script:
-        if not os.path.isfile(cfg.train.script):
-            raise ConfigError(f"train.script ({cfg.train.script!r}): no such file (relative to {os.getcwd()}). Fix: "
-                              "give its path from the directory you launch in, or an absolute path")
-        return
-    if functions.train is not None and is_function_label(cfg.train.entrypoint):
-        return  # sent by value: nothing to import by name
-    key = "train.module" if cfg.train.module else "train.entrypoint"
-    module = cfg.train.module or cfg.train.entrypoint.partition(":")[0]
-    saved = list(sys.path)
-    sys.path[:0] = [p for p in paths if p not in sys.path]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    finally:
-        sys.path[:] = saved
-    if not found:
-        raise ConfigError(f"{key} ({cfg.train.module or cfg.train.entrypoint!r}): module {module!r} not found on the "
-                          f"driver (searched sys.path and {paths}). Fix: run from the directory that holds it, or add "
-                          "it with train.python_path=[...]")

@@ -19,10 +19,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 
 from raytf._core import dataservice as rules
 from raytf._core import events as ev
-from raytf._core import failure, ports
+from raytf._core import failure, tf_ports
 from raytf._core.dataservice import DISPATCHER, ROLE, WORKER, Service
 from raytf._core.plan import Plan, TaskSpec
-from raytf._driver import placement
+from raytf._driver import nodes, placement
 from raytf._storage import RunDir
 
 # The task-side module the driver imports for the servers' actor class (and the journal sweep run on their node).
@@ -79,10 +79,9 @@ class DataService:
         the run's tasks. A cluster that may grow is waited for (cluster.placement_timeout_s) when reserving."""
         if not embedded:
             return
-        nodes = [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
-        problem = rules.placement_problem(cfg, plan.bundles, nodes, plan.placement_strategy)
+        problem = rules.placement_problem(cfg, plan.bundles, nodes.totals(), plan.placement_strategy)
         if problem:
-            raise PlacementError(problem)
+            raise PlacementError(problem, never=True)
 
     # -- an attempt's servers ----------------------------------------------------------------------------------------
     def start(self, attempt: int) -> None:
@@ -164,7 +163,7 @@ class DataService:
                               "workers": [_hostport(s.info) for s in self.slots[1:]], "used_by": []})
         log.info("tf.data service of %s (%s): dispatcher %s, workers %s", self.cfg.run.name, d.processing_mode.value,
                  self.service.dispatcher, ", ".join(self.attempts[-1]["workers"]))
-        exposed = [_hostport(s.info) for s in self.slots if not ports.is_loopback(s.info["host"])]
+        exposed = [_hostport(s.info) for s in self.slots if not tf_ports.is_loopback(s.info["host"])]
         if exposed and self.attempt == 1:
             log.warning("tf.data service: its servers accept anyone who can reach them (no authentication, no TLS): "
                         "%s; let only the cluster's hosts reach these ports (README: Security)", ", ".join(exposed))
@@ -222,7 +221,7 @@ class DataService:
         node = slot.info.get("node_id", "")
         self.lost.append({"attempt": self.attempt, "server": slot.name, "host": slot.info.get("host"),
                           "time": time.time(), "cause": why})
-        decision = rules.on_lost(slot.role, slot.index, slot.restarts, why, node_alive=_node_alive(node))
+        decision = rules.on_lost(slot.role, slot.index, slot.restarts, why, node_alive=nodes.is_alive(node))
         if isinstance(decision, rules.Fail):
             return WorkerError(decision.message, role=ROLE, node_id=node, kind=decision.kind)
         log.warning("%s", rules.lost_line(slot.role, slot.index, why, self.cfg.data_service.processing_mode))
@@ -258,7 +257,7 @@ class DataService:
         placement.release(self.pg)
         self.pg = None
         node = slots[0].info.get("node_id") if slots else None
-        if node and _node_alive(node):  # bounded, and never a reason to fail (the next attempt's sweep runs too)
+        if node and nodes.is_alive(node):  # bounded, and never a reason to fail (the next attempt's sweep runs too)
             ref = _sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
                 slots[0].journal)
             ready, _ = ray.wait([ref], timeout=10)
@@ -293,5 +292,4 @@ def _kill(actor) -> None:
         log.debug("kill: %s", e)
 
 
-def _node_alive(node_id: str) -> bool:
-    return bool(node_id) and any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
+

@@ -1,4 +1,4 @@
-"""The Ray driver: one launch of a run, the thin impure shell around the run's state machine (_core.run.Run):
+"""The Ray driver: one launch of a run, the thin impure shell around the run's state machine (_core.run_machine.Run):
 it checks the run directory, starts the services a run has (the record, the event sinks, Ray, its datasets, the
 head watch), carries out each state (an attempt: _driver.attempt; a retry's checkpoint: verified here) and
 records the end (_driver.record).
@@ -8,11 +8,8 @@ Imports Ray, never TensorFlow.
 
 from __future__ import annotations
 
-import copy
-import datetime as _dt
 import logging
 import os
-import secrets
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,73 +20,49 @@ from raytf import _storage as storage
 from raytf._core import events as ev
 from raytf._core import failure
 from raytf._core import timeline as tl
-from raytf._core.attempts import FAILED, INTERRUPTED, RUNNING, Done
+from raytf._core.attempt_record import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Done
 from raytf._core.checkpoints import CheckpointEntry
-from raytf._core.function import Functions, configured
-from raytf._core.plan import make_plan
-from raytf._core.run import Ended, Placing, Retrying, Run
-from raytf._driver import connect, timeline, tracking, usercode
-from raytf._driver.attempt import AttemptRunner
+from raytf._core.run_machine import Run
+from raytf._core.run_states import Ended, Placing, Retrying, Training
+from raytf._driver import preflight, usercode
+from raytf._driver.attempt_runner import AttemptRunner, driver_error
 from raytf._driver.data import Datasets
 from raytf._driver.dataservice import DataService
 from raytf._driver.headwatch import HeadWatch
+from raytf._driver.preflight import Launch
 from raytf._driver.raymetrics import RayMetrics
 from raytf._driver.record import Outcome, RunRecord
-from raytf._driver.resume import Resume
 from raytf._driver.sinks import Progress, Sinks, TensorBoardSink
 from raytf._s3 import plain_http_endpoint
-from raytf.config import (
-    Config,
-    ignored_by_scripts,
-    owns_loop,
-    redacted,
-    secret_runtime_env,
-    to_yaml,
-    validate,
-    validate_run,
-)
+from raytf.config import Config, ignored_by_scripts, owns_loop, redacted, secret_runtime_env, to_yaml
 from raytf.errors import RaytfError
 
 log = logging.getLogger("raytf")
 
 
-def default_run_name(now: _dt.datetime | None = None) -> str:
-    now = now or _dt.datetime.now()
-    return f"run-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-
-
 class Driver:
-    """Runs one launch of a run: attempts until one succeeds or the run's state machine says stop.
-    `refill_at_end`: the run's end asks for standby processes for the session's next run (a notebook's, a sweep's
-    next trial; not a CLI command's, whose session is its one run); `functions`: raytf.fit's train_fn=/eval_fn=,
-    pickled (_driver.functions)."""
+    """Runs one launch of a run (`launch`: checked and its run directory read before Ray, _driver/preflight.py):
+    attempts until one succeeds or the run's state machine says stop. `refill_at_end`: the run's end asks for
+    standby processes for the session's next run (a notebook's, a sweep's next trial; not a CLI command's, whose
+    session is its one run)."""
 
     poll_s = 0.5
 
-    def __init__(self, cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None,
-                 datasets: Mapping[str, Any] | None = None, refill_at_end: bool = True,
-                 functions: Functions | None = None) -> None:
-        self.functions = functions or Functions()
-        cfg = configured(copy.deepcopy(cfg), self.functions)  # train.entrypoint records them
-        validate_run(validate(cfg))  # before anything starts: storage keys would travel to every task
-        cfg.run.name = cfg.run.name or default_run_name()
-        self.cfg, self.quiet, self.on_event, self.refill_at_end = cfg, quiet, on_event, refill_at_end
+    def __init__(self, launch: Launch, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None,
+                 datasets: Mapping[str, Any] | None = None, refill_at_end: bool = True) -> None:
+        self.launch = launch
+        self.cfg, self.functions, self.run_dir, self.plan = launch.cfg, launch.functions, launch.run_dir, launch.plan
+        self.quiet, self.on_event, self.refill_at_end = quiet, on_event, refill_at_end
         self._given_datasets = datasets  # raytf.fit's datasets=; checked once Ray is up (see run)
-        self.run_dir = storage.RunDir(cfg.storage, cfg.run.name)
-        self.plan = make_plan(cfg)
-        self.t0 = time.time()
-        self.resume = Resume(cfg, self.run_dir)
-        self.tracking = tracking.for_run(cfg)  # (MLflow missing: a ConfigError now, before anything starts)
-        # result.json's `timeline`: where a launch's seconds go, from its process's start (the CLI's marks in it).
-        self.timeline = timeline.for_launch()
+        self.t0 = launch.t0
+        self.resume, self.tracking, self.timeline = launch.resume, launch.tracking, launch.timeline
         self.timeline.mark(tl.DRIVER_READY, time.time())
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> Outcome:
-        cfg = self.cfg
-        python_path = connect.python_path(cfg)
-        connect.check_entrypoint(cfg, python_path, self.functions)
-        previous, table, resumed_from = self.resume.earlier()
+        cfg, launch = self.cfg, self.launch
+        embedded = launch.connect()  # (the CLI connected already; a notebook's raytf.fit connects here)
+        previous, table = launch.previous, launch.table
         self._warn(cfg)
         self.run_dir.write_text(storage.CONFIG_FILE, to_yaml(redacted(cfg)))
         run = self.machine = Run(cfg, previous=len(previous.get("attempts", [])))
@@ -106,16 +79,11 @@ class Driver:
         self.sinks = sinks = Sinks(progress, record.tensorboard, ray_metrics)
         if self.on_event is not None:
             sinks.add(lambda e: self.on_event(e))
-        started = connect.ensure_ray(cfg)
-        self.timeline.mark(tl.RAY_READY, time.time())
-        # Only a Ray this process started is known to be one machine with no autoscaler (a notebook's
-        # ray.init(address=<cluster>) before raytf.fit, with no ray.address in the config, is a cluster).
-        embedded = started or connect.started_here()
         try:  # how the tasks get the program; Ray Data input: made (train.datasets' function needs Ray) and checked
             code = usercode.plan(cfg, embedded=embedded)  # before anything is reserved
             if cfg.train.script:  # as the tasks take it (from their own copy of a working_dir, say)
                 cfg.train.script = code.script
-            data = Datasets.of_run(cfg, self._given_datasets, python_path)
+            data = Datasets.of_run(cfg, self._given_datasets, launch.python_path)
             if data is not None:
                 data.check(cfg, record.plan, embedded=embedded)
             if cfg.data_service.workers:  # the tf.data service: its servers per attempt, in a group of their own
@@ -126,16 +94,16 @@ class Driver:
         except BaseException:
             sinks.close()
             raise
-        self.runner = AttemptRunner(cfg, self.run_dir, run, record, sinks=sinks, progress=progress,
-                                    ray_metrics=ray_metrics, dispatch=self._dispatch, data=data, embedded=embedded,
-                                    code=code, functions=self.functions, service=record.service, poll_s=self.poll_s)
+        self.runner = AttemptRunner(launch, run, record, sinks=sinks, progress=progress, ray_metrics=ray_metrics,
+                                    dispatch=self._dispatch, data=data, code=code, service=record.service,
+                                    poll_s=self.poll_s)
         self.tracking.start(self.run_dir, started_at=self.t0)
         record.write_result(RUNNING)
         head_watch = None if embedded else self._watch_head()
         ended_by: BaseException | None = None
         status = FAILED
         try:
-            status = self._attempts(run, resumed_from).status
+            status = self._attempts(run, launch.resumed_from).status
         except KeyboardInterrupt as e:
             ended_by, status = e, INTERRUPTED
             if not isinstance(run.state, Ended):
@@ -158,14 +126,31 @@ class Driver:
         return record.outcome(status)
 
     def _attempts(self, run: Run, resumed_from: CheckpointEntry | None) -> Ended:
-        """Carry out the run's states until it ends."""
+        """Carry out the run's states until it ends: the only place the run's state machine is advanced from (but
+        for the head watch's verdict, `_head_lost`)."""
         state = run.begin(resumed_from)
+        placement = None
         while True:
             if isinstance(state, Placing):
+                placement = self.runner.place(state)  # (a PlacementError ends the run: aborted)
+                state = run.placed(placement.size, time.time())
+            elif isinstance(state, Training):
+                end = None
                 try:
-                    end = self.runner.run_attempt(state)
-                    # (With checkpoint.resume=false the run directory had no checkpoints: any here are this launch's.)
-                    latest = None if isinstance(end.end, Done) else self.run_dir.checkpoints.latest()
+                    try:
+                        end = self.runner.train(state.attempt, placement)
+                    except (RaytfError, KeyboardInterrupt):  # storage gave up, Ctrl-C: as the run's end
+                        raise
+                    except Exception as e:  # raytf's own code: the attempt's failure, for the policy to decide
+                        log.exception("attempt %d: raytf's driver failed", state.attempt.number)
+                        end = driver_error(e)
+                    if isinstance(end.end, Done):
+                        run.trained()  # only the teardown is left: a head lost during it does not undo that
+                finally:
+                    end = self.runner.teardown(end)
+                # (With checkpoint.resume=false the run directory had no checkpoints: any here are this launch's.)
+                latest = None if isinstance(end.end, Done) else self.run_dir.checkpoints.latest()
+                try:
                     state = run.ended(end, latest=latest, now=time.time())
                 finally:
                     self.tracking.attempt_ended(run.attempt.to_json())
@@ -203,20 +188,27 @@ class Driver:
         try:
             address = ray.get_runtime_context().gcs_address
         except Exception:  # a Ray Client connection (ray://): the client server's address is the head's
-            address = connect.resolve_address(self.cfg)
+            address = preflight.resolve_address(self.cfg)
         if not address or ":" not in address:
             return None
         self.record.head = address
-        return HeadWatch(address, self.record.head_lost, lost_after_s=failure.head_lost_after(os.environ)).start()
+        return HeadWatch(address, self._head_lost, lost_after_s=failure.head_lost_after(os.environ)).start()
+
+    def _head_lost(self, why: str) -> None:
+        """The head watch's verdict, from its thread (the main thread may be blocked on the lost cluster for good):
+        the run ends on it through its state machine (a verdict the main thread reached first stands), then the
+        record writes what it can and this process exits (record.record_head_lost)."""
+        run = self.machine
+        attempt = run.attempt
+        done = attempt is not None and attempt.status == SUCCEEDED
+        message = self.record.head_lost_message(why, done)
+        self.record.record_head_lost(run.head_lost(message, time.time()), message)
 
 
-def run(cfg: Config, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None,
-        datasets: Mapping[str, Any] | None = None, refill_at_end: bool = True,
-        functions: Functions | None = None) -> Outcome:
-    """Run `cfg` to completion; failures come back as status "failed" with `error` set.
-    `on_event` is called in the driver with every event the tasks send (metrics, checkpoints, ...); `datasets`:
-    {name: ray.data.Dataset} each worker reads its share of (ctx.dataset); `functions`: the training (and
-    evaluation) function given as values, pickled, in place of train.entrypoint's import; `refill_at_end`: see
+def run(launch: Launch, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None,
+        datasets: Mapping[str, Any] | None = None, refill_at_end: bool = True) -> Outcome:
+    """Run a prepared launch (_driver/preflight.py: `prepare`) to completion; failures come back as status "failed"
+    with `error` set. `on_event` is called in the driver with every event the tasks send (metrics, checkpoints,
+    ...); `datasets`: {name: ray.data.Dataset} each worker reads its share of (ctx.dataset); `refill_at_end`: see
     Driver."""
-    return Driver(cfg, quiet=quiet, on_event=on_event, datasets=datasets, refill_at_end=refill_at_end,
-                  functions=functions).run()
+    return Driver(launch, quiet=quiet, on_event=on_event, datasets=datasets, refill_at_end=refill_at_end).run()

@@ -19,7 +19,7 @@ from raytf._core import failure, shipping, topology
 from raytf._core.function import Functions
 from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_env, actor_name, is_server, streamed, task_runtime_env
 from raytf._core.tasks import TaskInfo, TaskRun, local_sweeps
-from raytf._driver import placement, standby
+from raytf._driver import nodes, placement, stacks, standby
 from raytf._driver.usercode import CodePlan
 from raytf._storage import RunDir
 
@@ -27,7 +27,7 @@ from raytf._storage import RunDir
 from raytf._task.actor import TaskActor, here, sweep_roots, sweep_scratch
 from raytf.config import SINGLE_TASK_STRATEGIES, Config, script_mode, task_view
 from raytf.config.redact import secret_runtime_env
-from raytf.errors import ConfigError, RaytfError, StorageError, WorkerError
+from raytf.errors import ConfigError, StorageError, WorkerError
 
 log = logging.getLogger("raytf")
 
@@ -39,31 +39,15 @@ _RemoteTask = ray.remote(TaskActor)
 _RemoteBus = ray.remote(num_cpus=0, concurrency_groups={ev.PUSH_GROUP: 1})(ev.EventBuffer)
 
 
-@ray.remote(num_cpus=0)
-def _py_spy_dump(pid: int) -> str:
-    """Runs on the stuck task's node: py-spy (shipped with ray[default]) reads its Python stacks."""
-    import shutil
-    import subprocess
-
-    exe = shutil.which("py-spy")
-    if exe is None:
-        return "py-spy is not installed on this node"
-    # --subprocesses: in script mode the user's program runs in a child process of the task's actor.
-    proc = subprocess.run([exe, "dump", "--subprocesses", "--pid", str(pid)], capture_output=True, text=True,
-                          timeout=30)
-    return proc.stdout or proc.stderr
-
-
 class TaskGroup:
     """Reserve, start and wire the tasks of one attempt; always `teardown()` afterwards.
 
     Failures while starting raise WorkerError (kind "startup", or the task's own) or StorageError."""
 
     def __init__(self, cfg: Config, plan: Plan, run_dir: RunDir, *, embedded: bool,
-                 avoid: set[str] | frozenset[str] = frozenset(), code: CodePlan | None = None) -> None:
+                 code: CodePlan | None = None) -> None:
         self.cfg, self.plan, self.run_dir, self.embedded = cfg, plan, run_dir, embedded
         self.code = code  # what each task checks it has of the program (None: nothing)
-        self.avoid = set(avoid)  # nodes (ids) not to place on while Ray counts them alive
         self.pg = None
         self.bus = None
         self.actors: list = []
@@ -80,11 +64,10 @@ class TaskGroup:
         info = self.info(rank)
         return info.node_id if info is not None else ""
 
-    def start(self, pg=None) -> None:
-        """Reserve (or take `pg`, a group already reserved for this plan: elastic training's sizing) and start."""
+    def start(self, pg) -> None:
+        """Start the tasks in `pg`, the placement group reserved for this plan (AttemptRunner.place)."""
         cfg = self.cfg
-        self.pg = pg or placement.reserve(self.plan, timeout_s=cfg.cluster.placement_timeout_s,
-                                          name=f"raytf:{cfg.run.name}", can_grow=not self.embedded, avoid=self.avoid)
+        self.pg = pg
         # Every task may hold two blocking calls on the bus (control listener, serve), plus the driver's. On the
         # driver's own node: the bus keeps the run's bookkeeping, and a lost host must cost an attempt no more
         # than its tasks. Left to Ray, this 0-CPU actor landed on a worker's host, which was then partitioned,
@@ -103,13 +86,13 @@ class TaskGroup:
 
     def _standby_slots(self) -> dict[tuple[str, str], list[int]]:
         """(node, runtime_env key) -> the bundles (tasks) a standby could take there: those without GPUs."""
-        nodes = placement.bundle_nodes(self.pg)
-        if nodes is None:  # no standbys then; the attempt goes on as without them
+        on = placement.bundle_nodes(self.pg)
+        if on is None:  # no standbys then; the attempt goes on as without them
             return {}
         slots: dict[tuple[str, str], list[int]] = {}
         for i, t in enumerate(self.plan.tasks):
-            if not t.gpus and nodes.get(i):
-                slots.setdefault((nodes[i], standby.env_key(task_runtime_env(self.cfg, t), self._runs_script(t))),
+            if not t.gpus and on.get(i):
+                slots.setdefault((on[i], standby.env_key(task_runtime_env(self.cfg, t), self._runs_script(t))),
                                  []).append(i)
         return slots
 
@@ -266,41 +249,10 @@ class TaskGroup:
                                remote_traceback=str(e), kind=failure.SYSTEM)
         return out.error
 
-    @staticmethod
-    def node_alive(node_id: str) -> bool:
-        """Whether Ray still counts the node alive (an actor lost with its node: Ray has declared it dead)."""
-        return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
-
-    def dump_stacks(self, rank: int) -> str:
-        """py-spy the task's process from its own node."""
-        info = self.info(rank)
-        if info is None:
-            return f"could not dump stacks: rank {rank} never reported where it runs"
-        try:
-            return ray.get(_py_spy_dump.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-                info.node_id, soft=False)).remote(info.pid), timeout=60)
-        except RayError as e:
-            return f"could not dump stacks: {e}"
-
     def hang_error(self, rank: int, attempt: int, busy_with: str | None = None) -> WorkerError:
-        """A rank without progress for failure.hang_timeout_s: its stacks go to the log and the run
-        directory, and the error says where."""
-        info, timeout = self.info(rank), self.cfg.failure.hang_timeout_s
-        role, index, pid = (info.role, info.index, info.pid) if info is not None else (None, rank, None)
-        rel = f"logs/stacks-attempt{attempt}-{role}{index}.txt"
-        text = self.dump_stacks(rank)
-        log.error("stacks of %s %s (pid %s):\n%s", role, rank, pid, text)
-        where = self.run_dir.uri_of(rel)
-        try:
-            self.run_dir.write_text(rel, text)
-        except (RaytfError, OSError) as e:  # the hang is the error to report, not the storage's
-            log.warning("stacks not saved to %s: %s", where, e)
-            where = "the driver's log"
-        why = (f"still {busy_with} past its allowance (failure.hang_timeout_s={timeout:g}s plus its bytes at "
-               f"storage.min_upload_mib_s)" if busy_with else f"no progress for {timeout:g}s (failure.hang_timeout_s)")
-        return WorkerError(
-            f"{why}; stacks in {where}",
-            role=role or "", rank=rank, node_id=self.node_of(rank), kind=failure.HANG)
+        """A rank without progress for failure.hang_timeout_s (_driver/stacks.py: its stacks saved and named)."""
+        return stacks.hang_error(self.info(rank), rank, attempt, self.cfg.failure.hang_timeout_s, self.run_dir,
+                                 busy_with=busy_with)
 
     def teardown(self, skip: set[str] = frozenset()) -> None:
         """Kill every task and the bus, release the placement group, and wait until the tasks' names are
@@ -328,20 +280,20 @@ class TaskGroup:
     def _sweep_scratch(self, skip: set[str], timeout_s: float = 5.0) -> None:
         """The killed tasks' scratch directories (ray.kill skips their `finally`), on the nodes that are up and
         reachable; bounded, and never a reason to fail (the next task on the node sweeps too)."""
-        nodes = {i.node_id for i in self.infos} - skip - {None, ""}
-        local, roots = local_sweeps([i for i in self.infos if i.node_id in nodes], here())
+        on = {i.node_id for i in self.infos} - skip - {None, ""}
+        local, roots = local_sweeps([i for i in self.infos if i.node_id in on], here())
         if roots:
             try:
                 sweep_roots(roots)
             except OSError as e:
                 log.debug("scratch sweep: %s", e)
-        nodes -= local
-        if not nodes:
+        on -= local
+        if not on:
             return
-        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        pids = {n: tuple(i.pid for i in self.infos if i.node_id == n and i.pid) for n in nodes}
+        alive = nodes.alive()
+        pids = {n: tuple(i.pid for i in self.infos if i.node_id == n and i.pid) for n in on}
         refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(pids[n])
-                for n in nodes & alive]
+                for n in on & alive]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
         for ref in ready:
             try:

@@ -10,17 +10,10 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 
 from raytf._core import private_apis as apis
 from raytf._core.plan import PLACEMENT_FIX, Plan, shortfall
+from raytf._driver import nodes
 from raytf.errors import PlacementError
 
 log = logging.getLogger(__name__)
-
-
-def _node_totals() -> list[dict[str, float]]:
-    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
-
-
-def _alive() -> set[str]:
-    return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
 
 
 # How long a node a failure left unreachable is avoided while Ray still counts it alive (at most half of
@@ -72,12 +65,12 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
     half the timeout). `what` and `fix` say whose group it is and what to change (the tasks' by default)."""
     what = what or f"placement group for {len(plan.bundles)} tasks ({plan.placement_strategy})"
     if not can_grow:
-        why = shortfall(plan.bundles, plan.placement_strategy, _node_totals())
+        why = shortfall(plan.bundles, plan.placement_strategy, nodes.totals())
         if why:
-            raise PlacementError(f"{what} can never be placed on this embedded Ray: {why}. {fix}")
+            raise PlacementError(f"{what} can never be placed on this embedded Ray: {why}. {fix}", never=True)
     start = time.monotonic()
     deadline = start + timeout_s
-    avoid = set(avoid) & _alive() if avoid else set()  # a node Ray has declared dead is left out anyway
+    avoid = set(avoid) & nodes.alive() if avoid else set()  # a node Ray has declared dead is left out anyway
     avoid_s = min(AVOID_S, timeout_s / 2)
     try:
         pg, ready_ref = _group(plan, name, avoid)
@@ -91,14 +84,14 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
             return pg
         if time.monotonic() >= deadline:
             break
-        if avoid and time.monotonic() - start >= avoid_s and avoid & _alive():
+        if avoid and time.monotonic() - start >= avoid_s and avoid & nodes.alive():
             log.warning("node(s) %s still alive after %gs: no longer avoided", ", ".join(n[:12] for n in avoid),
                         avoid_s)
             remove_placement_group(pg)
             avoid = set()
             pg, ready_ref = _group(plan, name, avoid)
     remove_placement_group(pg)
-    why = shortfall(plan.bundles, plan.placement_strategy, _node_totals())
+    why = shortfall(plan.bundles, plan.placement_strategy, nodes.totals())
     if not why:
         why = f"the cluster could hold it but has only {ray.available_resources()} free now (other jobs)"
     raise PlacementError(f"{what} not ready after cluster.placement_timeout_s={timeout_s:g}s: {why}. {fix}")

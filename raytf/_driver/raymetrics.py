@@ -137,7 +137,7 @@ class RayMetrics:
         if not self._gauges:  # (off, or before the first attempt's start)
             return
         if e.kind == ev.STARTED:
-            self.replicas = max(self.replicas, int(e.payload.get("replicas") or 0))
+            self.replicas = max(self.replicas, int(e.payload.replicas))
         elif e.kind == ev.CHECKPOINT:
             self._checkpoint_at = e.time
             self._set("raytf_checkpoint_age_s", {"run": self.run}, max(0.0, self._clock() - e.time))
@@ -145,7 +145,7 @@ class RayMetrics:
             self._step(e)
 
     def _step(self, e: ev.Event) -> None:
-        metrics = e.payload.get("metrics") or {}
+        metrics = e.payload.metrics
         role, host = self._who.get(e.rank, (e.role, ""))
         tags = {"run": self.run, "rank": str(e.rank), "role": role, "host": host}
         for column, name in FIGURES.items():

@@ -6,6 +6,7 @@ checkpoints committed)."""
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import platform
@@ -21,14 +22,15 @@ import pyarrow as pa
 
 from raytf import _storage as storage
 from raytf._core import events as ev
-from raytf._core import figures
 from raytf._core import timeline as tl
-from raytf._core.attempts import RUNNING, SUCCEEDED
+from raytf._core.attempt_record import RUNNING, SUCCEEDED
 from raytf._core.metrics import MetricsTable
 from raytf._core.plan import Plan
-from raytf._core.run import Run
+from raytf._core.run_machine import Run
+from raytf._core.run_states import Ended
 from raytf._core.stragglers import Stragglers
 from raytf._core.tasks import TaskInfo
+from raytf._driver import figures
 from raytf.config import Config, redacted, to_dict
 from raytf.errors import RaytfError, TrainingFailedError
 
@@ -84,6 +86,7 @@ class RunRecord:
         self._last_flush = time.monotonic()  # the last metrics part's write
         self._launch_id = f"{int(t0)}-{secrets.token_hex(3)}"  # names this launch's metrics parts
         self._parts = 0
+        self._written: dict[str, Any] | None = None  # the last result.json written, as read back
 
     # -- what the tasks tell -------------------------------------------------------------------
     def placed(self, plan: Plan, tasks: Iterable[TaskInfo]) -> None:
@@ -103,17 +106,17 @@ class RunRecord:
             self.timeline.latest(tl.LAST_STEP, e.time)
         if e.kind == ev.STARTED:
             self.timeline.task_started(e.payload)
-            self.replicas = max(self.replicas, int(e.payload.get("replicas", 0)))
+            self.replicas = max(self.replicas, int(e.payload.replicas))
             for k in ("tensorflow", "keras"):
-                if k in e.payload:
-                    self.versions[k] = e.payload[k]
+                if (version := getattr(e.payload, k)) is not None:
+                    self.versions[k] = version
         self.metrics.add(e)
         if e.kind == ev.STEP:
             self._straggler_watch(e)
 
     def _straggler_watch(self, e: ev.Event) -> None:
         for found in self.stragglers.add(attempt=e.attempt, rank=e.rank, role=e.role, host=self._hosts.get(e.rank, ""),
-                                         step=int(e.payload["step"]), metrics=e.payload.get("metrics") or {}):
+                                         step=int(e.payload.step), metrics=e.payload.metrics):
             if found.over:
                 log.info("straggler: %s %d is no longer slow (%s, found at step %d)", found.role, found.rank,
                          found.part, found.step)
@@ -164,7 +167,10 @@ class RunRecord:
     def write_result(self, status: str, lock_timeout_s: float = -1) -> None:
         locked = self._lock.acquire(timeout=lock_timeout_s)
         try:  # (a holder stuck on storage for lock_timeout_s: written anyway)
-            self.run_dir.write_json(storage.RESULT_FILE, self.summary(status))
+            summary = self.summary(status)
+            self.run_dir.write_json(storage.RESULT_FILE, summary)
+            # What result.json holds now, as JSON gives it back: the run's Outcome without reading it from storage.
+            self._written = json.loads(json.dumps(summary, sort_keys=True, default=str))
         finally:
             if locked:
                 self._lock.release()
@@ -239,23 +245,25 @@ class RunRecord:
             self.write_result(status, lock_timeout_s=10.0)  # (from the head watch too: never waits for good)
 
     def outcome(self, status: str) -> Outcome:
-        summary = self.run_dir.read_json(storage.RESULT_FILE)
+        summary = self._written if self._written is not None and self._written["status"] == status else \
+            json.loads(json.dumps(self.summary(status), sort_keys=True, default=str))
         return Outcome(status=status, run_dir=self.run_dir.uri, config=self.cfg, summary=summary,
                        metrics_table=self.metrics.to_arrow(), error=self.run.error,
                        checkpoints=summary["checkpoints"])
 
-    def head_lost(self, why: str) -> None:
-        """From the head watch's thread: the cluster is gone, and the main thread may be blocked on it for good
-        (Ray itself ends this process a little later). Record the run, say what happened in one line, exit:
-        1, or 0 when training had already succeeded and only the teardown was left."""
-        attempt = self.run.attempt
-        done = attempt is not None and attempt.status == SUCCEEDED
+    def head_lost_message(self, why: str, done: bool) -> str:
+        """The one line a lost head ends the run with (`done`: training had succeeded, the teardown was left)."""
         latest = self.run_dir.checkpoints.latest()
         resume = f"it resumes from {latest.name}" if latest is not None else "it starts from scratch"
-        message = (f"run {self.cfg.run.name} {'succeeded, then' if done else 'failed:'} lost the Ray head at "
-                   f"{self.head or '?'} ({why}); a Ray cluster does not outlive its head and its other nodes stop "
-                   f"too. Fix: restart the cluster (ray start --head, then the workers) and launch again: {resume}")
-        ended = self.run.head_lost(message, time.time())
+        return (f"run {self.cfg.run.name} {'succeeded, then' if done else 'failed:'} lost the Ray head at "
+                f"{self.head or '?'} ({why}); a Ray cluster does not outlive its head and its other nodes stop "
+                f"too. Fix: restart the cluster (ray start --head, then the workers) and launch again: {resume}")
+
+    def record_head_lost(self, ended: Ended, message: str) -> None:
+        """From the head watch's thread, once the run has ended on it (the driver's `_head_lost`): the cluster is
+        gone and the main thread may be blocked on it for good (Ray itself ends this process a little later). Record
+        the run, say what happened in one line, exit: 1, or 0 when training had already succeeded and only the
+        teardown was left."""
         try:
             self.write_metrics(retry=False)
             self.write_result(ended.status, lock_timeout_s=10.0)

@@ -115,20 +115,22 @@ class Progress:
             self.dropped(e)
             return
         if e.kind == ev.STARTED:
-            self.replicas = max(self.replicas, int(e.payload.get("replicas", 1)))
             p = e.payload
-            if e.rank == self.rank and "epochs" in p:  # a script's Model.fit began (or a function's later one)
-                self.epochs, self.steps_per_epoch = p["epochs"], p["steps_per_epoch"]
-                self.fit = p.get("fit")
-                self._base = (int(p.get("base_epoch") or 0), int(p.get("base_step") or 0))
+            self.replicas = max(self.replicas, int(p.replicas) or 1)
+            if e.rank == self.rank and p.epochs is not None:  # a script's Model.fit began (or a function's later one)
+                self.epochs, self.steps_per_epoch = p.epochs, p.steps_per_epoch
+                self.fit = p.fit
+                self._base = (int(p.base_epoch or 0), int(p.base_step or 0))
+            return
+        if e.kind not in (ev.EVAL, ev.STEP, ev.EPOCH):  # (the rest carry no metrics: beats, commits, busy ranks)
             return
         p = e.payload
-        metrics = p.get("metrics", {})
+        metrics = p.metrics
         if e.kind == ev.EVAL:
-            log.info("evaluator, checkpoint of epoch %d step %d: %s", p["epoch"], p["step"],
+            log.info("evaluator, checkpoint of epoch %d step %d: %s", p.epoch, p.step,
                      " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
             return
-        if e.rank != self.rank or e.kind not in (ev.STEP, ev.EPOCH):
+        if e.rank != self.rank:
             return
         shown = {k: f"{v:.4g}" for k, v in metrics.items() if not is_timing(k)}  # the model's own, not the breakdown
         if "steps_per_s" in metrics and not self.batch_size:
@@ -136,12 +138,12 @@ class Progress:
         elif "steps_per_s" in metrics:
             shown["ex/s"] = f"{metrics['steps_per_s'] * self.batch_size * self.replicas:.0f}"
         if e.kind == ev.STEP and self.bars:
-            if self._epoch != p["epoch"]:
-                self._open(p["epoch"], p["step"])
+            if self._epoch != p.epoch:
+                self._open(p.epoch, p.step)
             if self.steps_per_epoch:
-                self._bar.n = self._in_epoch(p["epoch"], p["step"])
+                self._bar.n = self._in_epoch(p.epoch, p.step)
             else:
-                self._bar.n = p["step"]
+                self._bar.n = p.step
             self._bar.set_postfix(shown, refresh=True)
         elif e.kind == ev.EPOCH:
             if self._bar is not None:
@@ -151,8 +153,8 @@ class Progress:
                 self._close()
                 self._epoch = None
             # (A script that reports epochs without counting steps has none to show.)
-            at = f" step {p['step']}" if p["step"] else ""
-            log.info("%s: %s", self._label(p["epoch"], at), " ".join(f"{k}={v}" for k, v in shown.items()))
+            at = f" step {p.step}" if p.step else ""
+            log.info("%s: %s", self._label(p.epoch, at), " ".join(f"{k}={v}" for k, v in shown.items()))
 
     def dropped(self, e: ev.Event) -> None:
         """The bus could not keep all of a rank's events (see events.COALESCED): said once per attempt."""
@@ -163,13 +165,13 @@ class Progress:
                     "its step rows (not in metrics.parquet or TensorBoard) and %d of its output lines (all are in "
                     "its log), and drops more of them while it goes on (said once). Fix: report less often "
                     "(metrics.every_steps; raytf.report once every few dozen steps), print less",
-                    e.attempt, e.role, e.rank, e.payload.get("steps", 0), e.payload.get("output_lines", 0))
+                    e.attempt, e.role, e.rank, e.payload.steps, e.payload.output_lines)
 
     def output(self, e: ev.Event) -> None:
         """A task's streamed stdout/stderr lines (a function's or a script's), prefixed with role and rank, above the
         progress bar."""
         prefix = f"[{e.role} {e.rank}] "
-        for stream, text in e.payload.get("lines", []):
+        for stream, text in e.payload.lines:
             out = sys.stderr if stream == "err" else sys.stdout
             if self._bar is not None:
                 from tqdm.auto import tqdm
@@ -218,7 +220,7 @@ class TensorBoardSink:
     def __call__(self, e: ev.Event) -> None:
         if e.kind not in (ev.STEP, ev.EPOCH, ev.EVAL) or self.failed:
             return
-        metrics = e.payload.get("metrics") or {}
+        metrics = e.payload.metrics
         if not metrics:
             return
         from tensorboardX.proto.event_pb2 import Event
@@ -231,7 +233,7 @@ class TensorBoardSink:
             # its record CRCs, was 70 % of the driver loop's time (issue 38's intake benchmark).
             values = [Summary.Value(tag=self._tag(e.kind, name), simple_value=float(value))
                       for name, value in metrics.items()]
-            w.write_event(Event(wall_time=e.time, step=int(e.payload["step"]), summary=Summary(value=values)))
+            w.write_event(Event(wall_time=e.time, step=int(e.payload.step), summary=Summary(value=values)))
             if time.monotonic() - self._flushed >= self.FLUSH_S:  # TensorBoard can watch the files live
                 for writer in self.writers.values():
                     writer.flush()

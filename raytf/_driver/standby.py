@@ -27,6 +27,7 @@ from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raytf._core.plan import actor_env
+from raytf._driver import nodes
 
 # The one task-side module the driver imports: Ray needs the actor's class.
 from raytf._task.actor import TaskActor, sweep_scratch
@@ -34,11 +35,13 @@ from raytf._task.actor import TaskActor, sweep_scratch
 log = logging.getLogger("raytf")
 
 POOL_NAME = "raytf:standby-pool"
-# An attempt asks for standbys once it has trained this long: their import competes with training for the CPU
-# (niced, but on 2 cores two standbys importing beside a 3-second benchmark job still made its steps 1.4x slower),
-# which a short run would pay for nothing. A run's end asks too (Driver's `refill_at_end`: not a CLI command's,
-# whose session is its one run), for the session's next run.
-REFILL_AFTER_S = 20.0
+# An attempt asks for standbys once it has trained this long: at its first step, so that a failure at any point
+# after it restarts in processes that imported TensorFlow already (raytf issue 53: a SIGKILL just after the first
+# checkpoint recovered in 7.4-8.1 s when they were asked for only after 20 s). Their import runs at the lowest CPU
+# priority (_task/warm.py) beside the training; what it costs the training is measured in benchmarks/RESULTS.md
+# (benchmarks.recovery). A run's end asks too (Driver's `refill_at_end`: not a CLI command's, whose session is its
+# one run), for the session's next run.
+REFILL_AFTER_S = 0.0
 
 
 def env_key(runtime_env: dict[str, Any], script: bool = False) -> str:
@@ -94,13 +97,22 @@ class StandbyPool:
         return started
 
     def take(self, node_id: str, key: str, count: int) -> list[Any]:
-        """Up to `count` ready standbys of `key` on `node_id`, no longer the pool's (the caller kills them)."""
+        """Up to `count` standbys of `key` on `node_id`, no longer the pool's (the caller kills them): the ready
+        ones first, then those still importing TensorFlow. A standby's calls run in order, so the task it is given
+        starts once its import is done: a run right after another (a notebook's loop, a sweep's next trial) uses
+        the standbys the last one's end asked for instead of starting a set of fresh processes beside them on the
+        same cores, which made every second run of such a loop slower than with no standbys at all (raytf
+        issue 53: 9.6, 13.2, 4.5, 12.3 s)."""
         where = (node_id, key)
         self._harvest(where)
         ready = self._ready.get(where, [])
         taken, self._ready[where] = ready[:count], ready[count:]
         for a in taken:
             self._pids.pop(id(a), None)
+        warming = self._warming.get(where, [])
+        more = max(0, count - len(taken))
+        taken += [actor for actor, _ in warming[:more]]
+        self._warming[where] = warming[more:]
         return taken
 
     def warming(self) -> list[Any]:
@@ -120,9 +132,9 @@ class StandbyPool:
     def release(self) -> int:
         """End every standby; how many."""
         actors = [a for v in self._ready.values() for a in v] + [a for v in self._warming.values() for a, _ in v]
-        nodes: dict[str, list[int]] = {node: [] for node, _ in [*self._ready, *self._warming]}
+        pids_on: dict[str, list[int]] = {node: [] for node, _ in [*self._ready, *self._warming]}
         for (node, _), ready in self._ready.items():  # (a warming one's pid is not known yet)
-            nodes[node] += [self._pids[id(a)] for a in ready if id(a) in self._pids]
+            pids_on[node] += [self._pids[id(a)] for a in ready if id(a) in self._pids]
         for a in actors:
             try:
                 ray.kill(a, no_restart=True)
@@ -132,9 +144,9 @@ class StandbyPool:
         self._ready, self._warming, self._pids = {}, {}, {}
         # Their temporary directories (scratch.own_tempdir), which ray.kill leaves: swept on their nodes once their
         # processes are gone, bounded.
-        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        alive = nodes.alive()
         refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(
-            tuple(pids)) for n, pids in nodes.items() if n in alive]
+            tuple(pids)) for n, pids in pids_on.items() if n in alive]
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=10)
         return len(actors)
@@ -184,14 +196,6 @@ def wait_ready(count: int, timeout_s: float) -> bool:
             ray.wait(refs, num_returns=len(refs), timeout=left)
         else:  # none asked for yet (a run asks once it has trained a while): look again shortly
             time.sleep(min(0.2, left))
-
-
-def settle(timeout_s: float = 60.0) -> None:
-    """Until the standbys being made have imported TensorFlow (at most `timeout_s`): benchmarks, between runs."""
-    p = pool(create=False)
-    refs = ray.get(p.warming.remote()) if p is not None else []
-    if refs:
-        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
 
 
 def release() -> int:

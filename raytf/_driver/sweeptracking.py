@@ -11,9 +11,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from raytf._core import outbox as ob
 from raytf._core import tracking as tr
-from raytf._core.attempts import RUNNING
+from raytf._core import tracking_outbox as ob
+from raytf._core.attempt_record import RUNNING
 from raytf._driver.mlflowclient import check_installed, experiment_for, find_run, make_client, one_line, shown, version
 from raytf.config import Config
 

@@ -1,6 +1,6 @@
-"""The launch's timeline (_core.timeline) on the driver's side: this process's start time, and the marks the CLI
-takes before a driver exists (its imports, the config checked, Ray started), handed to the launch's driver.
-No Ray here: the CLI imports it before Ray."""
+"""The launch's timeline (_core.timeline) on the driver's side: its zero, this process's start time (the CLI marks its
+own phases in it before the launch exists: its imports, the config checked, Ray started). No Ray here: the CLI
+imports it before Ray."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import time
 from raytf._core.timeline import Timeline, process_start
 
 _IMPORTED_AT = time.time()  # where /proc is not (macOS): the earliest time this process is known to have run
-_pending: dict[str, float] = {}  # the CLI's marks, until the launch's driver takes them
 
 
 def process_started_at() -> float:
@@ -24,16 +23,7 @@ def process_started_at() -> float:
         return _IMPORTED_AT
 
 
-def mark(phase: str) -> None:
-    """A boundary the CLI passes before the launch's driver exists (the first time counts)."""
-    _pending.setdefault(phase, time.time())
-
-
-def for_launch() -> Timeline:
-    """A new launch's timeline, with the marks the CLI took for it (only the first launch of a process gets them:
-    --scaling's later runs did not start Python or Ray)."""
-    t = Timeline(process_started_at())
-    for phase, at in _pending.items():
-        t.mark(phase, at)
-    _pending.clear()
-    return t
+def for_process() -> Timeline:
+    """A launch's timeline, its zero this process's start: the CLI makes one as its main() begins and marks its own
+    phases in it before the launch exists (`preflight.prepare(..., timeline=)`); raytf.fit gets a new one."""
+    return Timeline(process_started_at())

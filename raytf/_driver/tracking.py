@@ -3,9 +3,9 @@
 
 A sink of the driver: `start` at the launch's start, `on_events` with every drain, `attempt_ended`, `finish` at the
 end. What is sent (params, metric points, tags) is `_core.tracking`'s; here a sender thread sends it in batches
-with back-off (`_core.outbox`). Tracking never stops training: a tracker that is down or slow costs one warning,
-the metrics wait in a bounded outbox until it answers, and `finish` waits at most tracking.flush_timeout_s. MLflow
-is imported lazily, in the sender thread, and only when tracking is on.
+with back-off (`_core.tracking_outbox`). Tracking never stops training: a tracker that is down or slow costs one
+warning, the metrics wait in a bounded outbox until it answers, and `finish` waits at most
+tracking.flush_timeout_s. MLflow is imported lazily, in the sender thread, and only when tracking is on.
 
 A relaunch of the same run (same run directory) finds its MLflow run by the `raytf.run_key` tag and continues it;
 a sweep's trials are child runs of the sweep's (`_driver.sweeptracking.SweepRun`, MLflow's `mlflow.parentRunId` tag).
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from raytf import _storage as storage
-from raytf._core import outbox as ob
 from raytf._core import tracking as tr
-from raytf._core.attempts import RUNNING
+from raytf._core import tracking_outbox as ob
+from raytf._core.attempt_record import RUNNING
 from raytf._driver.mlflowclient import (
     Disabled,
     error_code,
@@ -98,7 +98,7 @@ class MlflowRun:
         self.run_id: str | None = None
         self.experiment_id: str | None = None
         self.stream = tr.MetricStream()
-        self.outbox = ob.Outbox()
+        self.outbox = ob.TrackingOutbox()
         self.backoff = ob.Backoff()
         self._cond = threading.Condition()
         self._end: _End | None = None
@@ -189,7 +189,7 @@ class MlflowRun:
         """The artefacts' files, written locally: the learning curves (the run directory's, or drawn again from the
         metrics when it is on object storage), step time per rank, result.json and config.yaml as they are in the
         run directory."""
-        from raytf._core import figures, ranks
+        from raytf._driver import figures, ranks
 
         with open(os.path.join(stage, storage.RESULT_FILE), "w") as f:
             json.dump(dict(summary), f, indent=2, sort_keys=True, default=str)

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from raytf._core import backoff
 from raytf._s3 import s3_credentials, s3_filesystem, with_query_options
 from raytf._storage.layout import STORAGE_CHECK_PREFIX, StorageMarker, seen_here
 from raytf.config import StorageConfig
@@ -66,7 +67,7 @@ def with_retries(what: str, fn: Callable[[], T], retries: int, backoff_s: float)
             if attempt == retries:
                 full = " (no space left on the device)" if e.errno == errno.ENOSPC else ""
                 raise StorageError(f"{what} failed after {retries + 1} tries{full}: {e}") from e
-            delay = backoff_s * 2**attempt
+            delay = backoff.delay(attempt + 1, backoff_s)
             log.warning("%s failed (%s); retrying in %.1fs", what, e, delay)
             time.sleep(delay)  # back-off between tries of a failing remote call
     raise AssertionError("unreachable")

@@ -15,7 +15,7 @@ from typing import Any
 import ray
 
 from raytf._core import events as ev
-from raytf._core import failure, limits, ports
+from raytf._core import failure, limits, tf_ports
 from raytf._core.plan import TaskSpec
 from raytf._core.shipping import CodeNeeds
 from raytf._core.tasks import TaskInfo, TaskOutcome, TaskRun
@@ -41,7 +41,7 @@ def reserve_port(port_range: tuple[int, int] | None = None) -> socket.socket | N
         order = [0]  # the OS picks a free one
     else:
         low, high = port_range
-        order = ports.candidates(low, high, secrets.randbelow(high - low + 1))
+        order = tf_ports.candidates(low, high, secrets.randbelow(high - low + 1))
     for port in order:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
@@ -145,7 +145,7 @@ class TaskActor:
         self._port = self._sock.getsockname()[1] if self._sock is not None else None
         # Every port of cluster.port_range taken: address() says so and the driver fails the run. (Raised here, it
         # would kill the actor and reach the driver as a start-up failure, which it retries.)
-        self._no_port = ports.none_free(spec.port_range, self._host) if self._sock is None else None
+        self._no_port = tf_ports.none_free(spec.port_range, self._host) if self._sock is None else None
         self.node_id = ray.get_runtime_context().get_node_id()
 
     def address(self, marker: StorageMarker | None = None, code: CodeNeeds | None = None) -> TaskInfo:
@@ -215,7 +215,7 @@ class TaskActor:
                                   attempt=run.attempt, is_chief=run.is_chief, scratch=call.scratch(),
                                   log_file=call.output.file, stream=run.stream, datasets=run.datasets, warm=warm)
                 host.restore(run.resume_from)
-                call.on_sigterm(lambda: call.emit(ev.PREEMPTED, {"step": host.position[1]}))
+                call.on_sigterm(lambda: call.emit(ev.PREEMPTED, ev.Notice(step=host.position[1])))
                 code, tail = host.run(host.environment(run))
                 if code == 0:
                     epoch, step = host.position

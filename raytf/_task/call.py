@@ -44,13 +44,13 @@ def task_logging() -> None:
 
 class Emitter:
     """A task's events to the bus, in order, without waiting for each: at once while the bus keeps up, in batches
-    of those that came meanwhile when it is behind (limits.Outbox: one push in flight); past limits.MAX_BATCH_EVENTS
-    waiting, the task waits for its push to land (it slows to the bus' pace). `flush` waits until every event has
-    landed on the bus."""
+    of those that came meanwhile when it is behind (limits.EventOutbox: one push in flight); past
+    limits.MAX_BATCH_EVENTS waiting, the task waits for its push to land (it slows to the bus' pace). `flush` waits
+    until every event has landed on the bus."""
 
     def __init__(self, bus, role: str, rank: int, attempt: int) -> None:
         self.bus, self.role, self.rank, self.attempt = bus, role, rank, attempt
-        self._outbox = limits.Outbox(
+        self._outbox = limits.EventOutbox(
             lambda events: bus.push.options(concurrency_group=ev.PUSH_GROUP).remote(events),
             lambda refs, n, t: ray.wait(refs, num_returns=n, timeout=t),
             droppable=lambda e: e.kind in ev.COALESCED, size=lambda e: ev.payload_bytes(e.payload))
@@ -60,11 +60,6 @@ class Emitter:
     def dropped(self) -> int:
         """Events the bus may merge anyway, not sent while it took none for wait_s."""
         return self._outbox.dropped
-
-    @property
-    def pushes(self) -> int:
-        """Calls to the bus so far (each carries a batch of events)."""
-        return self._outbox.pushes
 
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
         with self._lock:

@@ -268,8 +268,8 @@ class TrainContext(StepCounter):
             # The export and its upload may outlast the hang timeout on a large model and slow storage: say
             # so, with an allowance sized by the model's state (its last checkpoint).
             size = self._uploader.last_bytes if self._uploader is not None else 0
-            self._emit(ev.BUSY, {"what": "exporting the model", "allow_s": failure.busy_allowance_s(
-                2 * size, self.cfg.failure.hang_timeout_s, self.cfg.storage.min_upload_mib_s)})
+            self._emit(ev.BUSY, ev.Busy(what="exporting the model", allow_s=failure.busy_allowance_s(
+                2 * size, self.cfg.failure.hang_timeout_s, self.cfg.storage.min_upload_mib_s)))
             try:
                 local = self._writer.export_model()
                 if local is not None:
@@ -277,7 +277,7 @@ class TrainContext(StepCounter):
                     shutil.rmtree(os.path.dirname(local), ignore_errors=True)
                     log.info("model exported to %s", uri)
             finally:
-                self._emit(ev.BUSY, {"what": "", "allow_s": 0.0})
+                self._emit(ev.BUSY, ev.Busy(what="", allow_s=0.0))
         if self._uploader is not None:
             self._uploader.close()
 

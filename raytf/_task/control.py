@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from raytf._core.events import SavePhase
+
 log = logging.getLogger(__name__)
 
 
@@ -81,25 +83,25 @@ class ControlListener(threading.Thread):
     def run(self) -> None:
         import ray
 
-        known: tuple[int, str | None] = (0, None)
+        known: tuple[int, SavePhase | None] = (0, None)
         while not self._closed.is_set():
             try:
                 c = ray.get(self.bus.wait_control.remote(known, 5.0))
             except Exception as e:  # the bus is gone with its driver: nothing more to follow
                 log.debug("control listener: %s", e)
                 return
-            if (c["version"], c["phase"]) == known:
+            if (c.version, c.phase) == known:
                 continue
-            known = (c["version"], c["phase"])
-            if c["phase"] == "pause":
+            known = (c.version, c.phase)
+            if c.phase is SavePhase.PAUSE:
                 with self._cond:
-                    self._requested, self._decision = max(self._requested, c["version"]), None
+                    self._requested, self._decision = max(self._requested, c.version), None
                     self._cond.notify_all()
-                self.bus.report_step.remote(c["version"], self.rank, self.ctx.step)
-            elif c["phase"] == "decided":
+                self.bus.report_step.remote(c.version, self.rank, self.ctx.step)
+            elif c.phase is SavePhase.DECIDED:
                 with self._cond:
-                    if c["version"] == self._requested:
-                        self._decision = Decision(c["version"], c["save_at"], c["stop"])
+                    if c.version == self._requested:
+                        self._decision = Decision(c.version, c.save_at, c.stop)
                         self._cond.notify_all()
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from raytf._core import dataservice as rules
 from raytf._core import events as ev
-from raytf._core import ports
+from raytf._core import tf_ports
 from raytf._core.dataservice import DISPATCHER, SERVICE_ENV, Service, Unservable
 from raytf._task import report as reporting
 from raytf._task import scratch
@@ -81,7 +81,7 @@ class DataServiceServer:
         if self._sock is None:
             self._no_port = (f"tf.data service {role} {index}: its port {port} on {self._host} was taken by another "
                              "process, so it cannot start again at its address" if port else
-                             ports.none_free(wanted, self._host))
+                             tf_ports.none_free(wanted, self._host))
         self._node_id = ray.get_runtime_context().get_node_id()
         self._server = None
         self._journal: scratch.Scratch | None = None
@@ -241,7 +241,7 @@ def distribute(ds, sink):
         log.warning("%s", partial)
     emit = getattr(sink, "_emit", None)
     if emit is not None:  # the driver learns the service is used (or warns at the end that it served nothing)
-        emit(ev.DATA_SERVICE, {"job": job})
+        emit(ev.DATA_SERVICE, ev.ServiceUsed(job=job))
     return ds.apply(tf.data.experimental.service.distribute(
         processing_mode=service.processing_mode, service=service.target, job_name=job))
 

@@ -46,9 +46,9 @@ class RaytfCallback(tf.keras.callbacks.Callback):
         if ctx.fit > 1:
             # A later Model.fit of the same program (fine-tuning, say): its epochs count on from the earlier
             # fits', so its rows and checkpoints are not taken for theirs; the resume was the first fit's.
-            ctx._emit(ev.STARTED, {"replicas": ctx.num_replicas, "epochs": self.params.get("epochs"),
-                                   "steps_per_epoch": self.params.get("steps"), "fit": ctx.fit,
-                                   "base_epoch": ctx.epoch, "base_step": ctx.step})
+            ctx._emit(ev.STARTED, ev.Started(replicas=ctx.num_replicas, epochs=self.params.get("epochs"),
+                                             steps_per_epoch=self.params.get("steps"), fit=ctx.fit,
+                                             base_epoch=ctx.epoch, base_step=ctx.step))
             return
         ctx.epoch = ctx.initial_epoch
         if getattr(self.model, "_training_state", None) is None:

@@ -28,7 +28,7 @@ class RayTrainSteps(RaytfCallback):
         self._skip = 0
         if replicas not in self._announced:
             self._announced.append(replicas)
-            self.ctx._emit(ev.STARTED, {"replicas": replicas})
+            self.ctx._emit(ev.STARTED, ev.Started(replicas=replicas))
 
     def on_train_end(self, logs=None) -> None:
         pass

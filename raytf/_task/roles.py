@@ -85,7 +85,7 @@ def start_server(call: TaskCall):
     times = {"tf_import_start": began, "tf_imported": time.time()}
     server = tf_runtime.start_server(spec.role, spec.index)
     call.actor.release_port()
-    call.emit(ev.STARTED, {"replicas": 0, **tf_runtime.versions(), "timeline": times})
+    call.emit(ev.STARTED, ev.Started(replicas=0, **tf_runtime.versions(), timeline=times))
     call.succeeded()
     return server
 
@@ -114,7 +114,8 @@ def run_function(call: TaskCall) -> TaskOutcome:
         strategy = tf_runtime.build_strategy(cfg, spec.role)
         call.actor.release_port()  # TF's server holds the port now (MWMS); ours can go
     times["strategy_ready"] = time.time()
-    call.emit(ev.STARTED, {"replicas": int(strategy.num_replicas_in_sync), **tf_runtime.versions(), "timeline": times})
+    call.emit(ev.STARTED, ev.Started(replicas=int(strategy.num_replicas_in_sync), **tf_runtime.versions(),
+                                     timeline=times))
     scratch_dir = call.scratch()
     tf_runtime.keep_own_writes(scratch_dir)
     workdir = WorkingDir(os.path.join(scratch_dir, "work"))

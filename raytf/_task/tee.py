@@ -113,7 +113,7 @@ class TaskOutput:
             lines.append(["err", f"[raytf: {dropped} lines not streamed (more than a push carries: too many, or too "
                                  f"long); all are in the task's log]"])
         if lines:
-            self.emit(ev.OUTPUT, {"lines": lines})
+            self.emit(ev.OUTPUT, ev.Output(lines=lines))
 
     def take_active(self) -> bool:
         """Whether anything was printed since the last call."""

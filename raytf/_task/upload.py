@@ -74,7 +74,7 @@ class Uploader:
         time `nbytes` take at storage.min_upload_mib_s on top of the hang timeout; None: no longer."""
         allow = 0.0 if what is None else failure.busy_allowance_s(nbytes, self.cfg.failure.hang_timeout_s,
                                                                    self.cfg.storage.min_upload_mib_s)
-        self.emit(ev.BUSY, {"what": what or "", "allow_s": allow})
+        self.emit(ev.BUSY, ev.Busy(what=what or "", allow_s=allow))
 
     def submit(self, local: str, epoch: int, step: int, meta: dict) -> str:
         self._raise_if_failed()
@@ -112,7 +112,7 @@ class Uploader:
             if delay:
                 time.sleep(delay)  # the test seam's slow storage
             uri = self.run_dir.checkpoints.upload(local, epoch, step, meta, before_commit=self.before_commit, seq=seq)
-            self.emit(ev.CHECKPOINT, {"epoch": epoch, "step": step, "seq": seq, "uri": uri})
+            self.emit(ev.CHECKPOINT, ev.Committed(epoch=epoch, step=step, seq=seq, uri=uri))
             self.run_dir.checkpoints.prune(self.cfg.checkpoint.keep_last)
         except BaseException as e:
             self._error = e

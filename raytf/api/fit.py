@@ -5,30 +5,32 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from raytf._core.attempts import FAILED
+from raytf._core.attempt_record import FAILED
 from raytf.config import Config, load_config
 
 if TYPE_CHECKING:
     from raytf._core.events import Event
     from raytf._core.function import Functions
+    from raytf._driver.preflight import Launch
     from raytf.api.result import Result
 
 
 def fit(
-    cfg: Config | str | dict,
+    config: Config | str | dict,
     overrides: list[str] | dict | None = None,
     *,
+    train_fn: Callable[[Any], Any] | None = None,
+    eval_fn: Callable[[Any], Any] | None = None,
     quiet: bool = False,
     on_event: Callable[[Event], None] | None = None,
     datasets: Mapping[str, Any] | None = None,
-    train_fn: Callable[[Any], Any] | None = None,
-    eval_fn: Callable[[Any], Any] | None = None,
     raise_on_failure: bool = True,
 ) -> Result:
-    """Train as configured and return the Result (status, metrics DataFrame, checkpoints).
+    """Train as configured and return the Result (status, metrics DataFrame, checkpoints). `raytf.plan`,
+    `raytf.scaling` and `raytf.sweep` take the same first arguments: `config`, `overrides`, `train_fn=`.
 
     Args:
-        cfg: a Config, a YAML path or a dict (see `load_config`).
+        config: a Config, a YAML path or a dict (see `load_config`).
         overrides: `key=value` strings or a {dotted key: value} mapping applied on top.
         quiet: no progress bars (log lines only).
         on_event: called on the driver with every Event the tasks send (kind, role, rank, payload).
@@ -56,25 +58,27 @@ def fit(
         ConfigError: the configuration is invalid (nothing was started).
         PlacementError: the cluster cannot host the tasks (nothing is left reserved).
     """
-    from raytf._driver.functions import functions  # imports Ray: keep `import raytf` light
+    from raytf._driver.pickling import functions  # imports Ray: keep `import raytf` light
 
-    return _fit(cfg, overrides, quiet=quiet, on_event=on_event, datasets=datasets,
+    return _fit(config, overrides, quiet=quiet, on_event=on_event, datasets=datasets,
                 functions=functions(train_fn, eval_fn), raise_on_failure=raise_on_failure)
 
 
 def _fit(cfg: Config | str | dict, overrides: list[str] | dict | None = None, *, quiet: bool = False,
          on_event: Callable[[Event], None] | None = None, datasets: Mapping[str, Any] | None = None,
-         functions: Functions | None = None, raise_on_failure: bool = True, refill_at_end: bool = True) -> Result:
+         functions: Functions | None = None, raise_on_failure: bool = True, refill_at_end: bool = True,
+         launch: Launch | None = None) -> Result:
     """`fit` with its functions pickled already (a sweep's trials get them so); `refill_at_end`: whether the run's
     end asks for standby processes for the session's next run (false for a CLI command, whose session is its one
-    run)."""
-    from raytf._driver import driver  # imports Ray: keep `import raytf` light
+    run); `launch`: the run already prepared and connected (the CLI's, _driver/preflight.py), in place of `cfg`."""
+    from raytf._driver import driver, preflight  # imports Ray: keep `import raytf` light
     from raytf.api.result import Result
 
-    if not isinstance(cfg, Config) or overrides:
-        cfg = load_config(cfg, overrides, program=functions.recorded() if functions else None)
-    outcome = driver.run(cfg, quiet=quiet, on_event=on_event, datasets=datasets, functions=functions,
-                         refill_at_end=refill_at_end)
+    if launch is None:
+        if not isinstance(cfg, Config) or overrides:
+            cfg = load_config(cfg, overrides, program=functions.recorded() if functions else None)
+        launch = preflight.prepare(cfg, functions)  # every check before Ray: a ConfigError starts nothing
+    outcome = driver.run(launch, quiet=quiet, on_event=on_event, datasets=datasets, refill_at_end=refill_at_end)
     result = Result(**vars(outcome), storage=outcome.config.storage)  # the caller's own storage options
     return raise_failed(result) if raise_on_failure else result
 

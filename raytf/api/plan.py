@@ -7,35 +7,51 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from raytf._core.preview import Cluster, Preview, preview
 from raytf.config import Config, load_config, validate, validate_run
 
 
-def plan(config: Config | str | Path | dict, overrides: Sequence[str] | None = None) -> Preview:
+def plan(config: Config | str | Path | dict, overrides: Sequence[str] | Mapping[str, Any] | None = None, *,
+         train_fn: Any = None, eval_fn: Any = None) -> Preview:
     """What launching `config` would reserve and start (`Preview.text()`, `Preview.rows()`), and `problem`: the
-    line a launch would fail with ("" when it could be placed). Bad configuration raises ConfigError, as
-    `raytf.fit` would. Joins the configured Ray cluster to read its nodes, if one is configured, and leaves it."""
-    cfg = copy.deepcopy(config) if isinstance(config, Config) else load_config(config, overrides)
-    validate_run(validate(cfg))
-    from raytf._driver import connect
+    line a launch would fail with ("" when it could be placed). Its first arguments are `raytf.fit`'s: a notebook's
+    `fit(cfg, train_fn=train)` is planned with `plan(cfg, train_fn=train)` (the function is only recorded, not
+    sent anywhere). Bad configuration raises ConfigError, as `raytf.fit` would. Joins the configured Ray cluster to
+    read its nodes, if one is configured, and leaves it."""
+    from raytf._core.function import configured
+    from raytf._driver import pickling, preflight
 
-    connect.check_entrypoint(cfg, connect.python_path(cfg))  # (a launch checks this before reserving too)
+    given = pickling.recorded(train_fn, eval_fn)
+    if isinstance(config, Config) and not overrides:
+        cfg = copy.deepcopy(config)
+    else:
+        cfg = load_config(config, overrides, program=given.recorded())
+    cfg = configured(cfg, given)
+    validate_run(validate(cfg))
+    preflight.check_entrypoint(cfg, preflight.python_path(cfg), given)  # (a launch checks this before reserving)
     return preview(cfg, _cluster(cfg))
 
 
 def _cluster(cfg: Config) -> Cluster:
+    from raytf._driver import preflight
+
+    ray = sys.modules.get("ray")  # (never imported: not initialized either, and an embedded plan needs no Ray)
+    if ray is not None and ray.is_initialized():  # a notebook's own ray.init(...): what a fit would run on
+        from raytf._driver import connect
+
+        return Cluster("the Ray this process is connected to", _nodes(ray), embedded=connect.started_here())
+    address = preflight.resolve_address(cfg)
+    if address is None:
+        return this_machine(cfg.ray.num_cpus)
     import ray
 
     from raytf._driver import connect
 
-    if ray.is_initialized():  # a notebook's own ray.init(...): that is what a fit would run on
-        return Cluster("the Ray this process is connected to", _nodes(ray), embedded=connect.started_here())
-    address = connect.resolve_address(cfg)
-    if address is None:
-        return this_machine(cfg.ray.num_cpus)
     connect.ensure_ray(cfg)  # a connection only: no actor, no placement group
     try:
         return Cluster(f"the Ray cluster at {address}", _nodes(ray), embedded=False)
@@ -44,7 +60,9 @@ def _cluster(cfg: Config) -> Cluster:
 
 
 def _nodes(ray) -> tuple[dict[str, float], ...]:
-    return tuple(dict(n["Resources"]) for n in ray.nodes() if n.get("Alive"))
+    from raytf._driver import nodes
+
+    return tuple(nodes.totals())
 
 
 def this_machine(num_cpus: int | None) -> Cluster:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from raytf._core.figures import figure, learning_curves, ranks_figure, size_changes
-from raytf._core.ranks import no_breakdown, rank_step_times
+from raytf._driver.figures import figure, learning_curves, ranks_figure, size_changes
+from raytf._driver.ranks import no_breakdown, rank_step_times
 
 
 def plot(run: Any, out: str | None = None, *, ranks: bool = False):

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from raytf import _storage as storage
-from raytf._core.attempts import RUNNING, SUCCEEDED
+from raytf._core.attempt_record import RUNNING, SUCCEEDED
 from raytf.config import Config, StorageConfig, load_config
 from raytf.config.redact import storage_path_problem, without_userinfo
 from raytf.errors import RaytfError, TrainingFailedError
@@ -88,8 +88,8 @@ class Result:
         latest attempt with step rows), with the medians over its step rows of step_time_s, input_wait_s,
         collective_s, save_s and compute_s (seconds per step; NaN where a part was not measured), the steps
         covered, the input share and GPU use; `host` when result.json's tasks are that attempt's
-        (`raytf._core.ranks.rank_breakdown`). Empty for a run made before raytf measured it."""
-        from raytf._core.ranks import rank_breakdown
+        (`raytf._driver.ranks.rank_breakdown`). Empty for a run made before raytf measured it."""
+        from raytf._driver.ranks import rank_breakdown
 
         return rank_breakdown(self.metrics_table, attempt, summary=self.summary)
 

@@ -1,7 +1,7 @@
 """Scaling report: the same job at several worker counts, per-replica batch fixed (so the global batch grows
 with the workers, as the seed articles measured it), reported as examples/s, speedup and scaling efficiency.
 
-`raytf.scaling(cfg, [1, 2, 4])` or `python -m raytf.launch conf/local.yaml --scaling 1,2,4`. Each point is an
+`raytf.scaling(cfg, workers=[1, 2, 4])` or `python -m raytf.launch conf/local.yaml --scaling 1,2,4`. Each point is an
 ordinary run (`<name>-w<N>`); the table and plot go to `<storage.path>/<name>/scaling.{csv,png}`.
 """
 
@@ -67,26 +67,35 @@ def with_speedup(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return table[COLUMNS]
 
 
-def scaling(cfg: Config | str | dict, workers: Sequence[int] = (1, 2, 4),
-            overrides: list[str] | Mapping[str, Any] | None = None, *, quiet: bool = True) -> pd.DataFrame:
-    """Run the job once per worker count and return the scaling table (one row per count).
+def scaling(config: Config | str | dict, overrides: list[str] | Mapping[str, Any] | None = None, *,
+            workers: Sequence[int] = (1, 2, 4), train_fn: Any = None, eval_fn: Any = None,
+            quiet: bool = False) -> pd.DataFrame:
+    """Run the job once per worker count and return the scaling table (one row per count). Its first arguments
+    are `raytf.fit`'s: `config`, `overrides`, `train_fn=` (`eval_fn=`), and `quiet` has its default.
 
     The per-replica `train.batch_size` stays fixed; a count the cluster cannot host is reported as
     "infeasible" and the others still run. Writes scaling.csv and scaling.png under
     `<storage.path>/<run.name or scaling-<time>>/` (path in `table.attrs["plot"]`).
     """
-    return measure(cfg, workers, overrides, quiet=quiet)
+    if isinstance(overrides, Sequence) and not isinstance(overrides, str) and overrides \
+            and all(isinstance(n, int) for n in overrides):
+        raise TypeError(f"raytf.scaling(config, overrides=None, *, workers=...): the worker counts are keyword "
+                        f"arguments: raytf.scaling(config, workers={list(overrides)})")
+    from raytf._driver.pickling import functions as pack
+
+    return measure(config, workers, overrides, quiet=quiet, functions=pack(train_fn, eval_fn))
 
 
 def measure(cfg: Config | str | dict, workers: Sequence[int], overrides: list[str] | Mapping[str, Any] | None = None,
-            *, quiet: bool = True, refill_at_end: bool = True) -> pd.DataFrame:
-    """`scaling`; `refill_at_end` as for api.fit.launch (false for the CLI's --scaling)."""
+            *, quiet: bool = False, refill_at_end: bool = True, functions: Any = None) -> pd.DataFrame:
+    """`scaling`; `refill_at_end` as for api.fit._fit (false for the CLI's --scaling); `functions`: train_fn=
+    and eval_fn=, pickled."""
     from raytf import _storage as storage
-    from raytf._core import figures
+    from raytf._driver import figures
     from raytf.api.fit import _fit
 
-    if not isinstance(cfg, Config) or overrides:
-        cfg = load_config(cfg, overrides)
+    if not isinstance(cfg, Config) or overrides or functions:
+        cfg = load_config(cfg, overrides, program=functions.recorded() if functions else None)
     if script_mode(cfg):
         raise ConfigError("--scaling needs a training function (train.entrypoint): a script's batch size and "
                           "steps are its own, so raytf cannot hold the per-replica batch fixed")
@@ -108,7 +117,7 @@ def measure(cfg: Config | str | dict, workers: Sequence[int], overrides: list[st
         row: dict[str, Any] = {"workers": n, "run": c.run.name, "status": "infeasible"}
         try:
             # (a failed count is a row of the table)
-            result = _fit(c, quiet=quiet, raise_on_failure=False, refill_at_end=refill_at_end)
+            result = _fit(c, quiet=quiet, raise_on_failure=False, refill_at_end=refill_at_end, functions=functions)
         except PlacementError as e:
             log.warning("scaling: %d workers cannot be placed: %s", n, e)
             rows.append(row)

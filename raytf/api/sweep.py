@@ -92,7 +92,7 @@ def _trial(config: dict[str, Any], *, base: dict[str, Any], sweep_name: str,
 
     def report(e: events.Event) -> None:
         if e.kind == events.EPOCH and e.rank == 0:
-            tune.report({**e.payload.get("metrics", {}), "epoch": e.payload["epoch"], "step": e.payload["step"]})
+            tune.report({**e.payload.metrics, "epoch": e.payload.epoch, "step": e.payload.step})
 
     # A failed trial is a row of the table (status, error), not an exception: the sweep goes on.
     result = _fit(cfg, quiet=True, on_event=report, datasets=datasets, functions=functions, raise_on_failure=False)
@@ -102,9 +102,12 @@ def _trial(config: dict[str, Any], *, base: dict[str, Any], sweep_name: str,
 
 
 def sweep(
-    cfg: Config | str | Mapping[str, Any],
-    space: Mapping[str, Any],
+    config: Config | str | Mapping[str, Any],
+    overrides: list[str] | Mapping[str, Any] | None = None,
     *,
+    space: Mapping[str, Any],
+    train_fn: Any = None,
+    eval_fn: Any = None,
     max_concurrent: int = 1,
     num_samples: int = 1,
     metric: str | None = None,
@@ -113,13 +116,13 @@ def sweep(
     search_alg: Any = None,
     name: str | None = None,
     datasets: Mapping[str, Any] | None = None,
-    train_fn: Any = None,
-    eval_fn: Any = None,
 ) -> pd.DataFrame:
-    """Run one raytf training per point of `space` through Ray Tune and return one row per trial.
+    """Run one raytf training per point of `space` through Ray Tune and return one row per trial. Its first
+    arguments are `raytf.fit`'s, `raytf.plan`'s and `raytf.scaling`'s: `config`, `overrides`, `train_fn=`.
 
     Args:
-        cfg: the base configuration (a Config, a YAML path or a dict).
+        config: the base configuration (a Config, a YAML path or a dict).
+        overrides: `key=value` strings or a {dotted key: value} mapping applied on top, as for `raytf.fit`.
         space: dotted config keys to a list of values (a grid: `{"train.epochs": [1, 2],
             "cluster.num_workers": [1, 2]}` is 4 trials) or to a Ray Tune domain (`tune.uniform(...)`).
         max_concurrent: trials running at once; the rest queue (each reserves its own placement group).
@@ -137,11 +140,11 @@ def sweep(
         final metrics (`final_<name>`), best epoch metrics (`best_<name>`), and run_dir; failed trials included.
     """
     from raytf._core.function import configured
-    from raytf._driver.functions import functions as pack
+    from raytf._driver.pickling import functions as pack
 
     functions = pack(train_fn, eval_fn)  # pickled once, here
     # A Config too: validated here, not once per trial. config.yaml of every trial records the functions.
-    base_cfg = validate_run(configured(load_config(cfg, program=functions.recorded()), functions))
+    base_cfg = validate_run(configured(load_config(config, overrides, program=functions.recorded()), functions))
     check_sweep(base_cfg, space, max_concurrent=max_concurrent, num_samples=num_samples)
     tracked = bool(base_cfg.tracking.mlflow.uri.strip())
     if tracked:

@@ -19,17 +19,22 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def bed():
+def hostbed():
     # head: driver, chief and a spare worker slot; hosts 1-2: a ps each (one spare); hosts 3-4: a worker each.
     yield from hosts.bed_for_tests([2, 1, 1, 1, 1], resources=[{"chief_slot": 1, "worker_slot": 1}, {"ps_slot": 1},
                                                                {"ps_slot": 1}, {"worker_slot": 1}, {"worker_slot": 1}])
+
+
+@pytest.fixture
+def bed(hostbed):
+    return hostbed.ready()  # (a host a fault left is revived for the test that uses it next)
 
 
 def _launch(bed, tmp_path, name: str) -> hostrun.Launch:
     return hostrun.Launch(bed, tmp_path, name, "cluster.num_ps=1", "cluster.ps.variable_partitioner=none",
                           "cluster.chief.custom.chief_slot=1", "cluster.ps.custom.ps_slot=1",
                           "cluster.worker.custom.worker_slot=1", "train.entrypoint=tests.train_fns:paced_ps",
-                          "train.epochs=8", "train.steps_per_epoch=10", "train.params.step_s=0.2",
+                          "train.epochs=4", "train.steps_per_epoch=10", "train.params.step_s=0.2",
                           "checkpoint.keep_last=0", "failure.max_failures=2", config="conf/two_node_ps.yaml")
 
 
@@ -51,7 +56,7 @@ def _cut_after_commit(bed, tmp_path, name: str, role: str):
         run.stop()
         if victim is not None:
             bed.heal(victim)
-            bed.revive(victim)
+            bed.revive_before_next_use(victim)
     return victim, cut_at, code, result, run
 
 
@@ -69,7 +74,7 @@ def _assert_restarted_elsewhere(bed, tmp_path, name: str, victim, cut_at: float,
     assert first["cause"] != "hang"  # raytf saw the loss; it did not wait out failure.hang_timeout_s
     assert rest[0]["resumed_from"] == hostrun.last_commit_before(tmp_path, name, rest[0])
     assert victim.address not in {t["host"] for t in result["tasks"]}
-    assert _epochs(tmp_path, name)[-1] == 8
+    assert _epochs(tmp_path, name)[-1] == 4
     print(f"{name}: host cut off -> the next attempt's first step: {rest[0]['first_step_at'] - cut_at:.1f}s")
     state = hostrun.cluster_state(bed, name)
     assert (state["alive"], state["placement_groups"]) == ([], [])

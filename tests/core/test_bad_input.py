@@ -203,14 +203,14 @@ def test_sweep_section_that_runs_no_trial(overrides, expected):
 ])
 def test_raytf_sweep_refuses_before_ray_is_imported(space, kwargs, expected):
     with pytest.raises(ConfigError) as info:
-        raytf.sweep(BASE, space, **kwargs)
+        raytf.sweep(BASE, space=space, **kwargs)
     assert expected in str(info.value) and "\n" not in str(info.value)
     assert "ray" not in sys.modules  # nothing started; the pure tier's fixture checks the same
 
 
 def test_raytf_sweep_of_a_bad_file(tmp_path):
     with pytest.raises(ConfigError, match="is not valid YAML"):
-        raytf.sweep(_write(tmp_path, "train: [\n"), {"train.epochs": [1]})
+        raytf.sweep(_write(tmp_path, "train: [\n"), space={"train.epochs": [1]})
 
 
 # 7. The config path missing, or a directory.
@@ -306,17 +306,26 @@ CLI = [  # one or two per kind of mistake (the variants are tested through load_
 
 
 @pytest.mark.parametrize(("file", "overrides", "expected"), CLI, ids=[f"{f}-{' '.join(o)}" for f, o, _ in CLI])
-def test_cli_exits_2_with_one_line(file, overrides, expected, tmp_path, no_ray):
+def test_cli_exits_2_with_one_line(file, overrides, expected, tmp_path, cli):
     path = _files(tmp_path)[file]
-    env = {**os.environ, "PYTHONPATH": str(no_ray)}
-    proc = subprocess.run([sys.executable, "-m", "raytf.launch", str(path), *overrides], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr
+    code, _, err = cli("raytf.launch", path, *overrides)  # (in this process: it must not import Ray, see `cli`)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2, err
+    assert "Traceback" not in err and len(lines) == 1, err
     assert lines[0].startswith("raytf: config error: ") and expected in lines[0], lines[0]
     if file not in ("local", "sweep", "nan"):
         assert str(path) in lines[0]
+
+
+def test_cli_in_its_own_process_exits_2_with_one_line_and_never_reaches_ray(tmp_path, no_ray):
+    """The cases above run in this process; one as a shell runs it, with a `ray` that cannot be imported."""
+    path = _files(tmp_path)["syntax"]
+    env = {**os.environ, "PYTHONPATH": str(no_ray)}
+    proc = subprocess.run([sys.executable, "-m", "raytf.launch", str(path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("raytf: config error: ") and str(path) in lines[0]
 
 
 def test_raytf_fit_raises_one_config_error(tmp_path):

@@ -137,12 +137,11 @@ def test_defaults_need_an_entrypoint():
                                   ["conf/nope.yaml"],
                                   ["conf/local.yaml", "--scaling", "1,two"],
                                   ["conf/sweep.yaml", "--scaling", "1,2"]])
-def test_cli_bad_config_exits_2_with_one_line(args):
-    proc = subprocess.run([sys.executable, "-m", "raytf.launch", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 2
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("raytf: config error:"), proc.stderr
+def test_cli_bad_config_exits_2_with_one_line(args, cli):
+    code, _, err = cli("raytf.launch", *args)
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("raytf: config error:"), err
 
 
 def test_cli_usage_error_exits_2():
@@ -191,13 +190,12 @@ def test_lists_still_load():
     assert load_config({"train": {"script": "x.py"}}, ["train.args=[]"]).train.args == []
 
 
-def test_cli_list_key_given_a_scalar_exits_2_with_the_fix():
-    proc = subprocess.run([sys.executable, "-m", "raytf.launch", "conf/script.yaml", "train.args=--epochs,3"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+def test_cli_list_key_given_a_scalar_exits_2_with_the_fix(cli):
+    code, _, err = cli("raytf.launch", "conf/script.yaml", "train.args=--epochs,3")
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
     assert lines == ["raytf: config error: train.args: '--epochs,3' is not a list: write a list: "
-                     "train.args=[--epochs,3]"], proc.stderr
+                     "train.args=[--epochs,3]"], err
 
 
 def test_the_ps_script_docstrings_command_parses():

@@ -4,10 +4,7 @@ in what is written (config.yaml, result.json). Pure: no Ray (the CLI runs with a
 
 import dataclasses
 import json
-import os
 import pickle
-import subprocess
-import sys
 
 import pytest
 
@@ -71,35 +68,30 @@ def test_a_run_refuses_storage_keys_in_its_config():
     assert PLANTED not in repr(cfg.storage)
 
 
-@pytest.fixture(scope="module")
-def no_ray(tmp_path_factory):
-    """A PYTHONPATH entry whose `ray` cannot be imported: the CLI must refuse before it gets there."""
-    root = tmp_path_factory.mktemp("no_ray")
-    (root / "ray").mkdir()
-    (root / "ray" / "__init__.py").write_text("raise ImportError('the CLI reached Ray')\n")
-    return root
+@pytest.fixture
+def refused(cli):
+    """The launch's one line refusing `overrides` of conf/local.yaml (exit 2), in this process: `cli` fails a case
+    that reached Ray (tests/core/conftest.py)."""
+    def run(*overrides: str) -> str:
+        code, out, err = cli("raytf.launch", ROOT / "conf/local.yaml", *overrides)
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+        assert PLANTED not in out + err
+        assert lines[0].startswith("raytf: config error: ")
+        return lines[0]
+
+    return run
 
 
-def _cli(no_ray, *overrides: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "raytf.launch", str(ROOT / "conf/local.yaml"), *overrides],
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(no_ray)}, capture_output=True, text=True,
-                          timeout=60)
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert PLANTED not in proc.stdout + proc.stderr
-    assert lines[0].startswith("raytf: config error: ")
-    return lines[0]
-
-
-def test_cli_refuses_credentials_before_ray_with_exit_2(no_ray, tmp_path):
-    assert "storage.path contains credentials" in _cli(no_ray, f"storage.path=s3://AKIAEXAMPLE:{PLANTED}@b/runs")
-    assert "storage.access_key/storage.secret_key are set" in _cli(
-        no_ray, "storage.path=s3://b/runs", "storage.access_key=AKIAEXAMPLE", f"storage.secret_key={PLANTED}")
+def test_cli_refuses_credentials_before_ray_with_exit_2(refused, tmp_path):
+    assert "storage.path contains credentials" in refused(f"storage.path=s3://AKIAEXAMPLE:{PLANTED}@b/runs")
+    assert "storage.access_key/storage.secret_key are set" in refused(
+        "storage.path=s3://b/runs", "storage.access_key=AKIAEXAMPLE", f"storage.secret_key={PLANTED}")
     bad = tmp_path / "credentials"
     bad.write_text(f"aws_secret_access_key = {PLANTED}\n")  # no [default] header: configparser quotes the line
-    line = _cli(no_ray, "storage.path=s3://b/runs", f"storage.credentials_file={bad}")
+    line = refused("storage.path=s3://b/runs", f"storage.credentials_file={bad}")
     assert f"storage.credentials_file ({str(bad)!r})" in line and "is not an INI file" in line
-    assert "no such file" in _cli(no_ray, "storage.path=s3://b/runs", f"storage.credentials_file={tmp_path}/nope")
+    assert "no such file" in refused("storage.path=s3://b/runs", f"storage.credentials_file={tmp_path}/nope")
 
 
 # 3. storage.credentials_file: read where the storage is opened, its problems named without its contents.

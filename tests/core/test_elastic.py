@@ -1,4 +1,4 @@
-"""Elastic training's pure decisions (raytf/_core/elastic.py) and the attempt loop's grow (runloop.on_grow):
+"""Elastic training's pure decisions (raytf/_core/elastic.py) and the attempt loop's grow (attempt_loop.on_grow):
 which sizes are tried, the batch each trains with, the attempt's config, the resize budget, and how a grow
 stops the group (a save at an agreed step, or the next committed checkpoint)."""
 
@@ -6,10 +6,11 @@ import pytest
 
 from raytf._core import elastic, failure
 from raytf._core import events as ev
-from raytf._core.attempts import Cause, Done, Stopped
-from raytf._core.runloop import AttemptLoop, Finished, drive
+from raytf._core.attempt_drive import drive
+from raytf._core.attempt_loop import AttemptLoop, Finished
+from raytf._core.attempt_record import Cause, Done, Stopped
 from raytf.config import load_config
-from tests.core.test_runloop import TIMING, FakeGroup, step
+from tests.core.test_attempt_loop import TIMING, FakeGroup, step
 
 
 def run_loop(group: FakeGroup, grow) -> AttemptLoop:

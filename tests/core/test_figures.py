@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from raytf._core import figures
+from raytf._driver import figures
 
 
 def test_learning_curves_take_the_last_attempt_of_each_epoch():

@@ -131,6 +131,13 @@ def test_ray_train_run_config_as_raytf_settings():
     with pytest.raises(ConfigError, match="storage_filesystem"):
         run_overrides(SimpleNamespace(storage_filesystem=object()))
     raytf.load_config(ROOT / "conf/local.yaml", run_overrides(run)[0])
+    # Preemptions are counted apart in both: Ray's limit is raytf's; the settings raytf has no use for are warned of.
+    preempt = SimpleNamespace(failure_config=SimpleNamespace(max_failures=1, max_preemption_failures=5,
+                                                             preemption_grace_s=30.0))
+    out, warnings = run_overrides(preempt)
+    assert out["failure.max_preemptions"] == 5
+    assert len(warnings) == 1 and "preemption_grace_s" in warnings[0] and "saves at once" in warnings[0]
+    raytf.load_config(ROOT / "conf/local.yaml", out)
 
 
 def test_a_workers_local_and_node_ranks_from_the_cluster_spec():

@@ -82,3 +82,52 @@ def test_a_task_answers_before_it_imports_storage_or_config_loading(tmp_path):
                          timeout=120)
     assert out.returncode == 0, out.stderr.decode()
     assert out.stdout.decode().strip() == "True []"
+
+
+def test_the_import_contracts_hold():
+    """pyproject.toml's [tool.importlinter] contracts, as `lint-imports` checks them: where code runs decides what
+    it may import (docs/architecture.md). Here rather than as a command of its own: the README's test command then
+    works with an interpreter called by its path, whose environment's scripts are on no PATH. (In a process of its
+    own: import-linter's logging set-up disables the loggers that exist, raytf's among them.)"""
+    code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    out = subprocess.run([sys.executable, "-c", code, "--no-cache"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def _pinned(lock: str) -> dict[str, str]:
+    """name -> version of each `name==version` line of a requirements file (lower case, `_` as `-`)."""
+    import re
+
+    pins = {}
+    for m in re.finditer(r"^([A-Za-z0-9_.\-]+)==([^\s;\\]+)", lock, re.MULTILINE):
+        pins[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(2)
+    return pins
+
+
+def test_the_test_lock_holds_every_dependency_the_project_names():
+    """requirements/test.txt (what the README's test command and CI install) pins every package pyproject.toml asks
+    for, at a version its range admits, each with hashes: a dependency added or a range narrowed without refreshing
+    the lock fails here (the command that refreshes it is the file's first lines)."""
+    import re
+
+    import tomllib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lock = (ROOT / "requirements/test.txt").read_text()
+    pins = _pinned(lock)
+    wanted = [Requirement(r) for r in [*project["dependencies"], *project["optional-dependencies"]["test"]]]
+    problems = []
+    for req in wanted:
+        name = re.sub(r"[-_.]+", "-", req.name).lower()
+        if name not in pins:
+            problems.append(f"{req.name}: not in the lock")
+        elif not req.specifier.contains(pins[name], prereleases=True):
+            problems.append(f"{req.name}: locked at {pins[name]}, outside {req.specifier}")
+    assert problems == [], problems
+    entries = re.split(r"\n(?=[A-Za-z0-9])", lock[lock.index("\n", lock.index("uv pip compile")) + 1:])
+    unhashed = [e.split()[0] for e in entries if "==" in e.split("\n")[0] and "--hash=sha256:" not in e]
+    assert unhashed == []
+    assert "uv pip compile pyproject.toml --extra test --generate-hashes" in lock.split("\n", 3)[1]

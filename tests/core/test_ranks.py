@@ -7,8 +7,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from raytf._core import figures, ranks
 from raytf._core.metrics import rows_to_arrow
+from raytf._driver import figures, ranks
 
 NAN = float("nan")
 

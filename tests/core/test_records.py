@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from raytf._core import events as ev
-from raytf._core.attempts import Attempt
+from raytf._core.attempt_record import Attempt
 from raytf._core.checkpoints import checkpoint_name
 from raytf._core.metrics import MetricsTable
 from raytf._core.plan import shortfall
@@ -214,7 +214,7 @@ def test_checkpoint_events_name_the_lineage_number():
 
 
 def test_metrics_rows_keep_their_fit_and_curves_take_the_last_fit():
-    from raytf._core.figures import learning_curves
+    from raytf._driver.figures import learning_curves
 
     table = MetricsTable("r")
     for fit, loss in ((1, 0.9), (2, 0.1)):  # the same epoch number from two fits of one attempt
@@ -253,7 +253,7 @@ def test_metrics_rows_carry_their_attempts_size():
 def test_metrics_table_of_512_ranks():
     """512 ranks' step rows, flushed in parts as the driver does, read back whole: every rank's row and its own
     final metrics; the per-rank breakdown has one row per rank (issue 38: the table at the large end)."""
-    from raytf._core.ranks import rank_breakdown
+    from raytf._driver.ranks import rank_breakdown
 
     t = MetricsTable("r")
     for step in range(1, 21):

@@ -192,3 +192,16 @@ def test_show_names_no_slowest_rank_when_none_stands_out(tmp_path, capsys):
     lines = _show(tmp_path, capsys, metrics=rows, tasks=TASKS, stragglers=[])
     assert lines[4] == ("slowest: none stands out (each rank's own time a step, its all-reduce wait left out, is "
                         "75.0-78.0 ms: within 10 % of the others')")
+
+
+def test_every_subcommand_takes_the_storage_as_storage(tmp_path, capsys):
+    """`ls --storage S` as `show RUN --storage S` and `plot RUN --storage S` (a path given to ls alone, as before,
+    still works; two different ones are refused)."""
+    _fake_run(tmp_path / "runs", "exp1")
+    assert runs.main(["ls", "--storage", str(tmp_path / "runs")]) == 0
+    assert "exp1" in capsys.readouterr().out
+    assert runs.main(["ls", str(tmp_path / "runs")]) == 0
+    assert "exp1" in capsys.readouterr().out
+    assert runs.main(["ls", str(tmp_path / "runs"), "--storage", str(tmp_path)]) == 2
+    assert "two storage paths" in capsys.readouterr().err
+    assert runs.main(["show", "exp1", "--storage", str(tmp_path / "runs")]) == 0

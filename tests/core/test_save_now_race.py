@@ -9,6 +9,7 @@ import sys
 import threading
 import types
 
+from raytf._core.events import SavePhase, SaveRequest
 from raytf._storage import RunDir
 from raytf._task.context import TrainContext
 from raytf.config import load_config
@@ -22,7 +23,7 @@ class FakeBus:
 
     def __init__(self) -> None:
         self.states: queue.Queue = queue.Queue()
-        self.current = {"version": 0, "phase": None, "save_at": None, "stop": False}
+        self.current = SaveRequest()
         self.reports: dict[int, int] = {}  # version -> the step reported
         self.reported = {v: threading.Event() for v in (1, 2, 3)}
         self.wait_control = types.SimpleNamespace(remote=self._wait_control)
@@ -33,17 +34,17 @@ class FakeBus:
             self.current = self.states.get(timeout=timeout)
         except queue.Empty:
             pass
-        return dict(self.current)
+        return self.current
 
     def _report_step(self, version, rank, step):
         self.reports[version] = step
         self.reported[version].set()
 
     def pause(self, version: int) -> None:
-        self.states.put({"version": version, "phase": "pause", "save_at": None, "stop": False})
+        self.states.put(SaveRequest(version, SavePhase.PAUSE))
 
     def decide(self, version: int, save_at: int) -> None:
-        self.states.put({"version": version, "phase": "decided", "save_at": save_at, "stop": False})
+        self.states.put(SaveRequest(version, SavePhase.DECIDED, save_at=save_at))
 
 
 # Where the training thread compares its step with the agreed one, once the decision is in: TrainContext's before
@@ -107,4 +108,4 @@ def test_a_save_request_that_arrives_while_the_last_is_finished_stays_pending(tm
         assert not ctx._control.pending
     finally:
         ctx.close()
-        bus.states.put(dict(bus.current))  # (the listener returns from its wait and sees it is closed)
+        bus.states.put(bus.current)  # (the listener returns from its wait and sees it is closed)

@@ -41,8 +41,11 @@ def test_steady_rate_skips_the_first_report_and_epoch():
 
 def test_scaling_refuses_scripts_and_single_task_strategies():
     with pytest.raises(ConfigError, match="training function"):
-        raytf.scaling(ROOT / "conf/script.yaml", [1, 2])
+        raytf.scaling(ROOT / "conf/script.yaml", workers=[1, 2])
     with pytest.raises(ConfigError, match="one task"):
-        raytf.scaling(ROOT / "conf/local.yaml", [1], ["cluster.strategy=mirrored", "cluster.num_workers=1"])
+        raytf.scaling(ROOT / "conf/local.yaml", ["cluster.strategy=mirrored", "cluster.num_workers=1"], workers=[1])
+    # The worker counts are a keyword argument, as fit's first arguments are every API function's.
+    with pytest.raises(TypeError, match=r"raytf.scaling\(config, workers=\[1, 2\]\)"):
+        raytf.scaling(ROOT / "conf/local.yaml", [1, 2])
     with pytest.raises(ConfigError, match=r"metrics.every_steps \(0\) must be at least 1"):
-        raytf.scaling(ROOT / "conf/local.yaml", [1, 2], ["metrics.every_steps=0"])
+        raytf.scaling(ROOT / "conf/local.yaml", ["metrics.every_steps=0"], workers=[1, 2])

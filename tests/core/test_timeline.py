@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raytf._core import timeline as tl
+from raytf._core.events import Started
 
 
 def test_marks_become_seconds_since_the_process_start_in_phase_order():
@@ -28,19 +29,12 @@ def test_latest_keeps_the_last_time_and_unknown_phases_are_refused():
 
 def test_the_slowest_task_gates_its_import_and_strategy_phases():
     t = tl.Timeline(origin=10.0)
-    t.task_started({"replicas": 2, "timeline": {"tf_import_start": 12.0, "tf_imported": 15.0, "strategy_ready": 16}})
-    t.task_started({"replicas": 2, "timeline": {"tf_import_start": 12.5, "tf_imported": 14.0, "strategy_ready": 17}})
-    t.task_started({"replicas": 2})  # a script's STARTED: no times
-    t.task_started({"timeline": "garbage"})
+    t.task_started(Started(replicas=2, timeline={"tf_import_start": 12.0, "tf_imported": 15.0, "strategy_ready": 16}))
+    t.task_started(Started(replicas=2, timeline={"tf_import_start": 12.5, "tf_imported": 14.0, "strategy_ready": 17}))
+    t.task_started(Started(replicas=2))  # a script's STARTED: no times
+    t.task_started(Started(timeline="garbage"))
     assert t.seconds() == {tl.PROCESS_START: 0.0, tl.TASK_TF_IMPORT_START: 2.5, tl.TASK_TF_IMPORTED: 5.0,
                            tl.TASK_STRATEGY_READY: 7.0}
-
-
-def test_durations_run_from_the_boundary_before_that_is_present():
-    phases = {tl.PROCESS_START: 0.0, tl.IMPORTS_DONE: 1.0, tl.RAY_READY: 4.0, tl.FIRST_STEP: 9.5}
-    assert tl.durations(phases) == [(tl.IMPORTS_DONE, 1.0), (tl.RAY_READY, 3.0), (tl.FIRST_STEP, 5.5)]
-    assert tl.durations({}) == []
-    assert tl.durations({"b": 3.0, "a": 1.0}, order=("a", "b")) == [("b", 2.0)]
 
 
 def test_process_start_parses_proc_stat_after_the_command_names_last_parenthesis():

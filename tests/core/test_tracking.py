@@ -8,8 +8,8 @@ import pytest
 
 import raytf
 from raytf._core import events as ev
-from raytf._core import outbox as ob
 from raytf._core import tracking as tr
+from raytf._core import tracking_outbox as ob
 from raytf.config import redacted, task_view, to_dict
 from raytf.errors import ConfigError
 from tests.conftest import ROOT
@@ -105,7 +105,7 @@ def test_attempt_tags_say_cause_and_decision():
 # -- sending --------------------------------------------------------------------------------------------------------
 
 def test_outbox_sends_params_then_tags_then_points_within_mlflows_limits():
-    box = ob.Outbox(max_points=2500)
+    box = ob.TrackingOutbox(max_points=2500)
     box.params.update({f"p{i}": str(i) for i in range(150)})
     box.tags.update({"t": "1"})
     box.add_points(tr.Point("loss", float(i), i, i) for i in range(2600))
@@ -118,7 +118,7 @@ def test_outbox_sends_params_then_tags_then_points_within_mlflows_limits():
 
 
 def test_outbox_requeues_in_front_and_keeps_newer_tags():
-    box = ob.Outbox()
+    box = ob.TrackingOutbox()
     box.tags["status"] = "running"
     box.add_points([tr.Point("a", 1.0, 1, 1)])
     first = box.take()

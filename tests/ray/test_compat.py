@@ -15,6 +15,7 @@ import pytest
 
 import raytf
 from raytf.errors import ConfigError
+from tests.conftest import state_address
 
 pytestmark = pytest.mark.ray
 
@@ -261,21 +262,35 @@ def ray_example_on_raytf(name: str, where: Path) -> Path:
     return path
 
 
-@pytest.mark.slow  # step 2: each starts a Ray of its own (the examples' ray.init) and trains 4 epochs
+# How each example is run: the regression one with --smoke-test (its own ray.init(num_cpus=4): 2 workers and Ray
+# Data's CPUs, more than the session's Ray has), the MNIST one as on a cluster (--address: the session's Ray; one
+# epoch of its 70 steps: its smoke test's four were the slowest test of CI's second step, 145 s).
+RUN_AS = {"tensorflow_mnist_example": lambda: ["--address", state_address(), "--num-workers", "2", "--epochs", "1"],
+          "tensorflow_regression_example": lambda: ["--smoke-test"]}
+EPOCHS = {"tensorflow_mnist_example": 1, "tensorflow_regression_example": 4}
+
+
+@pytest.mark.slow  # step 2: each trains on a Ray of its own or joins the session's, several epochs
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_rays_tensorflow_examples_run_with_one_import_changed(name, tmp_path):
+def test_rays_tensorflow_examples_run_with_one_import_changed(name, tmp_path, ray_local, no_leaks):
     script = ray_example_on_raytf(name, tmp_path)
-    # Ray's default storage_path is ~/ray_results: a HOME of the test's own keeps the runs out of the real one.
+    # Ray's default storage_path is ~/ray_results: a HOME of the test's own keeps the runs out of the real one. (The
+    # cluster's token, which Ray reads from ~/.ray/auth_token, goes with it: a driver that joins the session's Ray.)
     env = {**os.environ, "HOME": str(tmp_path), "RAY_AUTH_MODE": "token"}
-    proc = subprocess.run([sys.executable, str(script), "--smoke-test"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=560)
+    token = Path.home() / ".ray" / "auth_token"
+    if token.exists():
+        (tmp_path / ".ray").mkdir()
+        (tmp_path / ".ray" / "auth_token").write_bytes(token.read_bytes())
+    proc = subprocess.run([sys.executable, str(script), *RUN_AS[name]()], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=560)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     (run,) = (tmp_path / "ray_results").iterdir()
     summary = json.loads((run / "result.json").read_text())
     assert summary["status"] == "succeeded" and summary["num_replicas_in_sync"] == 2
     assert summary["config"]["train"]["entrypoint"] == "<function train_func defined in __main__>"
-    assert len(summary["checkpoints"]) == 4 and summary["final_metrics"]["epoch"] == 4  # a report per epoch
+    epochs = EPOCHS[name]
+    assert len(summary["checkpoints"]) == epochs and summary["final_metrics"]["epoch"] == epochs  # a report an epoch
     assert "loss" in summary["final_metrics"]
     if name == "tensorflow_regression_example":
         assert "{'loss': " in proc.stdout  # its own print(results.metrics)

@@ -24,6 +24,7 @@ def _served_cfg(fast_cfg, out, *overrides: str):
                     "checkpoint.every_epochs=0", "checkpoint.export_model=false", *overrides)
 
 
+@pytest.mark.slow  # step 2, beside the service's two kills below
 @pytest.mark.timeout(300)
 def test_every_element_once_an_epoch_preprocessed_by_the_service(fast_cfg, tmp_path, no_leaks, capsys):
     """The feature's main path (the default run's one tf.data service run): 2 MWMS workers read one job; their

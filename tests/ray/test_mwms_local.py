@@ -64,7 +64,7 @@ def test_keras_fit_two_workers_then_resume(keras_run, no_leaks, caplog, tmp_path
     data.write_bytes(bytes(raw))
 
     # Relaunch with the same run.name and more epochs: resumes at epoch 3 (epoch 3's checkpoint refused), does
-    # not restart.
+    # not restart. (A second raytf.fit in this process after keras_run's: a session of several fits.)
     again = raytf.fit(raytf.load_config(cfg, ["train.epochs=4"]), quiet=True)
     assert again.status == "succeeded", again.error
     assert again.summary["resumed_from"].endswith("-e000002-s0000000016")
@@ -77,38 +77,6 @@ def test_keras_fit_two_workers_then_resume(keras_run, no_leaks, caplog, tmp_path
     assert second["step"].min() > 16
     assert len(df2[df2["attempt"] == 1]) == len(df)  # the first launch's rows are kept
     assert again.last_checkpoint.endswith("-e000004-s0000000032")
-
-
-def test_custom_training_loop(fast_cfg, no_leaks, monkeypatch):
-    from ray.util.state import list_actors
-
-    from raytf._driver import group
-
-    # The teardown sweeps the tasks' scratch in this (the driver's) process, which shares their machine: no Ray
-    # task for it (each would start a worker process, ~0.7 s a teardown: raytf issue 38).
-    swept, sent = [], []
-    sweep = group.sweep_roots
-    monkeypatch.setattr(group, "sweep_roots", lambda roots: (swept.append(roots), sweep(roots)))
-    monkeypatch.setattr(group, "sweep_scratch", type("NoRayTask", (), {"options": lambda *a, **k: sent.append(k)}))
-    result = raytf.fit(fast_cfg("run.name=loop", "train.entrypoint=examples.custom_loop:train",
-                                "train.epochs=3"), quiet=True)
-    assert result.status == "succeeded", result.error
-    assert swept and sent == []
-    # raytf's own variables set by the tasks themselves (plan.actor_env): made without a runtime_env, so on a
-    # worker Ray had started ahead (a runtime_env of their own would have each wait for a new one).
-    actors = list_actors(address=state_address(), filters=[("class_name", "=", "TaskActor")], detail=True,
-                         limit=10_000, raise_on_missing_output=False)
-    tasks = [a for a in actors if (a.name or "").startswith("raytf:loop:")]
-    assert len(tasks) == 2 and all("TF_USE_LEGACY_KERAS" not in (a.serialized_runtime_env or "") for a in tasks), \
-        [(a.name, a.serialized_runtime_env) for a in tasks]
-    assert result.summary["num_replicas_in_sync"] == 2
-    df = result.metrics
-    assert set(df["rank"]) == {0, 1}
-    loss = list(_epoch_rows(df, 0)["loss"])
-    assert loss[-1] < loss[0]
-    # Both ranks see the same all-reduced loss.
-    assert list(_epoch_rows(df, 1)["loss"]) == pytest.approx(loss)
-    assert result.last_checkpoint is not None
 
 
 def test_failing_user_function_reports_rank_and_traceback(rank1_fails_run, no_leaks):
@@ -161,7 +129,8 @@ def test_placement_timeout_on_a_cluster_that_could_grow(fast_cfg, no_leaks):
     assert "not ready after cluster.placement_timeout_s=1s" in msg and "lacks {CPU: 1}" in msg
 
 
-@pytest.mark.parametrize("strategy", ["mirrored", pytest.param("central_storage", marks=pytest.mark.slow)])
+@pytest.mark.slow  # step 2: MultiWorkerMirroredStrategy is every other run's; these build the single-task ones
+@pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
 def test_single_task_strategies(fast_cfg, no_leaks, strategy):
     result = raytf.fit(fast_cfg(f"run.name={strategy}", f"cluster.strategy={strategy}", "cluster.num_workers=1",
                                 "cluster.worker.cpus=2"), quiet=True)
@@ -237,18 +206,41 @@ def test_cli_failed_run_exits_1(tmp_path, no_leaks):
     assert "worker 1" in proc.stderr and "rank 1 refuses to train" in proc.stderr
 
 
-def test_interrupt_tears_everything_down(fast_cfg, no_leaks):
-    """Ctrl-C in the driver (KeyboardInterrupt raised at an event): everything released, status recorded."""
-    def interrupt(e):
-        if e.kind == "step":
+def test_interrupt_tears_everything_down_and_a_second_one_skips_the_final_save(fast_cfg, no_leaks, caplog):
+    """Ctrl-C in the driver (KeyboardInterrupt raised at an event): a final save is asked for, and a second Ctrl-C
+    during it ends the run at once; everything released (no_leaks), status recorded. The run also holds its TF
+    servers' ports in cluster.port_range (issue 19), and on an embedded Ray's loopback nothing warns of them."""
+    import logging
+
+    from tests.ray.test_port_range import held_block
+
+    held = held_block(4)
+    low, high = held[0].getsockname()[1], held[-1].getsockname()[1]
+    for s in held:
+        s.close()  # free again: the range the run gets
+    interrupts = []
+
+    def interrupt_always(e):
+        if e.kind in ("step", "heartbeat"):
+            interrupts.append(e.payload["step"])
             raise KeyboardInterrupt
 
-    cfg = fast_cfg("run.name=ctrlc", "train.epochs=50", "checkpoint.on_interrupt=false")
+    caplog.set_level(logging.INFO, logger="raytf")
+    cfg = fast_cfg("run.name=ctrlc", "train.epochs=50", "metrics.every_steps=1", "checkpoint.every_epochs=0",
+                   f"cluster.port_range=[{low},{high}]", "train.entrypoint=tests.train_fns:paced_loop",
+                   "train.params.step_s=0.05")
     with pytest.raises(KeyboardInterrupt):
-        raytf.fit(cfg, quiet=True, on_event=interrupt)
+        raytf.fit(cfg, quiet=True, on_event=interrupt_always)
+    assert len(interrupts) == 2  # the second one, during the final save, ended it
+    assert "interrupted: saving a final checkpoint" in caplog.text and "second interrupt" in caplog.text
     result = raytf.load_result(f"{cfg.storage.path}/ctrlc")
     assert result.status == "interrupted"
     assert result.attempts[-1]["status"] == "interrupted"
+    tasks = json.loads((Path(result.run_dir) / "result.json").read_text())["tasks"]
+    assert len(tasks) == 2 and all(low <= t["port"] <= high for t in tasks), tasks
+    assert len({t["port"] for t in tasks}) == 2
+    # Every address is 127.0.0.1 (embedded Ray): nothing to warn about.
+    assert "TF's gRPC servers accept anyone" not in caplog.text
 
 
 def test_cli_sigint_exits_130_and_releases(tmp_path, no_leaks):
@@ -257,7 +249,8 @@ def test_cli_sigint_exits_130_and_releases(tmp_path, no_leaks):
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", "run.name=sigint",
-         f"storage.path={tmp_path}", "train.epochs=1000", f"ray.address={state_address()}"],
+         f"storage.path={tmp_path}", "train.epochs=1000", "train.steps_per_epoch=5",
+         "train.entrypoint=tests.train_fns:paced_loop", "train.params.step_s=0.02", f"ray.address={state_address()}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         # A shell without job control starts background commands with SIGINT ignored, and children inherit that
         # (then Python installs no KeyboardInterrupt handler): the launch must see SIGINT as a terminal sends it.
@@ -288,7 +281,7 @@ def _interrupt_once_at(step: int, seen: list[int]):
     return interrupt_once
 
 
-@pytest.mark.slow  # step 2: the agreed-step save and its relaunch run by default (Keras, below)
+@pytest.mark.slow  # step 2: the agreed-step save runs by default (a preemption's, test_fault_tolerance.py)
 def test_interrupt_saves_a_final_checkpoint_at_an_agreed_step(fast_cfg, no_leaks, caplog):
     import logging
     import re
@@ -315,23 +308,7 @@ def test_interrupt_saves_a_final_checkpoint_at_an_agreed_step(fast_cfg, no_leaks
     assert again.final_metrics["step"] == 24
 
 
-@pytest.mark.slow  # step 2: a variant of the Ctrl-C paths above
-def test_second_interrupt_skips_the_final_save(fast_cfg, no_leaks):
-    interrupts = []
-
-    def interrupt_always(e):
-        if e.kind in ("step", "heartbeat"):
-            interrupts.append(e.payload["step"])
-            raise KeyboardInterrupt
-
-    cfg = fast_cfg("run.name=twice", "train.epochs=50", "metrics.every_steps=1", "checkpoint.every_epochs=0")
-    with pytest.raises(KeyboardInterrupt):
-        raytf.fit(cfg, quiet=True, on_event=interrupt_always)
-    assert len(interrupts) == 2  # the second one, during the final save, ended it
-    result = raytf.load_result(f"{cfg.storage.path}/twice")
-    assert result.status == "interrupted"
-
-
+@pytest.mark.slow  # step 2 (two runs); a save at an agreed step in step 1 (the preemption's)
 def test_keras_fit_resumes_mid_epoch_exactly(fast_cfg, no_leaks):
     """Model.fit interrupted mid-epoch (a save at the agreed step), then relaunched: it resumes at that step, and
     its optimizer has taken exactly as many steps as an uninterrupted run (no epoch's steps trained twice)."""
@@ -348,3 +325,24 @@ def test_keras_fit_resumes_mid_epoch_exactly(fast_cfg, no_leaks):
     rows = df[(df["attempt"] == again.attempts[-1]["attempt"]) & (df["kind"] == "step") & (df["rank"] == 0)]
     assert rows["step"].min() == saved + 1  # the resumed epoch starts after the saved step
     assert again.final_metrics["iterations"] == 80 and again.final_metrics["step"] == 80
+
+
+def test_a_plan_the_cluster_can_never_hold_exits_2_from_a_launch_as_from_a_dry_run(tmp_path, no_leaks, monkeypatch,
+                                                                                  capsys):
+    """The same plan exits with the same code from --dry-run and from a launch: 2 when the cluster can never hold
+    it (a configuration to change), 1 when it was not ready in time (the run failed)."""
+    from raytf import launch
+    from raytf.api import fit
+
+    monkeypatch.setattr(launch.signal, "signal", lambda *args: None)  # (this process's SIGTERM stays pytest's)
+    argv = ["conf/local.yaml", f"storage.path={tmp_path}", f"ray.address={state_address()}", "ray.ship_code=off"]
+    for never, code in ((True, 2), (False, 1)):
+        def placement_fails(*args, never=never, **kwargs):
+            raise PlacementError("placement group for 64 tasks (PACK) can never be placed", never=never)
+
+        monkeypatch.setattr(fit, "_fit", placement_fails)
+        assert launch.main([*argv, f"run.name=never{int(never)}"]) == code
+        assert "placement group for 64 tasks" in capsys.readouterr().err
+    dry = launch.main(["conf/local.yaml", "--dry-run", f"storage.path={tmp_path}", "ray.address=null",
+                       "cluster.num_workers=64"])
+    assert dry == 2

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import raytf
-from raytf._core import figures as plots
+from raytf._driver import figures as plots
 from tests.conftest import ROOT, state_address
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -69,34 +69,50 @@ def _tf_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if tf_level(re.sub(r"^\[\w+ \d+\] ", "", line))]
 
 
-@pytest.mark.timeout(180)
-def test_driver_never_imports_tensorflow_and_its_terminal_stays_quiet(tmp_path, no_leaks):
-    """Ray's log_to_driver on (raytf.fit's default, and a user's own ray.init's): the terminal shows rank 0's print
-    prefixed, none of TF's start-up lines nor Ray's relay of them (raytf issue 21); the tasks' logs have them all.
-    (The driver joins the session's Ray.)"""
+@pytest.fixture(scope="module")
+def io_run(session_ray, tmp_path_factory):
+    """One run of tests.train_fns:print_then_train (it prints, writes files in its working and log directories,
+    trains) from a driver of its own, a `python -c` that joins the session's Ray with raytf.fit's defaults (Ray's
+    log_to_driver on): (its CompletedProcess, its storage, the launch directory's entries before and after). Three
+    tests read it: the terminal, the per-rank logs, the files."""
+    import os
+
+    session_ray.up()
+    storage = tmp_path_factory.mktemp("io-run")
     code = ("import sys, raytf; r = raytf.fit('conf/local.yaml', ['train.epochs=1', 'train.steps_per_epoch=3', "
-            f"'storage.path={tmp_path}', 'run.name=notf', 'ray.address={state_address()}', "
-            "'train.entrypoint=tests.train_fns:print_then_train'], quiet=True); "
+            f"'storage.path={storage}', 'run.name=notf', 'ray.address={state_address()}', "
+            "'checkpoint.export_model=false', 'train.entrypoint=tests.train_fns:print_then_train'], quiet=True); "
             "print(r.status, 'tensorflow' in sys.modules, 'keras' in sys.modules)")
+    before = set(os.listdir(ROOT))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=240)
+    return out, storage / "notf", (before, set(os.listdir(ROOT)))
+
+
+@pytest.mark.timeout(300)
+def test_driver_never_imports_tensorflow_and_its_terminal_stays_quiet(io_run, no_leaks):
+    """Ray's log_to_driver on (raytf.fit's default, and a user's own ray.init's): the terminal shows rank 0's print
+    prefixed, none of TF's start-up lines nor Ray's relay of them (raytf issue 21); the tasks' logs have them all."""
+    out, run, _ = io_run
     assert out.stdout.strip().splitlines()[-1] == "succeeded False False", out.stderr[-2000:]
     terminal = out.stdout + out.stderr
     assert [n for n in NOISE if n in terminal] == [] and _tf_lines(terminal) == [], terminal
     assert "[worker 0] hello from worker 0" in out.stdout.splitlines() and "hello from worker 1" not in terminal
     for rank in (0, 1):
-        logged = (tmp_path / f"notf/logs/worker{rank}-attempt1.log").read_text()
+        logged = (run / f"logs/worker{rank}-attempt1.log").read_text()
         assert f"hello from worker {rank}" in logged and "absl::InitializeLog" in logged and _tf_lines(logged)
 
 
-# ~20 s (a CLI run of its own) out of the default run's 20 minutes; what --tf-logs shows is lines.Shown's rule, tested
+# A CLI run of its own; what --tf-logs shows is lines.Shown's rule, tested
 # in tests/core/test_output_lines.py, and a default CLI run's quiet terminal is the test above's.
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_the_cli_shows_every_ranks_tf_logs_on_request(tmp_path):
-    """--tf-logs --all-ranks: every rank's lines, TF's among them, each under its own prefix, none de-duplicated."""
+def test_the_cli_shows_every_ranks_tf_logs_on_request(tmp_path, no_leaks):
+    """--tf-logs --all-ranks: every rank's lines, TF's among them, each under its own prefix, none de-duplicated.
+    (It joins the session's Ray: what the terminal shows is raytf's, not Ray's.)"""
     out = subprocess.run(
         [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", "--tf-logs", "--all-ranks",
-         "run.name=tflogs", f"storage.path={tmp_path}", "train.epochs=1", "train.steps_per_epoch=3", "ray.num_cpus=2",
+         "run.name=tflogs", f"storage.path={tmp_path}", "train.epochs=1", "train.steps_per_epoch=3",
+         f"--address={state_address()}", "checkpoint.export_model=false",
          "train.entrypoint=tests.train_fns:print_then_train"], capture_output=True, text=True, cwd=ROOT, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     terminal = out.stdout + out.stderr
@@ -109,29 +125,22 @@ def test_the_cli_shows_every_ranks_tf_logs_on_request(tmp_path):
     assert "(TaskActor pid=" not in terminal and "[repeated" not in terminal
 
 
-def test_per_rank_logs_are_kept(fast_cfg, ps_run, no_leaks):
-    result = raytf.fit(fast_cfg("run.name=logs", "train.entrypoint=tests.train_fns:print_rank"), quiet=True)
-    assert result.status == "succeeded", result.error
-    logs = Path(result.run_dir) / "logs"
+def test_per_rank_logs_are_kept(io_run, ps_run):
+    out, run, _ = io_run
+    assert out.returncode == 0, out.stderr[-2000:]
     for rank in (0, 1):
-        text = (logs / f"worker{rank}-attempt1.log").read_text()
+        text = (run / f"logs/worker{rank}-attempt1.log").read_text()
         assert f"hello from worker {rank}" in text
     names = {p.name for p in (Path(ps_run.run_dir) / "logs").iterdir()}
     # Named by role and task index, as TF names the tasks (/job:ps/task:0), not by raytf's global rank.
     assert {"chief0-attempt1.log", "worker0-attempt1.log", "worker1-attempt1.log", "ps0-attempt1.log"} <= names
 
 
-@pytest.mark.ray
-@pytest.mark.timeout(180)
-def test_a_function_writes_in_a_directory_of_its_own_and_its_log_dir_is_kept(fast_cfg, tmp_path, no_leaks):
-    import os
-
-    before = set(os.listdir(ROOT))
-    result = raytf.fit(fast_cfg("run.name=outputs", "train.entrypoint=tests.train_fns:write_outputs"), quiet=True)
-    assert result.status == "succeeded", result.error
-    run = Path(result.run_dir)
+def test_a_function_writes_in_a_directory_of_its_own_and_its_log_dir_is_kept(io_run):
+    out, run, (before, after) = io_run
+    assert out.returncode == 0, out.stderr[-2000:]
     for index in (0, 1):
         notes = (run / f"workdir/worker{index}/notes.txt").read_text()
         assert notes.startswith(f"worker {index} wrote this in ") and str(ROOT) not in notes
         assert (run / f"logs/worker{index}-attempt1/events.txt").read_text() == f"worker {index}\n"
-    assert set(os.listdir(ROOT)) == before  # nothing landed in the launch directory (the checkout)
+    assert after == before  # nothing landed in the launch directory (the checkout)

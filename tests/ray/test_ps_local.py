@@ -90,12 +90,10 @@ def test_elastic_ps_grows_back_at_the_next_checkpoint_after_a_tolerated_loss(ps_
     assert _chief_epochs(result.metrics)["epoch"].tolist()[-1] == 4
 
 
-@pytest.mark.slow  # step 2: two ParameterServerStrategy runs (~50 s)
+@pytest.mark.slow  # step 2: a ParameterServerStrategy run (~25 s)
 def test_failing_chief_stops_the_servers(ps_cfg, no_leaks):
-    result = raytf.fit(ps_cfg("run.name=psboom", "train.entrypoint=tests.train_fns:fail_on_rank1",
-                              "cluster.num_workers=1"), quiet=True)
-    # rank 1 is the (only) worker, which runs a server, not the function: the chief trains and succeeds.
-    assert result.status == "succeeded", result.error
+    """(That the function runs on the chief alone, the servers' tasks never running it: ps_run's function refuses
+    to run anywhere else, and that run succeeds.)"""
     boom = raytf.fit(ps_cfg("run.name=psboom2", "train.entrypoint=tests.train_fns:fail_always"), quiet=True,
                      raise_on_failure=False)
     assert boom.status == "failed"

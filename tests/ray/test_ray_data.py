@@ -33,6 +33,7 @@ def _seen(ids_dir: Path, attempt: int, epoch: int) -> tuple[list[int], list[int]
     return files[0]["ids"] + files[1]["ids"], files[0]["sizes"], files[1]["sizes"]
 
 
+@pytest.mark.slow  # step 2 (three attempts); Ray Data's shares reach a script in step 1 (test_script_mode.py)
 def test_every_row_once_an_epoch_through_a_retry_and_a_resume(fast_cfg, no_leaks, tmp_path):
     """read_parquet of a local file; rank 1 dies in attempt 1's second epoch: attempt 2 reads that epoch again from
     its start; a relaunch with more epochs resumes and reads on."""

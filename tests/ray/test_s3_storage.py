@@ -71,6 +71,7 @@ def all_objects(fs, prefix):
     return [i for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True)) if i.type == pafs.FileType.File]
 
 
+@pytest.mark.slow  # step 2 (two runs on moto); a run on S3 with its one secret in step 1 (below)
 def test_run_and_resume_on_s3_without_leaking_credentials(s3, no_leaks, monkeypatch):
     # Every metrics part leaves the driver's memory once written: the tables below are read back from S3.
     monkeypatch.setattr("raytf._core.metrics.MEMORY_BYTES", 0)
@@ -224,7 +225,7 @@ def _parts(value, data: bytes):
         yield part, pickle.dumps(part)
 
 
-@pytest.mark.slow  # step 2: a fault scenario (~30 s); a run and resume on S3 runs by default
+@pytest.mark.slow  # step 2: a fault scenario (~30 s)
 def test_endpoint_outage_mid_run(s3, no_leaks):
     """The endpoint stops during training and comes back 4 s later: training goes on meanwhile, the
     checkpoint lands after retries, and no partial checkpoint is ever visible."""

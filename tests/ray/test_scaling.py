@@ -15,7 +15,7 @@ from tests.conftest import benchmark_smoke
 def test_scaling_report_runs_each_count(fast_cfg, no_leaks):
     cfg = fast_cfg("run.name=scale", "cluster.worker.cpus=0.5", "checkpoint.every_epochs=0",
                    "checkpoint.export_model=false")
-    table = raytf.scaling(cfg, [1, 2, 8])  # 8 x 0.5 CPUs cannot be placed on 2 CPUs
+    table = raytf.scaling(cfg, workers=[1, 2, 8], quiet=True)  # 8 x 0.5 CPUs cannot be placed on 2 CPUs
     assert list(table["workers"]) == [1, 2, 8]
     assert list(table["status"]) == ["succeeded", "succeeded", "infeasible"]
     assert list(table["replicas"][:2]) == [1, 2] and list(table["global_batch"][:2]) == [16, 32]

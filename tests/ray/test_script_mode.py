@@ -67,6 +67,7 @@ def test_script_exiting_3_on_rank_1_fails_the_run(script_cfg, no_leaks):
     assert _leftovers() == []
 
 
+@pytest.mark.slow  # step 2 (issue 50: the README's tests' budget): ParameterServerStrategy trains in step 1 (ps_run)
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_parameter_server_script(script_cfg, no_leaks):
@@ -87,6 +88,7 @@ def test_parameter_server_script(script_cfg, no_leaks):
     assert _leftovers() == []
 
 
+@pytest.mark.slow  # step 2: a script runs in step 1; its resume by relaunch here
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_module_script_resumes_from_its_synced_checkpoint(script_cfg, no_leaks):

@@ -64,7 +64,8 @@ def test_several_fits_a_retry_then_an_error_after_training(script_cfg, no_leaks)
 
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("program", ["fit", pytest.param("loop", marks=pytest.mark.slow)])
+@pytest.mark.slow  # step 2: a script that builds a one-task strategy, refused (one message, two programs)
+@pytest.mark.parametrize("program", ["fit", "loop"])
 def test_a_strategy_that_does_not_span_the_cluster_fails_the_run(script_cfg, program, no_leaks):
     """MirroredStrategy on 2 workers: two unsynchronised copies. Keras fit says so by its replica count (the run
     stops at the first fit); a custom loop by never connecting to the other task (found when it ends)."""
@@ -127,18 +128,12 @@ def _check_tutorial_keras_run(result):
 
 
 @pytest.mark.ray
-@pytest.mark.timeout(300)
-def test_the_keras_tutorial_runs_unmodified(tmp_path, no_leaks):
-    """examples/tutorial_keras.py as TF's multi-worker Keras tutorial writes it, run by conf/tutorial_keras.yaml:
-    trains on both workers; its model, saved the tutorial's way, lands in the chief's working directory."""
-    _check_tutorial_keras_run(raytf.fit(_tutorial_keras(tmp_path, 2), quiet=True))
-
-
-@pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_a_relaunch_of_the_keras_tutorial_resumes_on_every_worker(tmp_path, no_leaks):
-    """A relaunch of the same run.name: every worker's load_weights(latest_checkpoint) finds the same checkpoint."""
+def test_the_keras_tutorial_runs_unmodified_and_a_relaunch_resumes_on_every_worker(tmp_path, no_leaks):
+    """examples/tutorial_keras.py as TF's multi-worker Keras tutorial writes it, run by conf/tutorial_keras.yaml:
+    trains on both workers; its model, saved the tutorial's way, lands in the chief's working directory. A relaunch
+    of the same run.name: every worker's load_weights(latest_checkpoint) finds the same checkpoint."""
     first = raytf.fit(_tutorial_keras(tmp_path, 2), quiet=True)
     _check_tutorial_keras_run(first)
     run = Path(first.run_dir)
@@ -154,9 +149,9 @@ def test_a_relaunch_of_the_keras_tutorial_resumes_on_every_worker(tmp_path, no_l
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # step 2, with its relaunch (a custom loop's CheckpointManager saves: the Model Garden's too)
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("relaunch", [False, pytest.param(True, marks=pytest.mark.slow)])
-def test_the_custom_loop_tutorial_commits_its_checkpoint_manager_saves(tmp_path, relaunch, no_leaks):
+def test_the_custom_loop_tutorial_commits_its_checkpoint_manager_saves(tmp_path, no_leaks):
     """examples/tutorial_ctl.py saves with a tf.train.CheckpointManager and reports nothing to raytf: each save on
     the chief is committed all the same, and the run resumes from the last one."""
     cfg = raytf.load_config(ROOT / "conf/tutorial_ctl.yaml", [
@@ -166,8 +161,6 @@ def test_the_custom_loop_tutorial_commits_its_checkpoint_manager_saves(tmp_path,
     assert first.status == "succeeded", first.error
     assert len(first.checkpoints) == 2  # one per epoch's CheckpointManager.save
     assert (Path(first.checkpoints[-1]) / "checkpoint").exists()
-    if not relaunch:
-        return
     again = raytf.fit(raytf.load_config(cfg, ["train.args=[--epochs,'3',--steps-per-epoch,'5',--checkpoint-dir,"
                                               "'{checkpoint_dir}']"]), quiet=True)
     assert again.status == "succeeded", again.error

@@ -278,7 +278,7 @@ class ScriptHost:
         if isinstance(msg, protocol.Raised):
             self.raised = str(msg.type)
         elif isinstance(msg, protocol.FitStarted):
-            self.emit(ev.STARTED, dataclasses.asdict(msg))
+            self.emit(ev.STARTED, ev.Started(**dataclasses.asdict(msg)))
             workers = self.cfg.cluster.num_workers
             if self.cfg.cluster.strategy is Strategy.multi_worker_mirrored and int(msg.replicas) < workers:
                 self._give_up(ClusterNotUsed(self._not_spanning(
@@ -300,9 +300,9 @@ class ScriptHost:
                 raise
         else:  # a row, a heartbeat, raytf.data_service's notice: relayed as it is
             if msg.kind in (ev.STEP, ev.EPOCH):  # ScriptReporter checked them; a script writing its pipe did not
-                self._names.check(msg.payload.get("metrics") or {})
+                self._names.check(msg.payload.metrics)
             self.emit(msg.kind, msg.payload)
 
     def _beat(self) -> None:
         epoch, step = self.position
-        self.emit(ev.HEARTBEAT, {"epoch": epoch + 1, "step": step})
+        self.emit(ev.HEARTBEAT, ev.Beat(epoch=epoch + 1, step=step))

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from raytf._core.events import DATA_SERVICE, EPOCH, HEARTBEAT, STEP
+from raytf._core.events import DATA_SERVICE, EPOCH, HEARTBEAT, PAYLOADS, STEP, Payload
 
 SPEC_ENV = "RAYTF_SCRIPT_SPEC"
 # A warm child's (spawn.WarmChild): what it is given at its start, before it knows its script (WarmStart, JSON).
@@ -116,19 +116,19 @@ def rebased_path(path: list[str], *, was_cwd: str, cwd: str, was_pythonpath: str
 
 @dataclass(frozen=True)
 class Row:
-    """An event the host relays as it is (ROWS): a StepCounter's row or heartbeat (epoch, step, metrics, ...), or
-    raytf.data_service's notice that the service is used."""
+    """An event the host relays as it is (ROWS), with its payload's record (_core/events.py): a StepCounter's row
+    or heartbeat, or raytf.data_service's notice that the service is used."""
 
     kind: str
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: Payload
 
     def position(self) -> tuple[int, int] | None:
         """(epochs completed, step): step rows and heartbeats carry the epoch under way (1-based), epoch rows the
         epochs completed."""
-        if "step" not in self.payload:
+        if self.kind not in (STEP, EPOCH, HEARTBEAT):
             return None
         running = self.kind in (STEP, HEARTBEAT)
-        return int(self.payload.get("epoch", 0)) - running, int(self.payload["step"])
+        return int(self.payload.epoch) - running, int(self.payload.step)
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def decode(obj: dict[str, Any]) -> Message | None:
     obj = dict(obj)
     kind = obj.pop("kind")
     if kind in ROWS:
-        return Row(kind, obj)
+        return Row(kind, PAYLOADS[kind].of(obj))
     cls = _TYPES.get(kind)
     if cls is None:
         return None

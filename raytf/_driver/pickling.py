@@ -1,6 +1,7 @@
 """Functions given as values (`raytf.fit(cfg, train_fn=train)`): pickled here, in the driver, with Ray's own
-serializer, to travel to the tasks (raytf._core.function says what is sent by value and what by reference).
-Imports Ray, never TensorFlow."""
+serializer, to travel to the tasks (raytf._core.function says what is sent by value and what by reference). Ray's
+cloudpickle is imported only to pickle (`pack`): what the config records of a function (`label_of`) needs no Ray.
+Never TensorFlow."""
 
 from __future__ import annotations
 
@@ -21,19 +22,31 @@ def _importable(fn: Any, module: str, qualname: str) -> bool:
     return getattr(owner, qualname, None) is fn
 
 
+def label_of(fn: Callable[..., Any], arg: str) -> str:
+    """What the config records of `fn` (raytf._core.function.label); `arg` names it in the error for a value that
+    is not a function. No pickling, no Ray: `raytf.plan(cfg, train_fn=...)` records it so."""
+    if not callable(fn):
+        raise ConfigError(f"{arg} ({fn!r}) is a {type(fn).__name__}, not a function. Fix: pass the function itself, "
+                          f"e.g. {arg}=train (no parentheses)")
+    named = fn.func if isinstance(fn, functools.partial) else fn  # (a partial is named after its function)
+    module = str(getattr(named, "__module__", None) or "?")
+    qualname = str(getattr(named, "__qualname__", None) or type(named).__name__)
+    return label(qualname, module, named is fn and _importable(fn, module, qualname))
+
+
+def recorded(train_fn=None, eval_fn=None) -> Functions:
+    """The functions as the config records them, not pickled (their data empty): what a plan needs of them."""
+    return Functions(*(PickledFunction(label_of(fn, arg), b"") if fn is not None else None
+                       for fn, arg in ((train_fn, "train_fn"), (eval_fn, "eval_fn"))))
+
+
 def pack(fn: Callable[..., Any] | PickledFunction | None, arg: str) -> PickledFunction | None:
     """`fn` pickled for the tasks (None: none given; already packed: as it is). `arg` names it in errors."""
     if fn is None or isinstance(fn, PickledFunction):
         return fn
-    if not callable(fn):
-        raise ConfigError(f"{arg} ({fn!r}) is a {type(fn).__name__}, not a function. Fix: pass the function itself, "
-                          f"e.g. {arg}=train (no parentheses)")
+    what = label_of(fn, arg)
     from ray import cloudpickle
 
-    named = fn.func if isinstance(fn, functools.partial) else fn  # (a partial is named after its function)
-    module = str(getattr(named, "__module__", None) or "?")
-    qualname = str(getattr(named, "__qualname__", None) or type(named).__name__)
-    what = label(qualname, module, named is fn and _importable(fn, module, qualname))
     try:
         data = cloudpickle.dumps(fn)
     except Exception as e:  # a lock, a socket, an open file in what the function refers to

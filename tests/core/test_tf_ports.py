@@ -4,7 +4,7 @@ exposed. Pure."""
 
 import pytest
 
-from raytf._core import failure, ports
+from raytf._core import failure, tf_ports
 from raytf._core.plan import make_plan
 from raytf._core.topology import TaskAddress
 from raytf.config import FailureConfig, Strategy, load_config
@@ -14,18 +14,18 @@ BASE = {"train": {"entrypoint": "examples.keras_cnn:train"}}
 
 @pytest.mark.parametrize("start", [0, 1, 5, 9])
 def test_candidates_try_every_port_of_the_range_once_from_the_offset(start):
-    order = ports.candidates(20000, 20009, start)
+    order = tf_ports.candidates(20000, 20009, start)
     assert order[0] == 20000 + start
     assert sorted(order) == list(range(20000, 20010))  # each once, nothing outside
     assert order == sorted(order[: 10 - start]) + sorted(order[10 - start:])  # up to the top, then from the bottom
 
 
 def test_candidates_of_a_single_port():
-    assert ports.candidates(20000, 20000, 0) == [20000]
+    assert tf_ports.candidates(20000, 20000, 0) == [20000]
 
 
 def test_none_free_names_the_key_the_host_the_count_and_the_fix():
-    message = ports.none_free([20000, 20001], "198.18.0.3")
+    message = tf_ports.none_free([20000, 20001], "198.18.0.3")
     assert message.startswith("cluster.port_range [20000, 20001]: no free port on host 198.18.0.3 (tried all 2")
     assert "Fix: widen cluster.port_range, or place fewer tasks per host" in message
     assert "\n" not in message
@@ -50,7 +50,7 @@ def test_no_free_port_is_a_config_failure_never_retried():
                                                  ("198.18.0.2", False), ("10.0.0.1", False), ("fe80::1", False),
                                                  ("node-1.example", False)])
 def test_is_loopback(host, loopback):
-    assert ports.is_loopback(host) is loopback
+    assert tf_ports.is_loopback(host) is loopback
 
 
 def _addresses(*pairs, evaluator=None):
@@ -62,7 +62,7 @@ MWMS = Strategy.multi_worker_mirrored
 
 
 def test_exposure_warning_lists_every_server_when_one_address_is_not_loopback():
-    warning = ports.exposure_warning(_addresses(("198.18.0.2", 20001), ("198.18.0.3", 20000)), strategy=MWMS,
+    warning = tf_ports.exposure_warning(_addresses(("198.18.0.2", 20001), ("198.18.0.3", 20000)), strategy=MWMS,
                                      port_range=[20000, 20009])
     assert warning == ("TF's gRPC servers accept anyone who can reach them (no authentication, no TLS): "
                        "198.18.0.2:20001, 198.18.0.3:20000; let only the cluster's hosts reach these ports "
@@ -70,7 +70,7 @@ def test_exposure_warning_lists_every_server_when_one_address_is_not_loopback():
 
 
 def test_exposure_warning_without_a_range_suggests_one():
-    warning = ports.exposure_warning(_addresses(("127.0.0.1", 41000), ("fe80::1", 42000)), strategy=MWMS,
+    warning = tf_ports.exposure_warning(_addresses(("127.0.0.1", 41000), ("fe80::1", 42000)), strategy=MWMS,
                                      port_range=None)
     assert "127.0.0.1:41000, [fe80::1]:42000;" in warning
     assert warning.endswith("(cluster.port_range puts them in one range a firewall rule can cover; README: "
@@ -79,13 +79,13 @@ def test_exposure_warning_without_a_range_suggests_one():
 
 @pytest.mark.parametrize("hosts", [("127.0.0.1", "127.0.0.1"), ("::1", "localhost")])
 def test_no_exposure_warning_when_every_address_is_loopback(hosts):
-    assert ports.exposure_warning(_addresses(*((h, 20000 + i) for i, h in enumerate(hosts))), strategy=MWMS,
+    assert tf_ports.exposure_warning(_addresses(*((h, 20000 + i) for i, h in enumerate(hosts))), strategy=MWMS,
                                   port_range=None) is None
 
 
 def test_no_exposure_warning_for_what_runs_no_cluster_server():
     # The evaluator is no server of the cluster; a single-task strategy runs none at all.
-    assert ports.exposure_warning(_addresses(("127.0.0.1", 20000), evaluator=("198.18.0.9", 20001)),
+    assert tf_ports.exposure_warning(_addresses(("127.0.0.1", 20000), evaluator=("198.18.0.9", 20001)),
                                   strategy=MWMS, port_range=None) is None
-    assert ports.exposure_warning(_addresses(("198.18.0.2", 20000)), strategy=Strategy.mirrored,
+    assert tf_ports.exposure_warning(_addresses(("198.18.0.2", 20000)), strategy=Strategy.mirrored,
                                   port_range=None) is None

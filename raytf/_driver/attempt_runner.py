@@ -1,37 +1,40 @@
-"""One attempt, carried out (`AttemptRunner`): its group placed (elastic training: at the first size that can be),
-its tasks started, the attempt loop (_core.runloop) driven over them, and its end concluded into an `AttemptEnd`
-(the errors that make it, the nodes found unreachable or lost) for the run's state machine (_core.run). The group
-is always torn down. Imports Ray, never TensorFlow."""
+"""One attempt, carried out (`AttemptRunner`) in the steps the driver takes it through: its group placed (elastic
+training: at the first size that can be: `place`), its tasks started and the attempt loop (_core.attempt_loop)
+driven over them, its end concluded into an `AttemptEnd` (the errors that make it, the nodes found unreachable or
+lost: `train`), for the run's state machine (_core.run_machine), and always torn down (`teardown`). Imports Ray,
+never TensorFlow."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
+import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-import ray
 from ray.exceptions import RayActorError
 
-from raytf._core import elastic, failure, ports
+from raytf._core import elastic, failure, tf_ports
 from raytf._core import events as ev
 from raytf._core import timeline as tl
-from raytf._core.attempts import Attempt, Cause, Done, Failed, Hung, Interrupted, Stopped
-from raytf._core.function import Functions
-from raytf._core.plan import WORKER, make_plan, task_table
-from raytf._core.run import AttemptEnd, Placing, Run
-from raytf._core.runloop import AttemptLoop, Timing, drive
+from raytf._core.attempt_drive import drive
+from raytf._core.attempt_loop import AttemptLoop, Timing
+from raytf._core.attempt_record import Attempt, Cause, Done, Failed, Hung, Interrupted, Stopped
+from raytf._core.plan import WORKER, Plan, task_table
+from raytf._core.run_machine import Run
+from raytf._core.run_states import AttemptEnd, Placing
 from raytf._core.topology import TaskAddress
-from raytf._driver import placement, standby
+from raytf._driver import nodes, placement, standby
 from raytf._driver.data import Datasets
 from raytf._driver.dataservice import DataService
 from raytf._driver.group import TaskGroup
-from raytf._driver.port import BusUnresponsive, RayPort
+from raytf._driver.preflight import Launch
+from raytf._driver.ray_port import BusUnresponsive, RayPort
 from raytf._driver.record import RunRecord
 from raytf._driver.sinks import Progress, Sinks
 from raytf._driver.usercode import CodePlan
-from raytf._storage import RunDir
 from raytf.config import Config, owns_loop
 from raytf.errors import PlacementError, WorkerError
 
@@ -46,49 +49,77 @@ class _ServiceLost(Exception):
         self.error = error
 
 
+@dataclass(frozen=True)
+class Placement:
+    """An attempt's group placed: its size (elastic training: maybe fewer than cluster.num_workers), its plan and
+    its placement group."""
+
+    size: int
+    plan: Plan
+    pg: Any
+
+
+def driver_error(e: Exception) -> AttemptEnd:
+    """An exception of raytf's own code while an attempt ran (a Ray call the driver made that failed, say) as the
+    attempt's failure, with its traceback: classified and budgeted by the failure policy like any other (as Ray
+    Train's controller does with its own errors), not an end of the run without a retry."""
+    error = WorkerError(f"raytf's driver failed: {type(e).__name__}: {e}", role="driver", kind=failure.DRIVER,
+                        remote_traceback="".join(traceback.format_exception(type(e), e, e.__traceback__)),
+                        error_type=type(e).__name__)
+    return AttemptEnd(Failed((error,)), (error,))
+
+
 class AttemptRunner:
     """Carries out the attempts of one launch; `dispatch` takes the tasks' events (the record, then the sinks)."""
 
-    def __init__(self, cfg: Config, run_dir: RunDir, run: Run, record: RunRecord, *, sinks: Sinks,
-                 progress: Progress, ray_metrics: Any, dispatch: Callable[[list[ev.Event]], None],
-                 data: Datasets | None, embedded: bool, code: CodePlan, functions: Functions,
+    def __init__(self, launch: Launch, run: Run, record: RunRecord, *, sinks: Sinks, progress: Progress,
+                 ray_metrics: Any, dispatch: Callable[[list[ev.Event]], None], data: Datasets | None, code: CodePlan,
                  service: DataService | None = None, poll_s: float = 0.5) -> None:
-        self.cfg, self.run_dir, self.run, self.record, self.sinks = cfg, run_dir, run, record, sinks
+        self.cfg, self.run_dir, self.run, self.record, self.sinks = launch.cfg, launch.run_dir, run, record, sinks
         self.progress, self.ray_metrics, self.dispatch, self.data = progress, ray_metrics, dispatch, data
-        self.embedded, self.code, self.poll_s = embedded, code, poll_s  # code: how the tasks get the program
-        self.functions = functions  # raytf.fit's train_fn=/eval_fn=, pickled
+        self.embedded, self.code, self.poll_s = bool(launch.embedded), code, poll_s  # code: how tasks get the program
+        self.functions = launch.functions  # raytf.fit's train_fn=/eval_fn=, pickled
+        self.plan_for = launch.plan_for  # the run's plan at each size, made once
         self.service = service  # the tf.data service (data_service.workers): its servers started per attempt
-        self.script = owns_loop(cfg)  # its epochs, batch and saves are the program's: a script, a Ray Train loop
+        self.script = owns_loop(self.cfg)  # its epochs, batch and saves are the program's: a script, a Ray Train loop
         self.group: TaskGroup | None = None  # the last attempt's (the run's end refills its standbys)
         self._refilled: int | None = None  # the attempt whose standbys were asked for
         self._exposed: str | None = None  # the last warning naming the TF ports open to the network
 
-    def run_attempt(self, placing: Placing) -> AttemptEnd:
-        """Place, start, train, conclude, tear down. Raises PlacementError (no size could be placed), a
-        StorageError, and KeyboardInterrupt (a Ctrl-C outside the loop, which decides within it)."""
-        attempt = placing.attempt
+    def place(self, placing: Placing) -> Placement:
+        """The attempt's group placed at the first of the placing's sizes that can be. Raises PlacementError (no
+        size could be placed) and KeyboardInterrupt."""
         size, plan, pg = self._place(placing)
-        self.run.placed(size, time.time())
         self.record.timeline.mark(tl.PLACEMENT_READY, time.time())
-        cfg = elastic.sized(self.cfg, size)
-        self.record.metrics.set_size(attempt.number, size)
-        self.progress.start_attempt(size, wanted=self.cfg.cluster.num_workers,
+        return Placement(size, plan, pg)
+
+    def train(self, attempt: Attempt, placement: Placement) -> AttemptEnd:
+        """The placed attempt's tasks started, its loop driven to its end, concluded (its group still up:
+        `teardown` follows, always). Raises a StorageError, and KeyboardInterrupt (a Ctrl-C outside the loop,
+        which decides within it); any other exception of this code's is the attempt's failure (`driver_error`)."""
+        cfg = elastic.sized(self.cfg, placement.size)
+        self.record.metrics.set_size(attempt.number, placement.size)
+        self.progress.start_attempt(placement.size, wanted=self.cfg.cluster.num_workers,
                                     min_workers=elastic.min_workers(self.cfg),
                                     batch_size=None if self.script else cfg.train.batch_size)
-        self.group = group = TaskGroup(cfg, plan, self.run_dir, embedded=self.embedded, avoid=set(placing.avoid),
-                                       code=self.code)
-        end: AttemptEnd | None = None
+        self.group = TaskGroup(cfg, placement.plan, self.run_dir, embedded=self.embedded, code=self.code)
+        return self._train(attempt, cfg, placement.plan, placement.pg, self.group)
+
+    def teardown(self, end: AttemptEnd | None) -> AttemptEnd | None:
+        """The attempt's group torn down (its datasets' and the tf.data service's too), whatever happened; for an
+        elastic run that failed, whether a node of it is gone now (Ray has had the teardown's time to say)."""
+        group = self.group
         try:
-            end = self._train(attempt, cfg, plan, pg, group)
-        finally:
-            group.teardown(skip=set(end.unreachable) if end is not None else set())  # (unreachable: no sweep)
+            if group is not None:
+                group.teardown(skip=set(end.unreachable) if end is not None else set())  # (unreachable: no sweep)
             self.record.timeline.mark(tl.TEARDOWN_DONE, time.time())
+        finally:
             if self.data is not None:
                 self.data.release()
             if self.service is not None:
                 self.service.stop()
-        if not isinstance(end.end, Done | Interrupted) and elastic.is_elastic(self.cfg):
-            # After the teardown, as Ray has had that long to declare a lost node dead.
+        if end is not None and group is not None and not isinstance(end.end, Done | Interrupted) \
+                and elastic.is_elastic(self.cfg):
             end = dataclasses.replace(end, node_lost=bool(end.unreachable) or self._node_gone(group))
         return end
 
@@ -139,16 +170,13 @@ class AttemptRunner:
             return AttemptEnd(Failed((error,)), (error,))
         except _ServiceLost as e:  # a tf.data service server that cannot be started again: the normal retry path
             return AttemptEnd(Failed((e.error,)), (e.error,))
-        end = self._conclude(loop, port, attempt, group)
-        if isinstance(end.end, Done):
-            self.run.trained()  # a head lost during the teardown does not undo that
-        return end
+        return self._conclude(loop, port, attempt, group)
 
     def _place(self, placing: Placing):
         """(size, plan, placement group): the first of the placing's sizes that can be placed."""
         cfg = self.cfg
         for i, t in enumerate(placing.tries):
-            plan = make_plan(elastic.sized(cfg, t.size))
+            plan = self.plan_for(t.size)
             try:
                 pg = placement.reserve(plan, timeout_s=t.timeout_s, name=f"raytf:{cfg.run.name}",
                                        can_grow=not self.embedded, avoid=set(placing.avoid))
@@ -175,7 +203,7 @@ class AttemptRunner:
                 kind=failure.RESIZE)]
         elif isinstance(end, Stopped):
             e = end.notice
-            errors = [WorkerError(f"preempted (SIGTERM) at step {e.payload.get('step')}; "
+            errors = [WorkerError(f"preempted (SIGTERM) at step {e.payload.step}; "
                                   f"{'saved' if end.saved else 'could not save'} before stopping",
                                   role=e.role, rank=e.rank, node_id=group.node_of(e.rank), kind=failure.PREEMPTED)]
         elif isinstance(end, Hung):
@@ -192,8 +220,8 @@ class AttemptRunner:
     def _unreachable(errors: list[WorkerError], answered: set[str], group: TaskGroup) -> frozenset[str]:
         """The nodes TF says stopped heartbeating, and that gave no answer: the next attempt avoids them while
         Ray still counts them alive (it takes Ray ~30-60 s to declare a partitioned host dead)."""
-        nodes = {(i.role, i.index): i.node_id for i in group.infos}
-        found = failure.unreachable_nodes([f"{e.message}\n{e.remote_traceback}" for e in errors], nodes, answered)
+        where = {(i.role, i.index): i.node_id for i in group.infos}
+        found = failure.unreachable_nodes([f"{e.message}\n{e.remote_traceback}" for e in errors], where, answered)
         if found:
             log.warning("unreachable: node(s) %s (their tasks stopped heartbeating and gave no answer); the next "
                         "attempt avoids them", ", ".join(n[:12] for n in sorted(found)))
@@ -202,16 +230,16 @@ class AttemptRunner:
     @staticmethod
     def _node_gone(group: TaskGroup) -> bool:
         """Whether Ray has declared a node of the attempt dead."""
-        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        alive = nodes.alive()
         return any(i.node_id and i.node_id not in alive for i in group.infos)
 
     def _grow(self, now: float, loop: AttemptLoop, group: TaskGroup) -> bool | None:
-        """Elastic training, each round of the loop: None to keep the size; else how to grow (see runloop.drive)."""
+        """Elastic training, each round of the loop: None to keep the size; else how to grow (attempt_drive.drive)."""
         grow = self.run.grow_check(now, len(loop.lost))
         if grow is None or grow.missing == 0:
             return None if grow is None else grow.save_now
         cfg = self.cfg
-        missing = [t.bundle for t in make_plan(cfg).tasks if t.role == WORKER][: grow.missing]
+        missing = [t.bundle for t in self.plan_for(cfg.cluster.num_workers).tasks if t.role == WORKER][: grow.missing]
         spread = cfg.cluster.placement_strategy.value == "STRICT_SPREAD"
         used = {i.node_id for i in group.infos} - {""} if spread else set()
         if not placement.capacity(missing, cfg.cluster.placement_strategy.value, avoid=used):
@@ -226,7 +254,7 @@ class AttemptRunner:
             raise _ServiceLost(lost)
         if (self._refilled != attempt.number and self.group is not None and attempt.first_step_at is not None
                 and time.time() - attempt.first_step_at >= standby.REFILL_AFTER_S):
-            # Trained long enough to be worth a faster retry (standby.REFILL_AFTER_S says why not sooner).
+            # Training: a retry from now on starts in standbys (standby.REFILL_AFTER_S says when and at what cost).
             self._refilled = attempt.number
             self.group.refill()
         self.sinks.poll()  # (Ray drops a gauge not set for two export intervals)
@@ -234,7 +262,7 @@ class AttemptRunner:
     def _warn_exposed(self, tasks) -> None:
         """Name the TF servers' host:port pairs anyone on the network can reach: once, and again only if a retry
         moved them."""
-        warning = ports.exposure_warning([TaskAddress(i.role, i.index, i.host, i.port) for i in tasks],
+        warning = tf_ports.exposure_warning([TaskAddress(i.role, i.index, i.host, i.port) for i in tasks],
                                          strategy=self.cfg.cluster.strategy, port_range=self.cfg.cluster.port_range)
         if warning is not None and warning != self._exposed:
             log.warning("%s", warning)

@@ -1,5 +1,5 @@
-"""The run level as a state machine (raytf/_core/run.py): an attempt's end in, the next state out: retry, give up,
-shrink, grow, succeed; the failure budget (failures, preemptions, resizes counted apart); a task lost after the
+"""The run level as a state machine (raytf/_core/run_machine.py): an attempt's end in, the next state out: retry,
+give up, shrink, grow, succeed; the failure budget (failures, preemptions, resizes counted apart); a task lost after the
 last epoch once the final checkpoint is committed. Pure: no Ray, milliseconds."""
 
 import logging
@@ -8,9 +8,11 @@ import pytest
 
 from raytf._core import elastic, failure
 from raytf._core import events as ev
-from raytf._core.attempts import FAILED, INTERRUPTED, SUCCEEDED, Cause, Done, Failed, Hung, Interrupted, Stopped
+from raytf._core.attempt_record import FAILED, INTERRUPTED, SUCCEEDED, Cause, Done, Failed, Hung, Interrupted, Stopped
+from raytf._core.budget import FailureBudget
 from raytf._core.checkpoints import CheckpointEntry, checkpoint_name
-from raytf._core.run import ACCEPT, AttemptEnd, Ended, FailureBudget, Grow, Placing, Retrying, Run, Training
+from raytf._core.run_machine import ACCEPT, Run
+from raytf._core.run_states import AttemptEnd, Ended, Grow, InvalidTransition, Placing, Retrying, Training
 from raytf.config import load_config
 from raytf.errors import PlacementError, WorkerError
 
@@ -178,6 +180,50 @@ def test_ctrl_c_placement_storage_and_a_lost_head_end_the_run():
     train(run)
     run.trained()  # its loop ended Done; the teardown was under way
     assert run.head_lost("lost the head", now=15.0) == Ended(SUCCEEDED)
+
+
+def test_every_change_of_state_is_one_the_table_has():
+    """An input given in a state that cannot take it is refused before anything changes (the caller's bug); the
+    second of two verdicts that race (the head watch's, the main thread's) leaves the first standing."""
+    run = Run(cfg())
+    with pytest.raises(InvalidTransition, match="expected Placing, in no state"):
+        run.placed(2, now=1.0)
+    run.begin(None)
+    with pytest.raises(InvalidTransition, match="expected Training, in Placing"):
+        run.ended(AttemptEnd(Done()), latest=None, now=2.0)
+    with pytest.raises(InvalidTransition, match="expected Retrying, in Placing"):
+        run.resumed(None)
+    with pytest.raises(InvalidTransition, match="expected Training, in Placing"):
+        run.trained()
+    assert isinstance(run.state, Placing)  # (unchanged)
+    train(run)
+    with pytest.raises(InvalidTransition, match="expected Placing, in Training"):
+        run.placed(2, now=12.0)
+    interrupted = run.interrupted(now=13.0)
+    assert interrupted.status == INTERRUPTED
+    assert run.head_lost("lost the head", now=14.0) is interrupted and run.broke(RuntimeError("x"), 15.0) is interrupted
+    with pytest.raises(InvalidTransition, match="Ended -> Placing is not a transition"):
+        run.begin(None)
+
+
+def test_the_drivers_own_error_is_retried_within_max_failures_with_its_traceback():
+    """raytf's driver raising while an attempt ran (a Ray call it made, a bug) is the attempt's failure, kind
+    `driver`: retried like a lost task within failure.max_failures, its traceback kept in the attempt's record."""
+    run = Run(cfg("failure.max_failures=1"))
+    run.begin(None)
+    train(run)
+    bug = WorkerError("raytf's driver failed: RayError: the GCS did not answer", role="driver", kind=failure.DRIVER,
+                      remote_traceback="Traceback (most recent call last):\n  ...\nRayError: the GCS did not answer",
+                      error_type="RayError")
+    state = run.ended(AttemptEnd(Failed((bug,)), (bug,)), latest=entry(1, 10), now=20.0)
+    assert isinstance(state, Retrying) and run.budget.failures == 1
+    a1 = run.attempt.to_json()
+    assert (a1["cause"], a1["role"], a1["error_type"], a1["decision"]) == ("driver", "driver", "RayError", "retry")
+    assert a1["traceback"].endswith("RayError: the GCS did not answer")
+    run.resumed(entry(1, 10))
+    train(run)
+    state = run.ended(AttemptEnd(Failed((bug,)), (bug,)), latest=entry(1, 10), now=40.0)
+    assert isinstance(state, Ended) and state.status == FAILED and "max_failures (1) reached" in run.attempt.reason
 
 
 # -- elastic training --------------------------------------------------------------------------

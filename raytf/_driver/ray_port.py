@@ -1,4 +1,4 @@
-"""The Ray side of the attempt loop (_core.runloop.Port): what the tasks' calls and the event bus report, and
+"""The Ray side of the attempt loop (_core.attempt_drive.Port): what the tasks' calls and the event bus report, and
 the save-now calls. Every call to the bus has a deadline: a bus that stopped answering fails the attempt."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import ray
 
 from raytf._core import events as ev
 from raytf._core import failure
+from raytf._core.attempt_loop import Finished
 from raytf._core.plan import WORKER, TaskSpec, actor_name, is_server
-from raytf._core.runloop import Finished
+from raytf._driver import nodes
 from raytf._driver.group import TaskGroup
 from raytf.errors import WorkerError
 
@@ -62,7 +63,7 @@ class RayPort:
             return False
         name = actor_name(self.group.cfg.run.name, t.role, t.rank)
         # (Unavailable, not dead: it may be a host cut off that Ray has not declared dead yet.)
-        if t.rank not in self.group.unavailable and self.group.node_alive(error.node_id):
+        if t.rank not in self.group.unavailable and nodes.is_alive(error.node_id):
             log.warning("lost %s (%s); the coordinator reschedules its work on the other workers", name,
                         error.message)
             return True

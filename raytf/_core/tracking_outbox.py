@@ -1,6 +1,6 @@
-"""The tracking sender's state, pure: what is still to send (`Outbox`: bounded, in batches within MLflow's limits,
-params and tags before metric points) and when to try again (`Backoff`: doubling up to a cap, one warning per run),
-and which errors no retry mends. `_driver.tracking`'s sender thread runs them against MLflow."""
+"""The tracking sender's state, pure: what is still to send (`TrackingOutbox`: bounded, in batches within MLflow's
+limits, params and tags before metric points) and when to try again (`Backoff`: doubling up to a cap, one warning
+per run), and which errors no retry mends. `_driver.tracking`'s sender thread runs them against MLflow."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from raytf._core import backoff
 from raytf._core.tracking import Point
 
 # MLflow's limits on one log_batch call (mlflow/utils/validation.py).
@@ -33,7 +34,7 @@ class Batch:
         return bool(self.params or self.tags or self.points)
 
 
-class Outbox:
+class TrackingOutbox:
     """What is still to send, in order: params and tags (the latest value of each) before metric points. Points are
     bounded (`max_points`): past it the oldest go, counted in `dropped`."""
 
@@ -103,7 +104,7 @@ class Backoff:
 
     def failed(self, now: float) -> bool:
         self.failures += 1
-        self.next_at = now + min(self.max_s, self.first_s * 2 ** (self.failures - 1))
+        self.next_at = now + backoff.delay(self.failures, self.first_s, self.max_s)
         first, self.warned = not self.warned, True
         return first
 

@@ -1,5 +1,5 @@
 """One attempt's event loop as an explicit state machine, and the loop that drives it over a task group. Pure:
-no Ray, no TensorFlow; the group is a parameter (`Port`: the Ray one in _driver/port.py, a fake in tests/core).
+no Ray, no TensorFlow; the group is a parameter (`Port`: the Ray one in _driver/ray_port.py, a fake in tests/core).
 
 Phases, once the attempt's tasks run; the last, ENDED, holds the attempt's end as a typed value
 (_core.attempts.End: Done, Interrupted, Stopped, Hung, Failed):
@@ -19,22 +19,20 @@ Phases, once the attempt's tasks run; the last, ENDED, holds the attempt's end a
                                                      ▼
                                                     ENDED: Done
 
-`AttemptLoop` only decides; `drive` feeds it what the group reports (events, finished tasks, the clock, Ctrl-C)
-and carries out the actions it returns (ask for a save, decide the step, release the servers).
+`AttemptLoop` only decides; `drive` (_core/attempt_drive.py) feeds it what the group reports (events, finished
+tasks, the clock, Ctrl-C) and carries out the actions it returns (ask for a save, decide the step, release the
+servers).
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from raytf._core import events as ev
 from raytf._core import failure
-from raytf._core.attempts import PROGRESS, Cause, Done, End, Failed, Hung, Interrupted, Stopped
+from raytf._core.attempt_record import PROGRESS, Cause, Done, End, Failed, Hung, Interrupted, Stopped
 from raytf.errors import WorkerError
 
 log = logging.getLogger("raytf")
@@ -138,9 +136,9 @@ class AttemptLoop:
                 continue
             if e.kind in PROGRESS and e.rank in self.watched:
                 self.watched[e.rank] = now  # any progress, heartbeats included, clears a rank of hanging
-            if e.kind == ev.BUSY and e.rank in self.watched and float(e.payload.get("allow_s", 0)) > 0:
-                allow = float(e.payload["allow_s"])
-                self.busy[e.rank] = (str(e.payload.get("what", "busy")), now + allow, allow)
+            if e.kind == ev.BUSY and e.rank in self.watched and e.payload.allow_s > 0:
+                allow = float(e.payload.allow_s)
+                self.busy[e.rank] = (e.payload.what or "busy", now + allow, allow)
             elif (e.kind == ev.BUSY or e.kind in (ev.STEP, ev.EPOCH)) and self.busy.pop(e.rank, None):
                 self._wait_over(now)
             if e.kind == ev.CHECKPOINT and self.grow_at_commit and self.phase is Phase.TRAINING:
@@ -285,63 +283,3 @@ class AttemptLoop:
         if self.phase is Phase.DRAINING and not self.serving:
             return self._ended(Done())
         return []
-
-
-# -- the loop over a task group ----------------------------------------------------------------
-class Port(Protocol):
-    """What the loop needs of a task group."""
-
-    def poll(self, timeout_s: float) -> tuple[list[ev.Event], list[Finished]]:
-        """Events drained from the bus and tasks whose call returned, waiting up to `timeout_s` for either."""
-
-    def ask_save(self, count: int, timeout_s: float) -> dict[int, int]:
-        """Ask for a save-now; the steps reported within `timeout_s` (rank -> step)."""
-
-    def decide(self, save_at: int) -> None: ...
-
-    def release(self) -> None: ...
-
-    def rest(self) -> list[ev.Event]:
-        """The events still on the bus once the loop has ended."""
-
-
-def drive(loop: AttemptLoop, port: Port, on_events: Callable[[list[ev.Event]], None], *, poll_s: float = 0.5,
-          clock: Callable[[], float] = time.time, on_poll: Callable[[], None] | None = None,
-          grow: Callable[[float], bool | None] | None = None) -> AttemptLoop:
-    """Run `loop` to a terminal phase over `port`. `on_events` gets every event drained (the driver's sinks);
-    `on_poll` runs once per round (the metrics flush); `grow(now)` too while training (elastic: None to keep the
-    size, True to grow saving at an agreed step, False to grow at the next checkpoint). A KeyboardInterrupt is an
-    input, not an exit: the loop decides (a save-and-stop, or at once)."""
-    while not loop.done:
-        try:
-            events, finished = port.poll(poll_s)
-            on_events(events)
-            actions = loop.on_events(events, clock())
-            for f in finished:
-                actions += loop.on_finished(f, clock())
-            actions += loop.on_tick(clock())
-            if grow is not None and loop.phase is Phase.TRAINING and (save_now := grow(clock())) is not None:
-                actions += loop.on_grow(clock(), save_now)
-            _carry_out(loop, port, actions, clock)
-            if on_poll is not None:
-                on_poll()
-        except KeyboardInterrupt:
-            pending = loop.on_interrupt(clock())
-            while pending:  # the final save's calls; a second Ctrl-C during them ends at once
-                try:
-                    _carry_out(loop, port, pending, clock)
-                    pending = []
-                except KeyboardInterrupt:
-                    pending = loop.on_interrupt(clock())
-    return loop
-
-
-def _carry_out(loop: AttemptLoop, port: Port, actions: list[Action], clock: Callable[[], float]) -> None:
-    while actions:
-        a = actions.pop(0)
-        if isinstance(a, AskSave):
-            actions += loop.on_reports(port.ask_save(a.count, a.timeout_s), clock())
-        elif isinstance(a, Decide):
-            port.decide(a.save_at)
-        elif isinstance(a, Release):
-            port.release()

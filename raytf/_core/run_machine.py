@@ -1,10 +1,13 @@
-"""The run level as a state machine, pure like the attempt loop (_core/runloop.py): one launch's attempts, from
-the first placement to the run's end. Each state carries its data; each input is a method that returns the next
-state; the decisions (retry, shrink, grow, give up, a loss after training accepted) are made here. The driver
-(_driver/driver.py) carries out what a state asks for and feeds back what happened.
+"""The run level as a state machine, pure like the attempt loop (_core/attempt_loop.py): one launch's attempts,
+from the first placement to the run's end. Each state carries its data (_core/run_states.py); each input is a
+method that returns the next state; the decisions (retry, shrink, grow, give up, a loss after training accepted)
+are made here, within the run's FailureBudget (_core/budget.py). The driver (_driver/driver.py) carries out what a
+state asks for and feeds back what happened.
 
     state          input                         next
+    (none)         begin(checkpoint)             Placing (the first attempt)
     Placing        placed(size)                  Training (a size other than the last one's is a resize)
+    Training       trained()                     Training (its loop ended Done: only the teardown is left)
     Training       ended(done)                   Ended(succeeded)
     Training       ended(a failure)              Retrying (the policy and the budget say retry)
                                                  Ended(failed) (they say give up)
@@ -12,20 +15,39 @@ state; the decisions (retry, shrink, grow, give up, a loss after training accept
                                                  checkpoint committed: nothing is left to train)
     Retrying       resumed(checkpoint)           Placing (the next attempt)
     Training       ended(interrupted)            Ended(interrupted) (Ctrl-C: after the final save, or at once)
-    Placing/Training  interrupted()              Ended(interrupted)
-    Placing/Training  aborted(error)             Ended(failed) (placement or storage gave up: no retry)
-    any            head_lost(why)                Ended(failed, or succeeded when only the teardown was left)
+    any but Ended  interrupted()                 Ended(interrupted)
+    any but Ended  aborted(error)                Ended(failed) (placement or storage gave up: no retry)
+    any but Ended  broke(error)                  Ended(failed) (anything else ended the launch)
+    any but Ended  head_lost(why)                Ended(failed, or succeeded when only the teardown was left)
+
+Every change of state goes through one method (`Run._to`, as Ray Train's controller `_set_state`): it refuses a
+transition the table above does not have (InvalidTransition: a bug of the caller's, never a run's outcome) and logs
+each one. The driver's main thread makes every change but one: the head watch's verdict (`head_lost`), given to
+the driver from its thread when the main thread may be blocked on the lost cluster for good; `_to` holds a lock.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from raytf._core import elastic, failure
-from raytf._core.attempts import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Attempt, Done, End, Interrupted
+from raytf._core.attempt_record import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Attempt, Done, Interrupted
+from raytf._core.budget import FailureBudget
 from raytf._core.checkpoints import CheckpointEntry
+from raytf._core.run_states import (
+    NEXT,
+    AttemptEnd,
+    Ended,
+    Grow,
+    InvalidTransition,
+    Placing,
+    Retrying,
+    State,
+    Training,
+)
 from raytf.config import Config, owns_loop, script_mode
 from raytf.errors import TrainingFailedError, WorkerError
 
@@ -36,93 +58,6 @@ log = logging.getLogger("raytf")
 LOST = frozenset({failure.SYSTEM, failure.PEER, failure.HANG})
 # attempt.decision of such a loss (the others: failure.Decision's "retry" and "raise").
 ACCEPT = "accept"
-
-
-@dataclass
-class FailureBudget:
-    """What one launch may retry, each counted apart against its own limit (-1: none): failures
-    (failure.max_failures), preemptions (failure.max_preemptions) and elastic resizes
-    (cluster.elastic.max_resizes)."""
-
-    max_failures: int
-    max_preemptions: int = -1
-    max_resizes: int = 0
-    failures: int = 0
-    preemptions: int = 0
-    resizes: int = 0
-
-    @classmethod
-    def of(cls, cfg: Config) -> FailureBudget:
-        return cls(cfg.failure.max_failures, cfg.failure.max_preemptions, cfg.cluster.elastic.max_resizes)
-
-    def may_resize(self) -> bool:
-        """A flapping host cannot make the group resize forever."""
-        return self.resizes < self.max_resizes
-
-    def charge(self, kind: str) -> None:
-        """A retry of a failure of `kind` (a resize is counted when the size changes: `Run.placed`)."""
-        if kind == failure.PREEMPTED:
-            self.preemptions += 1
-        elif kind != failure.RESIZE:
-            self.failures += 1
-
-    def to_json(self) -> dict[str, int]:
-        return {"failures": self.failures, "max_failures": self.max_failures, "preemptions": self.preemptions,
-                "max_preemptions": self.max_preemptions, "resizes": self.resizes, "max_resizes": self.max_resizes}
-
-
-@dataclass(frozen=True)
-class AttemptEnd:
-    """An attempt's end as the driver concluded it: the loop's `end`, and for any end but Done the errors that make
-    it (the tasks' own WorkerErrors, a hang's with its stacks, a preemption's or a resize's)."""
-
-    end: End
-    errors: tuple[WorkerError, ...] = ()
-    unreachable: frozenset[str] = frozenset()  # nodes whose tasks stopped answering: the next attempt avoids them
-    node_lost: bool = False  # a node of the attempt is gone (Ray declared it dead, or it is unreachable)
-    lost: tuple[tuple[int, WorkerError, float], ...] = ()  # tasks lost without ending it (PS workers), when
-
-
-# -- the states ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Placing:
-    """The attempt's group is to be placed: at the first size of `tries` that can be, away from `avoid`."""
-
-    attempt: Attempt
-    tries: tuple[elastic.Try, ...]
-    avoid: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class Training:
-    attempt: Attempt
-    size: int
-
-
-@dataclass(frozen=True)
-class Retrying:
-    """`attempt` failed and is retried: the checkpoint to resume from is to be chosen (and verified)."""
-
-    attempt: Attempt
-    verdict: failure.Verdict
-
-
-@dataclass(frozen=True)
-class Ended:
-    status: str
-    error: TrainingFailedError | None = None
-
-
-State = Placing | Training | Retrying | Ended
-
-
-@dataclass(frozen=True)
-class Grow:
-    """Elastic training, the group smaller than cluster.num_workers: grow if the `missing` workers' capacity is
-    there (0: no look needed), saving at an agreed step first (`save_now`) or at the program's next commit."""
-
-    save_now: bool
-    missing: int
 
 
 @dataclass
@@ -143,11 +78,30 @@ class Run:
         self.owns_loop = owns_loop(self.cfg)  # a script or a Ray Train loop: its epochs and saves are its own
         self.size = self.cfg.cluster.num_workers  # the size of the group last placed
         self._grow_checked = 0.0
-        self._avoid: frozenset[str] = frozenset()  # nodes the last failure left unreachable
+        self._lock = threading.RLock()  # (the head watch's verdict comes from its own thread)
 
     @property
     def attempt(self) -> Attempt | None:
         return self.attempts[-1] if self.attempts else None
+
+    def _to(self, state: State, expect: tuple[type, ...] | None = None) -> State:
+        """The one change of state: allowed by the table (and, `expect`, from one of those states), logged."""
+        with self._lock:
+            before = type(self.state) if self.state is not None else None
+            if (expect is not None and before not in expect) or type(state) not in NEXT[before]:
+                raise InvalidTransition(f"run {self.cfg.run.name}: {before.__name__ if before else 'no state'} -> "
+                                        f"{type(state).__name__} is not a transition of a run")
+            log.debug("run %s: %s -> %s", self.cfg.run.name, before.__name__ if before else "start",
+                      _describe(state))
+            self.state = state
+            return state
+
+    def _current(self, *kinds: type) -> State:
+        """The state, which must be one of `kinds` (an input given in another is the caller's bug)."""
+        if not isinstance(self.state, kinds):
+            raise InvalidTransition(f"run {self.cfg.run.name}: expected {' or '.join(k.__name__ for k in kinds)}, "
+                                    f"in {type(self.state).__name__ if self.state is not None else 'no state'}")
+        return self.state
 
     def begin(self, resumed_from: CheckpointEntry | None) -> Placing:
         """The first attempt (resuming from `resumed_from`, a verified checkpoint)."""
@@ -166,12 +120,11 @@ class Run:
         self.attempts.append(attempt)
         if resumed_from is not None:
             log.info("attempt %d: resuming %s from %s", attempt.number, self.cfg.run.name, resumed_from.name)
-        self.state = Placing(attempt, elastic.tries(self.cfg, self.size, self.budget.may_resize()), avoid)
-        return self.state
+        return self._to(Placing(attempt, elastic.tries(self.cfg, self.size, self.budget.may_resize()), avoid))
 
     def placed(self, size: int, now: float) -> Training:
         """The group is placed at `size` workers (elastic training: a size other than the last is a resize)."""
-        attempt = self.state.attempt
+        attempt = self._current(Placing).attempt
         if size != self.size:
             attempt.resize = elastic.GROW if size > self.size else elastic.SHRINK
             self.budget.resizes += 1
@@ -180,13 +133,14 @@ class Run:
         self.size = size
         self._grow_checked = now
         attempt.num_workers = size
-        self.state = Training(attempt, size)
-        return self.state
+        return self._to(Training(attempt, size), expect=(Placing,))
 
-    def trained(self) -> None:
+    def trained(self) -> Training:
         """The attempt's training is over (its loop ended Done) and only its teardown is left: a head lost now
         does not undo that."""
-        self.state.attempt.status = SUCCEEDED
+        state = self._current(Training)
+        state.attempt.status = SUCCEEDED
+        return self._to(state, expect=(Training,))
 
     def grow_check(self, now: float, tolerated: int) -> Grow | None:
         """While training smaller than cluster.num_workers (elastic), every cluster.elastic.grow_check_s: whether
@@ -209,7 +163,7 @@ class Run:
     def ended(self, end: AttemptEnd, *, latest: CheckpointEntry | None, now: float) -> Ended | Retrying:
         """The attempt is over (its group torn down): succeeded, retried, or the run ends. `latest`: the newest
         committed checkpoint now (read only for an end that is not Done)."""
-        attempt = self.state.attempt
+        attempt = self._current(Training).attempt
         attempt.ended = now
         for rank, error, at in end.lost:
             self._lose(rank, error, attempt, at)
@@ -246,16 +200,16 @@ class Run:
             log.warning("attempt %d failed (%s, %s %s): %s; restarting the group from %s", attempt.number,
                         attempt.cause, attempt.role, attempt.rank, verdict.reason,
                         latest.name if latest else "scratch")
-        self._avoid = end.unreachable
-        self.state = Retrying(attempt, verdict)
-        return self.state
+        return self._to(Retrying(attempt, verdict, end.unreachable))
 
     def resumed(self, entry: CheckpointEntry | None) -> Placing:
         """The retry resumes from `entry` (the newest committed checkpoint whose files check out; None: scratch)."""
-        return self._next(entry, self._avoid)
+        return self._next(entry, self._current(Retrying).avoid)
 
     def interrupted(self, now: float) -> Ended:
         """Ctrl-C (after the final save), or SIGTERM on the driver."""
+        if (over := self._over()) is not None:
+            return over
         attempt = self.attempt
         if attempt is not None:
             attempt.status, attempt.cause = INTERRUPTED, INTERRUPTED
@@ -265,6 +219,8 @@ class Run:
 
     def aborted(self, e: Exception, now: float) -> Ended:
         """Placement or storage gave up (a PlacementError, a StorageError): recorded, never retried."""
+        if (over := self._over()) is not None:
+            return over
         attempt = self.attempt
         if attempt is not None:
             attempt.status, attempt.cause = FAILED, type(e).__name__
@@ -272,17 +228,22 @@ class Run:
         self.error = TrainingFailedError(str(e))
         return self._end(FAILED, self.error)
 
-    def broke(self, e: BaseException, now: float) -> None:
+    def broke(self, e: BaseException, now: float) -> Ended:
         """Anything else ended the launch (raised to the caller): the attempt under way is not left running."""
+        if (over := self._over()) is not None:
+            return over
         attempt = self.attempt
         if attempt is not None and attempt.status == RUNNING:
             attempt.status, attempt.cause = FAILED, type(e).__name__
             attempt.ended = attempt.ended or now
-            self.error = TrainingFailedError(f"{type(e).__name__}: {e}")
+        self.error = self.error or TrainingFailedError(f"{type(e).__name__}: {e}")
+        return self._end(FAILED, self.error)
 
     def head_lost(self, message: str, now: float) -> Ended:
         """The Ray head is gone (the driver leaves at once): succeeded when the attempt had trained and only its
         teardown was left."""
+        if (over := self._over()) is not None:
+            return over
         attempt = self.attempt
         if attempt is not None and attempt.status == SUCCEEDED:
             return self._end(SUCCEEDED)
@@ -293,8 +254,12 @@ class Run:
 
     # -- the decisions' parts ------------------------------------------------------------------
     def _end(self, status: str, error: TrainingFailedError | None = None) -> Ended:
-        self.state = Ended(status, error)
-        return self.state
+        return self._to(Ended(status, error))
+
+    def _over(self) -> Ended | None:
+        """The end already reached, for a verdict that comes second (the head watch's and the main thread's race:
+        the first one stands)."""
+        return self.state if isinstance(self.state, Ended) else None
 
     def _lose(self, rank: int, error: WorkerError, attempt: Attempt, at: float) -> None:
         self.lost_tasks.append({"role": error.role, "rank": rank, "attempt": attempt.number, "time": at,
@@ -305,6 +270,8 @@ class Run:
         root = errors[failure.root_cause([e.kind for e in errors])]
         attempt.cause, attempt.error_type = root.kind, root.error_type
         attempt.rank, attempt.role, attempt.node_id = root.rank, root.role, root.node_id
+        if root.kind == failure.DRIVER:
+            attempt.traceback = root.remote_traceback
         error = TrainingFailedError(f"run {self.cfg.run.name} failed: {root}",
                                     {(e.role, e.rank): e for e in sorted(errors, key=lambda e: e is not root)})
         return error, root
@@ -333,3 +300,9 @@ class Run:
                     "the run succeeded", attempt.number, root.role, root.rank, root.message.splitlines()[0],
                     latest.name)
         return self._end(SUCCEEDED)
+
+
+def _describe(state: State) -> str:
+    if isinstance(state, Ended):
+        return f"Ended({state.status})"
+    return f"{type(state).__name__}(attempt {state.attempt.number})"

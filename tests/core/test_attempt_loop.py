@@ -1,10 +1,11 @@
-"""The attempt loop as a state machine (raytf/_core/runloop.py), driven over a fake task group: training,
+"""The attempt loop as a state machine (raytf/_core/attempt_loop.py), driven over a fake task group: training,
 failures, hangs, save-now after a preemption notice, Ctrl-C, lost ParameterServerStrategy workers, draining."""
 
 from raytf._core import events as ev
 from raytf._core import failure
-from raytf._core.attempts import Cause, Done, Failed, Hung, Interrupted, Stopped
-from raytf._core.runloop import AttemptLoop, Finished, Timing, drive
+from raytf._core.attempt_drive import drive
+from raytf._core.attempt_loop import AttemptLoop, Finished, Timing
+from raytf._core.attempt_record import Cause, Done, Failed, Hung, Interrupted, Stopped
 from raytf.errors import WorkerError
 
 TIMING = Timing(hang_timeout_s=30, startup_timeout_s=60, interrupt_timeout_s=20, server_grace_s=10,

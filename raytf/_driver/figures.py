@@ -1,5 +1,5 @@
 """Figures of a run, pure (no I/O): learning curves from a metrics table (the data, pandas) and as a matplotlib
-figure with the group's size changes marked, step time per rank (`_core.ranks`' data), the scaling report's
+figure with the group's size changes marked, step time per rank (`_driver.ranks`' data), the scaling report's
 figure, and any of them as PNG bytes."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ SUCCEEDED, FAILED, INTERRUPTED, RUNNING = "succeeded", "failed", "interrupted", 
 PROGRESS = (ev.STEP, ev.EPOCH, ev.HEARTBEAT, ev.CHECKPOINT)
 
 
-# -- how an attempt's tasks stop: the attempt loop's end (_core/runloop.py) ---------------------------
+# -- how an attempt's tasks stop: the attempt loop's end (_core/attempt_loop.py) ---------------------------
 class Cause(str, enum.Enum):
     """Why every task saved at an agreed step (or tried to) and stopped."""
 
@@ -93,6 +93,8 @@ class Attempt:
     node_id: str | None = None
     decision: str | None = None
     reason: str | None = None
+    # The traceback of raytf's own driver when it is what failed the attempt (failure.DRIVER): a bug to report.
+    traceback: str | None = None
     first_step_at: float | None = None
     last_step: int | None = None
     last_commit_at: float | None = None
@@ -109,11 +111,11 @@ class Attempt:
         `previous` is the attempt before this one in this launch (its end starts the recovery clock)."""
         if e.attempt != self.number:
             return None
-        if e.rank == 0 and e.kind == ev.STARTED and e.payload.get("epochs") is not None:  # a Model.fit began
-            self.epoch_target = int(e.payload.get("base_epoch") or 0) + int(e.payload["epochs"])
+        if e.rank == 0 and e.kind == ev.STARTED and e.payload.epochs is not None:  # a Model.fit began
+            self.epoch_target = int(e.payload.base_epoch or 0) + int(e.payload.epochs)
             self.training_finished = False
         if e.rank == 0 and e.kind == ev.EPOCH and self.epoch_target is not None:
-            self.training_finished = int(e.payload["epoch"]) >= self.epoch_target
+            self.training_finished = int(e.payload.epoch) >= self.epoch_target
         if e.kind not in PROGRESS:
             return None
         # Only a step counts as training progress (a script's heartbeats may just be its printing).
@@ -121,11 +123,11 @@ class Attempt:
             self.first_step_at = e.time
             if previous is not None and previous.ended is not None:
                 self.recovery_s = round(e.time - previous.ended, 3)
-        if "step" in e.payload:
-            self.last_step = max(self.last_step or 0, int(e.payload["step"]))
+        if (step := getattr(e.payload, "step", None)) is not None:
+            self.last_step = max(self.last_step or 0, int(step))
         if e.kind == ev.CHECKPOINT:
             self.last_commit_at = e.time
-            return checkpoints.checkpoint_name(e.payload["epoch"], e.payload["step"], int(e.payload.get("seq", 0)))
+            return checkpoints.checkpoint_name(e.payload.epoch, e.payload.step, int(e.payload.seq))
         return None
 
     def account_loss(self, resume_step: int) -> None:
