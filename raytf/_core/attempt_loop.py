@@ -1,8 +1,8 @@
-"""One attempt's event loop as an explicit state machine, and the loop that drives it over a task group. Pure:
-no Ray, no TensorFlow; the group is a parameter (`Port`: the Ray one in _driver/ray_port.py, a fake in tests/core).
+"""One attempt's event loop as an explicit state machine (driven over a task group by _core/attempt_drive.py's
+`drive`). Pure: no Ray, no TensorFlow.
 
 Phases, once the attempt's tasks run; the last, ENDED, holds the attempt's end as a typed value
-(_core.attempts.End: Done, Interrupted, Stopped, Hung, Failed):
+(_core.attempt_record.End: Done, Interrupted, Stopped, Hung, Failed):
 
     TRAINING ──a preemption notice, Ctrl-C (checkpoint.on_interrupt), an elastic grow──▶ SAVING
        │  │                                                                  │ every task reported its step

@@ -27,7 +27,7 @@ class FailureBudget:
         return cls(cfg.failure.max_failures, cfg.failure.max_preemptions, cfg.cluster.elastic.max_resizes)
 
     def may_resize(self) -> bool:
-        """A flapping host cannot make the group resize forever."""
+        """A flapping host cannot make the group resize forever: at most cluster.elastic.max_resizes a launch."""
         return self.resizes < self.max_resizes
 
     def charge(self, kind: str) -> None:

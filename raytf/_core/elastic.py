@@ -79,11 +79,6 @@ def grows_by_saving_now(cfg: Config, script: bool) -> bool:
     return not script and cfg.cluster.strategy is Strategy.multi_worker_mirrored
 
 
-def may_resize(resizes_so_far: int, cfg: Config) -> bool:
-    """A flapping host cannot make the group resize forever: at most cluster.elastic.max_resizes per launch."""
-    return resizes_so_far < cfg.cluster.elastic.max_resizes
-
-
 @dataclass(frozen=True)
 class Try:
     """One size to place an attempt's group at, and how long to wait for it (`why`: what sets that wait)."""

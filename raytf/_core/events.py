@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -55,6 +56,7 @@ class Payload(Mapping[str, Any]):
         return cls(**dict(values))
 
 
+@functools.cache  # (a payload's size is checked for every event sent, in the task and on the bus)
 def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 

@@ -93,17 +93,20 @@ class AttemptRunner:
         self.record.timeline.mark(tl.PLACEMENT_READY, time.time())
         return Placement(size, plan, pg)
 
-    def train(self, attempt: Attempt, placement: Placement) -> AttemptEnd:
+    def train(self, attempt: Attempt, placed: Placement) -> AttemptEnd:
         """The placed attempt's tasks started, its loop driven to its end, concluded (its group still up:
         `teardown` follows, always). Raises a StorageError, and KeyboardInterrupt (a Ctrl-C outside the loop,
         which decides within it); any other exception of this code's is the attempt's failure (`driver_error`)."""
-        cfg = elastic.sized(self.cfg, placement.size)
-        self.record.metrics.set_size(attempt.number, placement.size)
-        self.progress.start_attempt(placement.size, wanted=self.cfg.cluster.num_workers,
+        self.group = None  # (until this attempt's exists: a failure before it tears down nothing of the last's)
+        cfg = elastic.sized(self.cfg, placed.size)
+        # The group owns the placement group from here: its teardown releases it even when its tasks never start
+        # (the tf.data service failing to start first, say).
+        self.group = TaskGroup(cfg, placed.plan, self.run_dir, embedded=self.embedded, code=self.code, pg=placed.pg)
+        self.record.metrics.set_size(attempt.number, placed.size)
+        self.progress.start_attempt(placed.size, wanted=self.cfg.cluster.num_workers,
                                     min_workers=elastic.min_workers(self.cfg),
                                     batch_size=None if self.script else cfg.train.batch_size)
-        self.group = TaskGroup(cfg, placement.plan, self.run_dir, embedded=self.embedded, code=self.code)
-        return self._train(attempt, cfg, placement.plan, placement.pg, self.group)
+        return self._train(attempt, cfg, placed.plan, self.group)
 
     def teardown(self, end: AttemptEnd | None) -> AttemptEnd | None:
         """The attempt's group torn down (its datasets' and the tf.data service's too), whatever happened; for an
@@ -123,13 +126,13 @@ class AttemptRunner:
             end = dataclasses.replace(end, node_lost=bool(end.unreachable) or self._node_gone(group))
         return end
 
-    def _train(self, attempt: Attempt, cfg: Config, plan, pg, group: TaskGroup) -> AttemptEnd:
+    def _train(self, attempt: Attempt, cfg: Config, plan, group: TaskGroup) -> AttemptEnd:
         batch = None if self.script else cfg.train.batch_size
         try:
             if self.service is not None:  # before the trainers: a placement group of its own
                 self.service.start(attempt.number)
             mark = self.record.timeline.mark
-            group.start(pg)
+            group.start()
             mark(tl.ACTORS_STARTED, time.time())
             tasks = group.addresses()
             mark(tl.TASKS_ADDRESSED, time.time())

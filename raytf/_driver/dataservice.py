@@ -290,6 +290,3 @@ def _kill(actor) -> None:
         ray.kill(actor, no_restart=True)
     except RayError as e:
         log.debug("kill: %s", e)
-
-
-

@@ -1,6 +1,6 @@
 """The Ray driver: one launch of a run, the thin impure shell around the run's state machine (_core.run_machine.Run):
 it checks the run directory, starts the services a run has (the record, the event sinks, Ray, its datasets, the
-head watch), carries out each state (an attempt: _driver.attempt; a retry's checkpoint: verified here) and
+head watch), carries out each state (an attempt: _driver.attempt_runner; a retry's checkpoint: verified here) and
 records the end (_driver.record).
 
 Imports Ray, never TensorFlow.

@@ -45,10 +45,10 @@ class TaskGroup:
     Failures while starting raise WorkerError (kind "startup", or the task's own) or StorageError."""
 
     def __init__(self, cfg: Config, plan: Plan, run_dir: RunDir, *, embedded: bool,
-                 code: CodePlan | None = None) -> None:
+                 code: CodePlan | None = None, pg=None) -> None:
         self.cfg, self.plan, self.run_dir, self.embedded = cfg, plan, run_dir, embedded
         self.code = code  # what each task checks it has of the program (None: nothing)
-        self.pg = None
+        self.pg = pg  # the placement group reserved for this plan (AttemptRunner.place): released by teardown
         self.bus = None
         self.actors: list = []
         self.infos: list[TaskInfo] = []
@@ -64,10 +64,10 @@ class TaskGroup:
         info = self.info(rank)
         return info.node_id if info is not None else ""
 
-    def start(self, pg) -> None:
-        """Start the tasks in `pg`, the placement group reserved for this plan (AttemptRunner.place)."""
+    def start(self, pg=None) -> None:
+        """Start the tasks in the group's placement group (or `pg`, given now)."""
         cfg = self.cfg
-        self.pg = pg
+        self.pg = pg if pg is not None else self.pg
         # Every task may hold two blocking calls on the bus (control listener, serve), plus the driver's. On the
         # driver's own node: the bus keeps the run's bookkeeping, and a lost host must cost an attempt no more
         # than its tasks. Left to Ray, this 0-CPU actor landed on a worker's host, which was then partitioned,

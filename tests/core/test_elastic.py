@@ -9,6 +9,7 @@ from raytf._core import events as ev
 from raytf._core.attempt_drive import drive
 from raytf._core.attempt_loop import AttemptLoop, Finished
 from raytf._core.attempt_record import Cause, Done, Stopped
+from raytf._core.budget import FailureBudget
 from raytf.config import load_config
 from tests.core.test_attempt_loop import TIMING, FakeGroup, step
 
@@ -56,7 +57,8 @@ def test_an_attempts_config_has_its_size_and_batch_and_the_runs_is_untouched():
 
 def test_resizes_are_bounded_and_grow_saves_now_only_where_it_can():
     c = cfg("cluster.min_workers=2", "cluster.elastic.max_resizes=2")
-    assert [elastic.may_resize(n, c) for n in (0, 1, 2)] == [True, True, False]
+    assert [FailureBudget(0, 0, max_resizes=2, resizes=n).may_resize() for n in (0, 1, 2)] == [True, True, False]
+    assert FailureBudget.of(c).max_resizes == 2
     assert elastic.grows_by_saving_now(c, script=False)
     assert not elastic.grows_by_saving_now(c, script=True)
     ps = cfg("cluster.min_workers=2", "cluster.strategy=parameter_server", "cluster.num_ps=1")

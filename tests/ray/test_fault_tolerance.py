@@ -173,6 +173,29 @@ def test_first_step_failure_is_not_retried(rank1_fails_run, no_leaks):
     assert on_disk["attempts"][0]["reason"].startswith("the training function failed before its first step")
 
 
+def test_an_error_of_raytfs_own_driver_fails_the_attempt_and_is_retried_with_its_traceback(fast_cfg, no_leaks):
+    """An exception raised in the driver's loop while an attempt runs (here by `on_event`, which the loop calls with
+    every event) is the attempt's failure, of kind "driver", with its traceback in result.json, and is retried under
+    failure.max_failures: the run neither ends unretried nor is left running."""
+    raised: list[int] = []
+
+    def on_event(e):
+        if e.kind == ev.STEP and not raised:
+            raised.append(e.attempt)
+            raise RuntimeError("a driver-side bug, on purpose")
+
+    result = raytf.fit(fast_cfg("run.name=driverbug", "train.entrypoint=tests.train_fns:report_only"), quiet=True,
+                       on_event=on_event)
+    assert result.status == "succeeded", result.error
+    assert raised == [1]
+    first, second = result.attempts
+    assert (first["status"], first["cause"], first["decision"]) == ("failed", "driver", "retry"), first
+    assert second["status"] == "succeeded"
+    on_disk = json.loads((Path(result.run_dir) / "result.json").read_text())
+    assert "RuntimeError: a driver-side bug, on purpose" in on_disk["attempts"][0]["traceback"]
+    assert "on_event" in on_disk["attempts"][0]["traceback"]  # where it was raised, not only what
+
+
 def test_preempted_worker_saves_first_and_nothing_is_lost(fast_cfg, no_leaks, monkeypatch):
     """A SIGTERM to worker 1 (a preemption notice): every task saves at an agreed step, the retry resumes there.
     The run is examples.custom_loop's, whose own properties are checked too (a custom training loop)."""

@@ -38,7 +38,8 @@ def test_a_scripts_retry_and_next_run_start_in_standbys_warm_children(script_cfg
     from raytf._driver import standby
     from tests.processes import _children, leftover_script_processes
 
-    # An attempt asks for standbys after REFILL_AFTER_S (20 s) of training: sooner here, the run is short.
+    # An attempt asks for standbys after REFILL_AFTER_S of training (0: at its first step); 2 s here, so that the
+    # refill is asked for while the script trains, as a longer run's is.
     monkeypatch.setattr(standby, "REFILL_AFTER_S", 2.0)
 
     fail_file = tmp_path / "fail"
