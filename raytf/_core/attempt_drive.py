@@ -11,6 +11,7 @@ from typing import Protocol
 
 from raytf._core import events as ev
 from raytf._core.attempt_loop import Action, AskSave, AttemptLoop, Decide, Finished, Phase, Release
+from raytf._core.attempt_record import Drain
 
 
 class Port(Protocol):
@@ -32,11 +33,13 @@ class Port(Protocol):
 
 def drive(loop: AttemptLoop, port: Port, on_events: Callable[[list[ev.Event]], None], *, poll_s: float = 0.5,
           clock: Callable[[], float] = time.time, on_poll: Callable[[], None] | None = None,
-          grow: Callable[[float], bool | None] | None = None) -> AttemptLoop:
+          grow: Callable[[float], bool | None] | None = None,
+          drained: Callable[[float], Drain | None] | None = None) -> AttemptLoop:
     """Run `loop` to a terminal phase over `port`. `on_events` gets every event drained (the driver's sinks);
     `on_poll` runs once per round (the metrics flush); `grow(now)` too while training (elastic: None to keep the
-    size, True to grow saving at an agreed step, False to grow at the next checkpoint). A KeyboardInterrupt is an
-    input, not an exit: the loop decides (a save-and-stop, or at once)."""
+    size, True to grow saving at an agreed step, False to grow at the next checkpoint), and `drained(now)` (a node
+    of the group that Ray drains, or None). A KeyboardInterrupt is an input, not an exit: the loop decides (a
+    save-and-stop, or at once)."""
     while not loop.done:
         try:
             events, finished = port.poll(poll_s)
@@ -45,6 +48,8 @@ def drive(loop: AttemptLoop, port: Port, on_events: Callable[[list[ev.Event]], N
             for f in finished:
                 actions += loop.on_finished(f, clock())
             actions += loop.on_tick(clock())
+            if drained is not None and loop.phase is Phase.TRAINING and (drain := drained(clock())) is not None:
+                actions += loop.on_drain(drain, clock())
             if grow is not None and loop.phase is Phase.TRAINING and (save_now := grow(clock())) is not None:
                 actions += loop.on_grow(clock(), save_now)
             _carry_out(loop, port, actions, clock)

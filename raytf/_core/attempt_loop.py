@@ -4,13 +4,13 @@
 Phases, once the attempt's tasks run; the last, ENDED, holds the attempt's end as a typed value
 (_core.attempt_record.End: Done, Interrupted, Stopped, Hung, Failed):
 
-    TRAINING ──a preemption notice, Ctrl-C (checkpoint.on_interrupt), an elastic grow──▶ SAVING
+    TRAINING ──a preemption notice, a node's drain, Ctrl-C (checkpoint.on_interrupt), an elastic grow──▶ SAVING
        │  │                                                                  │ every task reported its step
        │  │                                                                  ▼
        │  │                                          STOPPING (all save at max(step) + 1, then stop)
        │  │                                                                  │ all stopped, or the deadline
        │  │                                                                  ▼
-       │  │                                   ENDED: Stopped(preempted | resize, saved) / Interrupted(saved)
+       │  │                            ENDED: Stopped(preempted | drain | resize, saved) / Interrupted(saved)
        │  ├──a task failed (not a tolerated PS worker)──▶ ENDED: Failed(errors)
        │  ├──a rank without progress for failure.hang_timeout_s──▶ ENDED: Hung(ranks)
        │  └──Ctrl-C (a second one, or nothing to save)──▶ ENDED: Interrupted(at_once)
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from raytf._core import events as ev
 from raytf._core import failure
-from raytf._core.attempt_record import PROGRESS, Cause, Done, End, Failed, Hung, Interrupted, Stopped
+from raytf._core.attempt_record import PROGRESS, Cause, Done, Drain, End, Failed, Hung, Interrupted, Stopped
 from raytf.errors import WorkerError
 
 log = logging.getLogger("raytf")
@@ -112,6 +112,7 @@ class AttemptLoop:
     deadline: float | None = None  # of a save-and-stop, or of draining
     _stopping: Cause | None = None  # why every task is to save and stop
     _notice: ev.Event | None = None  # the preemption notice acted on
+    _drain: Drain | None = None  # the drain acted on
 
     def __post_init__(self) -> None:
         # Before its first heartbeat a rank gets the start-up allowance on top of the hang timeout.
@@ -141,8 +142,8 @@ class AttemptLoop:
                 self.busy[e.rank] = (e.payload.what or "busy", now + allow, allow)
             elif (e.kind == ev.BUSY or e.kind in (ev.STEP, ev.EPOCH)) and self.busy.pop(e.rank, None):
                 self._wait_over(now)
-            if e.kind == ev.CHECKPOINT and self.grow_at_commit and self.phase is Phase.TRAINING:
-                self._stopping = Cause.RESIZE
+            if e.kind == ev.CHECKPOINT and self.phase is Phase.TRAINING and (self.grow_at_commit or self._drain):
+                self._stopping = Cause.DRAIN if self._drain is not None else Cause.RESIZE
                 actions += self._end_stop(saved=True)
                 continue
             if e.kind == ev.PREEMPTED and self.phase is Phase.TRAINING:
@@ -172,6 +173,29 @@ class AttemptLoop:
         self.grow_at_commit = True
         return []
 
+    def on_drain(self, drain: Drain, now: float) -> list[Action]:
+        """Ray drains a node that holds some of the tasks (a spot node's notice, with a deadline): every task saves
+        at an agreed step and the group stops, to restart off that node (raytf issue 52: waiting for the node to go
+        lost the steps since the last periodic checkpoint). A script, which cannot save at a step, stops at its next
+        commit, or at the deadline if that comes first."""
+        self.now = now
+        if self.phase is not Phase.TRAINING or self._drain is not None:
+            return []
+        self._drain = drain
+        left = f"its deadline in {drain.deadline - now:.0f}s" if drain.deadline is not None else "no deadline"
+        ranks = ", ".join(f"{self.primary.get(r) or self.background.get(r)} {r}" for r in drain.ranks)
+        log.warning("node %s is being drained (%s), with %s on it", drain.node[:12], left, ranks)
+        if not self.can_save_now:
+            log.warning("a script writes its own checkpoints: the group moves off the node at its next commit%s",
+                        ", or at the deadline" if drain.deadline is not None else "")
+            self.deadline = drain.deadline
+            return []
+        log.warning("every task saves at an agreed step, then the group restarts off the node")
+        actions = self._save_and_stop(Cause.DRAIN)
+        if drain.deadline is not None and self.deadline is not None:
+            self.deadline = min(self.deadline, drain.deadline)
+        return actions
+
     def on_finished(self, f: Finished, now: float) -> list[Action]:
         self.now = now
         self.watched.pop(f.rank, None)
@@ -189,14 +213,24 @@ class AttemptLoop:
         if f.error is not None:
             if self.phase is Phase.STOPPING:  # a task that fails while stopping: the save did not complete
                 return self._end_stop(saved=False)
-            if self.phase is Phase.SAVING and self._stopping in (Cause.PREEMPTED, Cause.RESIZE):
-                return self._ended(Stopped(self._stopping, saved=False, notice=self._notice))
+            if self.phase is Phase.SAVING and self._stopping in (Cause.PREEMPTED, Cause.DRAIN, Cause.RESIZE):
+                return self._end_stop(saved=False)
+            lost = f.error.kind in (failure.SYSTEM, failure.PEER)  # (a task, or a peer's link to it)
+            if self.phase is Phase.TRAINING and self._drain is not None and lost:
+                # A script's drain: the node went before the script's next commit.
+                self._stopping = Cause.DRAIN
+                return self._end_stop(saved=False)
             return self._ended(Failed((f.error,)))
         return self._progress()
 
     def on_tick(self, now: float) -> list[Action]:
         self.now = now
         if self.phase is Phase.TRAINING:
+            if self._drain is not None and self.deadline is not None and now > self.deadline:
+                log.warning("node %s's drain deadline came before the script's next commit: the group moves off "
+                            "it now; the script's last synced checkpoint stands", self._drain.node[:12])
+                self._stopping = Cause.DRAIN
+                return self._end_stop(saved=False)
             if self.busy:
                 # Healthy ranks go silent in their next collective while a peer uploads or exports, and a busy
                 # rank may itself wait on a busy peer (the model's export is collective under MWMS: a worker,
@@ -264,7 +298,8 @@ class AttemptLoop:
     def _end_stop(self, saved: bool) -> list[Action]:
         if self._stopping is Cause.INTERRUPTED:
             return self._ended(Interrupted(saved=saved))
-        return self._ended(Stopped(self._stopping, saved=saved, notice=self._notice))
+        return self._ended(Stopped(self._stopping, saved=saved, notice=self._notice,
+                                   drain=self._drain if self._stopping is Cause.DRAIN else None))
 
     def _progress(self) -> list[Action]:
         if self.running:

@@ -23,6 +23,7 @@ class Cause(str, enum.Enum):
     """Why every task saved at an agreed step (or tried to) and stopped."""
 
     PREEMPTED = "preempted"  # a task got a preemption notice (SIGTERM): failure.PREEMPTED
+    DRAIN = "drain"  # Ray drains a node that holds a task (a spot node's notice, with a deadline): failure.DRAIN
     RESIZE = "resize"  # elastic training: capacity for the full size is back (a grow): failure.RESIZE
     INTERRUPTED = "interrupted"  # Ctrl-C (or SIGTERM) on the driver
 
@@ -42,13 +43,38 @@ class Interrupted:
 
 
 @dataclass(frozen=True)
+class Drain:
+    """A drain notice acted on: Ray drains `node` (a cloud's or KubeRay's spot preemption, an autoscaler's
+    scale-down), which holds the attempt's `ranks`, until `deadline` (epoch seconds; None: Ray gave none); seen by
+    the driver at `seen_at`. Ray schedules nothing new on a draining node: the next attempt is placed elsewhere."""
+
+    node: str
+    ranks: tuple[int, ...]
+    deadline: float | None
+    seen_at: float
+
+    def record(self, saved: bool, committed_at: float | None) -> dict[str, Any]:
+        """result.json's `drain` of the attempt: the notice and, when the save committed, how long after the notice
+        and before the deadline."""
+        out: dict[str, Any] = {"node": self.node, "ranks": list(self.ranks), "deadline_at": self.deadline,
+                               "seen_at": self.seen_at, "saved": saved}
+        if saved and committed_at is not None:
+            out["save_after_notice_s"] = round(committed_at - self.seen_at, 3)
+            if self.deadline is not None:
+                out["save_before_deadline_s"] = round(self.deadline - committed_at, 3)
+        return out
+
+
+@dataclass(frozen=True)
 class Stopped:
-    """The tasks were stopped to restart (a preemption notice, an elastic grow), after a save at an agreed step or
-    at the program's next commit (`saved`: it completed). `notice`: the preemption notice acted on."""
+    """The tasks were stopped to restart (a preemption notice, a node's drain, an elastic grow), after a save at an
+    agreed step or at the program's next commit (`saved`: it completed). `notice`: the preemption notice acted on;
+    `drain`: the drain."""
 
     cause: Cause
     saved: bool = False
     notice: ev.Event | None = None
+    drain: Drain | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +121,7 @@ class Attempt:
     reason: str | None = None
     # The traceback of raytf's own driver when it is what failed the attempt (failure.DRIVER): a bug to report.
     traceback: str | None = None
+    drain: dict[str, Any] | None = None  # a drain's notice and save (cause "drain": Drain.record)
     first_step_at: float | None = None
     last_step: int | None = None
     last_commit_at: float | None = None

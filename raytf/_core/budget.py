@@ -32,7 +32,7 @@ class FailureBudget:
 
     def charge(self, kind: str) -> None:
         """A retry of a failure of `kind` (a resize is counted when the size changes: `Run.placed`)."""
-        if kind == failure.PREEMPTED:
+        if kind in (failure.PREEMPTED, failure.DRAIN):
             self.preemptions += 1
         elif kind != failure.RESIZE:
             self.failures += 1

@@ -18,6 +18,9 @@ PEER = "peer"  # TF reported a lost peer (UnavailableError & co.): a symptom of 
 HANG = "hang"  # no progress for failure.hang_timeout_s
 STARTUP = "startup"  # tasks did not start, or TF servers did not come up
 PREEMPTED = "preempted"  # a task got notice (SIGTERM) and everyone saved first: failure.max_preemptions bounds it
+# Ray drains a node that holds a task (a spot node's preemption notice, with a deadline): everyone saved first and
+# the group moved off it. A preemption announced to the cluster rather than to the process: the same budget.
+DRAIN = "drain"
 # Elastic training: the group stopped to restart at another size (capacity came back: a grow). Not a failure:
 # retried without counting against failure.max_failures; cluster.elastic.max_resizes bounds it instead.
 RESIZE = "resize"
@@ -45,7 +48,8 @@ TRANSIENT = PEER_ERRORS | frozenset({"StorageError", "OSError", "IOError", "Conn
                                      "TimeoutError"})
 
 # How informative a failure is about the root cause, when several tasks fail together.
-_CAUSE_RANK = {RESIZE: 0, PREEMPTED: 0, CONFIG: 1, SYSTEM: 2, DRIVER: 2, HANG: 3, USER: 4, STARTUP: 5, PEER: 6}
+_CAUSE_RANK = {RESIZE: 0, PREEMPTED: 0, DRAIN: 0, CONFIG: 1, SYSTEM: 2, DRIVER: 2, HANG: 3, USER: 4, STARTUP: 5,
+               PEER: 6}
 
 
 class Decision(str, enum.Enum):
@@ -72,7 +76,7 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
     """Retry the whole group from the latest committed checkpoint, or fail the run.
 
     Args:
-        kind: the failure kind (USER, SYSTEM, PEER, HANG, STARTUP, CONFIG, DRIVER, PREEMPTED, RESIZE).
+        kind: the failure kind (USER, SYSTEM, PEER, HANG, STARTUP, CONFIG, DRIVER, PREEMPTED, DRAIN, RESIZE).
         error_type: the exception's class name ("" for deaths and hangs; "exit N" for a script's plain exit).
         attempt: the attempt that failed, from 1.
         progressed: whether any task completed a training step in that attempt.
@@ -84,11 +88,12 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
     """
     if kind == RESIZE:
         return Verdict(Decision.RETRY, "a resize (does not count against failure.max_failures)")
-    if kind == PREEMPTED:
+    if kind in (PREEMPTED, DRAIN):
         # Like Ray Train's separate preemption budget: notice was given and the state saved, nothing is lost.
         if cfg.max_preemptions != -1 and preemptions_so_far >= cfg.max_preemptions:
             return Verdict(Decision.RAISE, f"failure.max_preemptions ({cfg.max_preemptions}) reached")
-        return Verdict(Decision.RETRY, "preemption (does not count against failure.max_failures)")
+        what = "preemption" if kind == PREEMPTED else "a node's drain"
+        return Verdict(Decision.RETRY, f"{what} (does not count against failure.max_failures)")
     if kind == CONFIG:
         return Verdict(Decision.RAISE, "a configuration error (the run's settings or input, or how they fit the hosts "
                                        "the tasks were placed on): a retry would fail the same way; change what the "

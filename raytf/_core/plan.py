@@ -4,6 +4,7 @@ runs and with which runtime_env, and why a placement cannot be satisfied."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -106,17 +107,42 @@ def fmt_resources(resources: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {num(v)}" for k, v in sorted(resources.items())) + "}"
 
 
+def total(resources: Sequence[dict[str, float]]) -> dict[str, float]:
+    """The sum of several bundles' (or nodes') resources, by kind."""
+    out: dict[str, float] = {}
+    for r in resources:
+        for k, v in r.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def busy(need: dict[str, float], free: dict[str, float], holders: list[tuple[str, dict[str, float]]] | None) -> str:
+    """Why a request of `need` in all, which the cluster could hold, is not placed now, in one sentence: what of each
+    kind it needs is free, and who holds the rest (`holders`: (a placement group's name, or "" for an unnamed one;
+    what it holds); None when unknown). Only the kinds the request needs are named: Ray's own resource names
+    (`bundle_group_*`, `CPU_group_*`, `node:__internal_head__`, its bookkeeping of placement groups and nodes) never
+    show (raytf issue 52: a second run's message listed them)."""
+    kinds = sorted(need)
+    free_here = {k: max(0.0, free.get(k, 0.0)) for k in kinds}
+    line = (f"the cluster could hold it but has only {fmt_resources(free_here)} of the {fmt_resources(need)} it "
+            "needs free now")
+    if holders is None:
+        return line
+    mine = [(name, {k: held[k] for k in kinds if held.get(k, 0.0) > 0}) for name, held in holders]
+    mine = [(name, held) for name, held in mine if held]
+    named = sorted(f"{name} {fmt_resources(held)}" for name, held in mine if name)
+    unnamed = [held for name, held in mine if not name]
+    if unnamed:
+        named.append(f"{len(unnamed)} unnamed placement group(s) {fmt_resources(total(unnamed))}")
+    held_by = ("held by placement groups: " + ", ".join(named) if named
+               else "held by tasks and actors outside placement groups (other jobs)")
+    return f"{line}, {held_by}"
+
+
 def shortfall(bundles: list[dict[str, float]], strategy: str, nodes: list[dict[str, float]]) -> str:
     """Why `bundles` cannot be placed on `nodes` (each node's total resources), in one sentence;
     "" when they could fit (the cluster is then merely busy)."""
-    need: dict[str, float] = {}
-    for b in bundles:
-        for k, v in b.items():
-            need[k] = need.get(k, 0.0) + v
-    have: dict[str, float] = {}
-    for n in nodes:
-        for k, v in n.items():
-            have[k] = have.get(k, 0.0) + v
+    need, have = total(bundles), total(nodes)
     missing = {k: v - have.get(k, 0.0) for k, v in need.items() if have.get(k, 0.0) < v}
     if missing:
         return (f"the cluster lacks {fmt_resources(missing)} (needs {fmt_resources(need)} in all, has "

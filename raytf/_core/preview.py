@@ -5,11 +5,10 @@ them from Ray, or describes this machine for an embedded Ray)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from raytf._core import elastic
-from raytf._core.plan import EVALUATOR, PLACEMENT_FIX, Plan, fmt_resources, is_server, make_plan, shortfall
+from raytf._core.plan import EVALUATOR, PLACEMENT_FIX, Plan, fmt_resources, is_server, make_plan, shortfall, total
 from raytf._core.topology import CLUSTER_ROLES
 from raytf.config import SINGLE_TASK_STRATEGIES, Config, PlacementStrategy
 
@@ -96,14 +95,6 @@ def _runs(cfg: Config, role: str) -> str:
     return f"function: {t.entrypoint}"
 
 
-def _total(bundles: Sequence[dict[str, float]]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for b in bundles:
-        for k, v in b.items():
-            out[k] = out.get(k, 0.0) + v
-    return out
-
-
 def _ports(cfg: Config, plan: Plan) -> str:
     c = cfg.cluster
     served = [t for t in plan.tasks if t.role in CLUSTER_ROLES]
@@ -155,11 +146,11 @@ def preview(cfg: Config, cluster: Cluster) -> Preview:
     if len(sizes) > 1 and not problem and _problem(plan, cluster, timeout_s):
         notes.append(f"elastic: the full size ({cfg.cluster.num_workers} workers) does not fit now; the run would "
                      "start smaller and grow when capacity comes")
-    have = _total(cluster.nodes)
+    have = total(cluster.nodes)
     return Preview(
         run=cfg.run.name or "<a new run name>", strategy=cfg.cluster.strategy.value,
         placement_strategy=plan.placement_strategy,
         tasks=tuple(PlannedTask(t.role, t.index, t.rank, t.bundle, _runs(cfg, t.role)) for t in plan.tasks),
-        need=_total(plan.bundles), cluster=cluster, have={k: have.get(k, 0.0) for k in _total(plan.bundles)} or have,
+        need=total(plan.bundles), cluster=cluster, have={k: have.get(k, 0.0) for k in total(plan.bundles)} or have,
         cluster_spec=_spec(cfg, plan), ports=_ports(cfg, plan), sizes=tuple(sizes), problem=problem,
         notes=tuple(notes))

@@ -101,6 +101,9 @@ ITERATOR_TEARDOWN = Feature(
 AVOID_NODES = Feature(
     "avoid_nodes", "placing the next attempt away from hosts that stopped answering",
     "the next placement group may be offered a lost host Ray still counts alive, and waits for it")
+DRAIN_NOTICES = Feature(
+    "drain_notices", "acting on a node's drain notice (a spot node's preemption) before the node goes",
+    "a drained node's tasks are lost when it goes: the attempt fails then and resumes from the last checkpoint")
 
 RAY_TRAIN_LOOPS = Feature(
     "ray_train_loops", "a Ray Train loop in raytf (raytf.compat: ray.train.report and its siblings reach raytf)",
@@ -109,7 +112,7 @@ RAY_TRAIN_LOOPS = Feature(
 
 FEATURES = (BREAKDOWN, KERAS_RESUME, OWN_WRITES, TENSOR_LOGS, TF_CONFIG_GUARD, EMBEDDED_AUTH, AUTH_CHECK, EMBEDDED,
             DATA_COPY, DATA_EXCLUDE, DATA_ROWS, DATA_COORDINATORS, METRICS_INTERVAL, STANDBY_SLOTS, AVOID_NODES,
-            ITERATOR_TEARDOWN, RAY_TRAIN_LOOPS)
+            ITERATOR_TEARDOWN, DRAIN_NOTICES, RAY_TRAIN_LOOPS)
 
 _T = "raytf/_task/timing.py"
 _CB = "raytf/_task/keras_callback.py"
@@ -206,8 +209,14 @@ REPORT_INTERVAL = PrivateApi(
     "raytf/_driver/raymetrics.py")
 PG_TABLE = PrivateApi(
     "ray.util.placement_group:placement_group_table", STANDBY_SLOTS,
-    "its \"bundles_to_node_id\": the node of each bundle", "raytf/_driver/placement.py",
+    "its \"bundles_to_node_id\": the node of each bundle (and each group's \"name\", \"state\" and \"bundles\": who "
+    "holds what a placement timeout's line names; without them the line names what is free only)",
+    "raytf/_driver/placement.py",
     params=("placement_group",))
+DRAINING_NODES = PrivateApi(
+    "ray._private.state:GlobalState.get_draining_nodes", DRAIN_NOTICES,
+    "{node id: deadline in ms (0: none)} of the nodes Ray drains (what Ray Train 2.60's PreemptionWatcher reads)",
+    "raytf/_driver/nodes.py", params=("self",))
 LABEL_SELECTOR = PrivateApi(
     "ray.util.placement_group:placement_group", AVOID_NODES,
     "bundle_label_selector with the ray.io/node-id label every node carries: \"!in(...)\" keeps bundles off those "
@@ -234,7 +243,7 @@ APIS: tuple[PrivateApi, ...] = (
     WRITE_DIRPATH, REMOVE_TEMP_DIRPATH, WRITE_FILEPATH, REMOVE_TEMP_DIR_WITH_FILEPATH,
     TF_LOGS, CREATE_ITERATOR, ENVIRON,
     RAYLET_CONFIG, AUTH_MODE, AUTH_TOKEN, GLOBAL_NODE, NODE_HEAD,
-    DATASET_COPY, EXCLUDE_RESOURCES, META_COUNT, COORD_ACTOR, REPORT_INTERVAL, PG_TABLE, LABEL_SELECTOR,
+    DATASET_COPY, EXCLUDE_RESOURCES, META_COUNT, COORD_ACTOR, REPORT_INTERVAL, PG_TABLE, DRAINING_NODES, LABEL_SELECTOR,
     TRAIN_FN_UTILS, SET_TRAIN_FN_UTILS, GET_TRAIN_FN_UTILS, IS_V2_ENABLED,
 )
 

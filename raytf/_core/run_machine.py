@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raytf._core import elastic, failure
-from raytf._core.attempt_record import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Attempt, Done, Interrupted
+from raytf._core.attempt_record import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Attempt, Done, Interrupted, Stopped
 from raytf._core.budget import FailureBudget
 from raytf._core.checkpoints import CheckpointEntry
 from raytf._core.run_states import (
@@ -174,6 +174,8 @@ class Run:
             return self.interrupted(now)
         error, root = self._fail(attempt, list(end.errors))
         attempt.status = FAILED
+        if isinstance(end.end, Stopped) and end.end.drain is not None:
+            attempt.drain = end.end.drain.record(end.end.saved, attempt.last_commit_at)
         verdict = failure.decide(kind=attempt.cause or failure.SYSTEM, error_type=attempt.error_type or "",
                                  attempt=attempt.index, progressed=attempt.first_step_at is not None,
                                  failures_so_far=self.budget.failures, cfg=self.cfg.failure,
@@ -278,7 +280,7 @@ class Run:
 
     @staticmethod
     def _log_failure(attempt: Attempt, root: WorkerError) -> None:
-        level = logging.WARNING if root.kind in (failure.PREEMPTED, failure.RESIZE) else logging.ERROR
+        level = logging.WARNING if root.kind in (failure.PREEMPTED, failure.DRAIN, failure.RESIZE) else logging.ERROR
         log.log(level, "attempt %d: %s failed: %s", attempt.number, root.role or "run", root)
         if (root.remote_traceback and root.kind != failure.CONFIG  # (a config error's line says all)
                 and root.remote_traceback.splitlines()[-1] not in root.message):

@@ -21,7 +21,7 @@ from raytf._core import events as ev
 from raytf._core import timeline as tl
 from raytf._core.attempt_drive import drive
 from raytf._core.attempt_loop import AttemptLoop, Timing
-from raytf._core.attempt_record import Attempt, Cause, Done, Failed, Hung, Interrupted, Stopped
+from raytf._core.attempt_record import Attempt, Cause, Done, Drain, Failed, Hung, Interrupted, Stopped
 from raytf._core.plan import WORKER, Plan, task_table
 from raytf._core.run_machine import Run
 from raytf._core.run_states import AttemptEnd, Placing
@@ -39,6 +39,10 @@ from raytf.config import Config, owns_loop
 from raytf.errors import PlacementError, WorkerError
 
 log = logging.getLogger("raytf")
+
+# How often the attempt loop asks Ray which nodes it drains (one GCS call): a notice comes with a deadline of tens of
+# seconds at least (a cloud's spot notice: 30 s to 2 min), and a save at an agreed step takes a few.
+DRAIN_CHECK_S = 1.0
 
 
 class _ServiceLost(Exception):
@@ -85,6 +89,7 @@ class AttemptRunner:
         self.group: TaskGroup | None = None  # the last attempt's (the run's end refills its standbys)
         self._refilled: int | None = None  # the attempt whose standbys were asked for
         self._exposed: str | None = None  # the last warning naming the TF ports open to the network
+        self._drain_checked = 0.0  # when Ray was last asked for the nodes it drains
 
     def place(self, placing: Placing) -> Placement:
         """The attempt's group placed at the first of the placing's sizes that can be. Raises PlacementError (no
@@ -164,7 +169,8 @@ class AttemptRunner:
         port = RayPort(group, primary, background, poll_s=self.poll_s)
         try:
             drive(loop, port, self.dispatch, poll_s=self.poll_s, on_poll=self._poll,
-                  grow=(lambda now: self._grow(now, loop, group)) if elastic.is_elastic(self.cfg) else None)
+                  grow=(lambda now: self._grow(now, loop, group)) if elastic.is_elastic(self.cfg) else None,
+                  drained=lambda now: self._drained(now, group))
             self.record.timeline.mark(tl.TRAINING_END_SEEN, time.time())
             if not (isinstance(loop.end, Interrupted) and loop.end.at_once):  # (a second Ctrl-C wants out now)
                 self.dispatch(port.rest())  # the events still on the bus
@@ -204,6 +210,13 @@ class AttemptRunner:
                 f"capacity for {self.cfg.cluster.num_workers} workers is back: restarting at full size from "
                 f"{'a save at an agreed step' if end.saved else 'the latest checkpoint'}", role="group",
                 kind=failure.RESIZE)]
+        elif isinstance(end, Stopped) and end.cause is Cause.DRAIN:
+            d, info = end.drain, group.info(end.drain.ranks[0])
+            deadline = f"its deadline {d.deadline - d.seen_at:.0f}s after the notice" if d.deadline else "no deadline"
+            errors = [WorkerError(f"node {d.node[:12]} is being drained ({deadline}); "
+                                  f"{'saved at an agreed step' if end.saved else 'could not save'} before moving off "
+                                  "it", role=info.role if info is not None else "group", rank=d.ranks[0],
+                                  node_id=d.node, kind=failure.DRAIN)]
         elif isinstance(end, Stopped):
             e = end.notice
             errors = [WorkerError(f"preempted (SIGTERM) at step {e.payload.step}; "
@@ -235,6 +248,21 @@ class AttemptRunner:
         """Whether Ray has declared a node of the attempt dead."""
         alive = nodes.alive()
         return any(i.node_id and i.node_id not in alive for i in group.infos)
+
+    def _drained(self, now: float, group: TaskGroup) -> Drain | None:
+        """Each round of the attempt loop (at most every DRAIN_CHECK_S): a node of the group's that Ray drains, with
+        the ranks on it; None when none is. (A drain of a node the run does not use changes nothing.)"""
+        if now - self._drain_checked < DRAIN_CHECK_S:
+            return None
+        self._drain_checked = now
+        ranks: dict[str, list[int]] = {}
+        for i in group.infos:
+            if i.node_id:
+                ranks.setdefault(i.node_id, []).append(i.rank)
+        draining = nodes.draining() if ranks else {}
+        for node in sorted(set(ranks) & set(draining)):
+            return Drain(node, tuple(sorted(ranks[node])), draining[node], now)
+        return None
 
     def _grow(self, now: float, loop: AttemptLoop, group: TaskGroup) -> bool | None:
         """Elastic training, each round of the loop: None to keep the size; else how to grow (attempt_drive.drive)."""

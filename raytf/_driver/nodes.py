@@ -4,7 +4,13 @@ service's restarts, the plan of an attached cluster). Imports Ray, never TensorF
 
 from __future__ import annotations
 
+import logging
+
 import ray
+
+from raytf._core import private_apis as apis
+
+log = logging.getLogger("raytf")
 
 
 def alive() -> set[str]:
@@ -15,6 +21,22 @@ def alive() -> set[str]:
 def is_alive(node_id: str) -> bool:
     """Whether Ray still counts `node_id` alive (a node lost is declared dead after a while: ~30-60 s)."""
     return bool(node_id) and node_id in alive()
+
+
+def draining() -> dict[str, float | None]:
+    """The nodes Ray is draining (a cloud's or KubeRay's spot preemption, an autoscaler's scale-down: `ray
+    drain-node`), each with its deadline (epoch seconds; None: none given). Ray's own private call
+    (raytf/_core/private_apis.py, DRAINING_NODES); {} without it."""
+    if not apis.available(apis.DRAIN_NOTICES, log.warning):
+        return {}
+    try:
+        return {node: (ms / 1000 if ms else None) for node, ms in ray._private.state.state.get_draining_nodes().items()}
+    except ray.exceptions.RayError as e:  # (the GCS busy or gone: asked again at the next round)
+        log.debug("draining nodes: %s", e)
+        return {}
+    except Exception as e:  # (changed, or not callable over this kind of connection: never the run's end)
+        apis.SWITCHES.turn_off(apis.DRAINING_NODES, f"changed: {type(e).__name__}: {e}", log.warning)
+        return {}
 
 
 def totals() -> list[dict[str, float]]:

@@ -9,7 +9,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
 from raytf._core import private_apis as apis
-from raytf._core.plan import PLACEMENT_FIX, Plan, shortfall
+from raytf._core.plan import PLACEMENT_FIX, Plan, busy, shortfall, total
 from raytf._driver import nodes
 from raytf.errors import PlacementError
 
@@ -93,8 +93,24 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
     remove_placement_group(pg)
     why = shortfall(plan.bundles, plan.placement_strategy, nodes.totals())
     if not why:
-        why = f"the cluster could hold it but has only {ray.available_resources()} free now (other jobs)"
+        why = busy(total(plan.bundles), ray.available_resources(), holders(exclude=pg))
     raise PlacementError(f"{what} not ready after cluster.placement_timeout_s={timeout_s:g}s: {why}. {fix}")
+
+
+def holders(exclude: PlacementGroup | None = None) -> list[tuple[str, dict[str, float]]] | None:
+    """The placement groups that hold resources now (Ray's placement group table: each group's "name", "state" and
+    "bundles", raytf/_core/private_apis.py, PG_TABLE), but `exclude`: (name, what it holds); None when unknown."""
+    skip = exclude.id.hex() if exclude is not None else None
+    out = []
+    try:
+        for gid, g in ray.util.placement_group_table().items():
+            if g["state"] != "CREATED" or gid == skip:
+                continue
+            out.append((g["name"], total(list(g["bundles"].values()))))
+    except (KeyError, TypeError, AttributeError, ray.exceptions.RayError) as e:  # (a message's detail, never fatal)
+        log.debug("placement group table: %s", e)
+        return None
+    return out
 
 
 def capacity(bundles: list[dict[str, float]], strategy: str, *, avoid: set[str], timeout_s: float = 1.0) -> bool:

@@ -141,8 +141,8 @@ class MetricsConfig:
 class FailureConfig:
     # Failures retried per launch (the whole group restarts from the latest committed checkpoint); -1 = no limit.
     max_failures: int = 3
-    # Preemptions (a task's SIGTERM: every task saves at an agreed step, nothing is lost) retried per launch,
-    # counted apart from failure.max_failures; -1 = no limit.
+    # Preemptions (a task's SIGTERM, or a drain of its node: every task saves at an agreed step, nothing is lost)
+    # retried per launch, counted apart from failure.max_failures; -1 = no limit.
     max_preemptions: int = -1
     # Exceptions raised by the program are retried only when transient (TF's UnavailableError, AbortedError,
     # DeadlineExceededError, CancelledError; network and storage errors). True: retry the others too, once the

@@ -1,7 +1,8 @@
-"""Elastic training on a simulated multi-node cluster (ray.cluster_utils.Cluster: nodes on this machine, each
-with one CPU, so one worker per node): a node removed mid-run and the group shrinks without waiting for
-cluster.placement_timeout_s; a node added back and the group grows at an agreed step, losing nothing. The same
-on real hosts cut off the network: tests/cluster/test_hosts_elastic.py."""
+"""A simulated multi-node cluster whose nodes change under a run (ray.cluster_utils.Cluster: nodes on this machine,
+each with one CPU, so one worker per node). Elastic training: a node removed mid-run and the group shrinks without
+waiting for cluster.placement_timeout_s; a node added back and the group grows at an agreed step, losing nothing
+(the same on real hosts cut off the network: tests/cluster/test_hosts_elastic.py). A node drained with a deadline
+(a spot node's notice): the group saves at an agreed step and moves off it."""
 
 import json
 from pathlib import Path
@@ -109,4 +110,69 @@ def test_min_workers_out_of_reach_waits_placement_timeout_then_names_what_is_mis
     assert "placement group for 5 tasks" in message and "cluster.placement_timeout_s=4s" in message, message
     assert "\n" not in message and waited >= 4 + 3  # wait_s for 6, then placement_timeout_s for 5
     raytf.release_standbys()  # (the session keeps them for its next run otherwise)
+    assert leftovers() == {"actors": [], "placement_groups": []}
+
+
+def test_a_drained_node_is_left_after_a_save_at_an_agreed_step_losing_nothing(cluster, tmp_path, capsys):
+    """A spot node's notice as Ray's autoscaler and KubeRay send it (a drain with a deadline: `ray drain-node
+    --reason DRAIN_NODE_REASON_PREEMPTION --deadline-remaining-seconds 30`): every task saves at one agreed step and
+    the group restarts on the nodes left, no step lost; counted as a preemption, not a failure. A drain of a node
+    the run does not use changes nothing."""
+    import time
+
+    import ray
+    from ray.core.generated import autoscaler_pb2
+
+    c, _ = cluster
+    added = [c.add_node(num_cpus=1) for _ in range(2)]  # (the test above removed one): 4 nodes of 1 CPU
+    c.wait_for_nodes()
+    gcs = ray._raylet.GcsClient(address=c.address)
+    head = ray.get_runtime_context().get_node_id()
+    drained: dict[str, tuple[str, float]] = {}  # what -> (node, when)
+
+    def drain(node: str, deadline_s: int) -> None:
+        accepted, why = gcs.drain_node(node, autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+                                       "spot instance reclaimed (test)", int((time.time() + deadline_s) * 1000))
+        assert accepted, why
+
+    def notices(e: ev.Event) -> None:
+        # Attempt 1's first commit: a node it does not use is drained; 3 steps later, worker 1's node.
+        if e.attempt != 1 or e.rank != 0 or "worker 1" in drained:
+            return
+        if e.kind == ev.CHECKPOINT and "unused" not in drained:
+            (group,) = [g for g in ray.util.placement_group_table().values()
+                        if g["name"] == "raytf:drain" and g["state"] == "CREATED"]
+            used = set(group["bundles_to_node_id"].values())
+            (unused, *_) = sorted({n["NodeID"] for n in ray.nodes() if n["Alive"]} - used - {head})
+            drain(unused, 30)
+            drained["unused"] = (unused, time.time())
+            drained["worker 1 at"] = (group["bundles_to_node_id"][1], e.payload.step + 3)
+        elif e.kind == ev.STEP and "unused" in drained and e.payload.step >= drained["worker 1 at"][1]:
+            drain(drained["worker 1 at"][0], 30)
+            drained["worker 1"] = (drained["worker 1 at"][0], time.time())
+
+    cfg = raytf.load_config(ROOT / "conf/local.yaml", [
+        f"storage.path={tmp_path}", "ray.address=auto", "run.name=drain", "train.entrypoint=tests.train_fns:paced_loop",
+        "cluster.num_workers=2", "cluster.placement_strategy=SPREAD", "train.epochs=6", "train.steps_per_epoch=5",
+        "train.batch_size=6", "train.params.step_s=0.2", "metrics.every_steps=1", "failure.max_failures=0"])
+    try:
+        result = raytf.fit(cfg, quiet=True, on_event=notices)
+    finally:
+        for n in added:  # (a drained node's raylet is gone already: Ray ends a drained node once it is idle)
+            c.remove_node(n)
+    assert result.status == "succeeded", result.error
+    first, second = result.attempts  # (the unused node's drain: no attempt of its own)
+    node, noticed = drained["worker 1"]
+    assert (first["cause"], first["rank"], first["node_id"], first["decision"]) == ("drain", 1, node, "retry")
+    assert first["steps_lost"] == 0 and first["drain"]["saved"] and first["drain"]["node"] == node
+    assert 0 < first["drain"]["save_before_deadline_s"] < 30
+    assert second["resumed_from"].endswith(f"-s{first['last_step']:010d}")  # the agreed step's save
+    assert node not in {t["node_id"] for t in result.tasks}  # placed off the drained node
+    assert result.summary["budget"]["preemptions"] == 1 and result.summary["budget"]["failures"] == 0
+    with capsys.disabled():
+        print(f"\ndrain: saved {first['drain']['save_after_notice_s']:.2f}s after the notice (the driver saw it "
+              f"{first['drain']['seen_at'] - noticed:.2f}s after it was sent), "
+              f"{first['drain']['save_before_deadline_s']:.2f}s before the deadline; steps lost 0; first step of "
+              f"attempt 2 {second['first_step_at'] - noticed:.2f}s after the notice")
+    raytf.release_standbys()
     assert leftovers() == {"actors": [], "placement_groups": []}

@@ -1,11 +1,12 @@
 """The attempt loop as a state machine (raytf/_core/attempt_loop.py), driven over a fake task group: training,
-failures, hangs, save-now after a preemption notice, Ctrl-C, lost ParameterServerStrategy workers, draining."""
+failures, hangs, save-now after a preemption notice or a node's drain, Ctrl-C, lost ParameterServerStrategy
+workers, draining."""
 
 from raytf._core import events as ev
 from raytf._core import failure
 from raytf._core.attempt_drive import drive
 from raytf._core.attempt_loop import AttemptLoop, Finished, Timing
-from raytf._core.attempt_record import Cause, Done, Failed, Hung, Interrupted, Stopped
+from raytf._core.attempt_record import Cause, Done, Drain, Failed, Hung, Interrupted, Stopped
 from raytf.errors import WorkerError
 
 TIMING = Timing(hang_timeout_s=30, startup_timeout_s=60, interrupt_timeout_s=20, server_grace_s=10,
@@ -58,11 +59,11 @@ def died(rank: int, kind: str = failure.SYSTEM, role: str = "worker") -> WorkerE
     return WorkerError("the task's actor died", role=role, rank=rank, kind=kind)
 
 
-def run(group: FakeGroup, primary=(0, 1), background=None, **kw) -> tuple[AttemptLoop, list[ev.Event]]:
+def run(group: FakeGroup, primary=(0, 1), background=None, drained=None, **kw) -> tuple[AttemptLoop, list[ev.Event]]:
     loop = AttemptLoop(primary={r: "worker" for r in primary}, background=background or {}, timing=TIMING,
                        attempt=1, now=0.0, **kw)
     seen: list[ev.Event] = []
-    drive(loop, group, seen.extend, poll_s=1.0, clock=group.clock)
+    drive(loop, group, seen.extend, poll_s=1.0, clock=group.clock, drained=drained)
     return loop, seen
 
 
@@ -98,6 +99,60 @@ def test_a_preemption_notice_saves_at_an_agreed_step_then_fails_as_preempted():
     loop, _ = run(g)
     assert g.calls == [("ask_save", 2), ("decide", 9)]
     assert loop.end == Stopped(Cause.PREEMPTED, saved=True, notice=notice) and loop.end.cause == failure.PREEMPTED
+
+
+def drain_at(t: float, deadline: float | None = 60.0, ranks=(1,)):
+    """A `drained` input: node "n1" (holding `ranks`) drained from time `t`, its deadline at `deadline`; how often
+    it was asked."""
+    asked = []
+
+    def drained(now: float):
+        asked.append(now)
+        return Drain("n1", tuple(ranks), deadline, now) if now >= t else None
+
+    return drained, asked
+
+
+def test_a_drain_saves_at_an_agreed_step_then_stops_to_move_off_the_node():
+    drained, asked = drain_at(2.0)
+    g = FakeGroup([([step(0, 5), step(1, 5)], []), ([step(0, 6)], []), ([], [Finished(0), Finished(1)])],
+                  reports={0: 6, 1: 6})
+    loop, _ = run(g, drained=drained)
+    assert g.calls == [("ask_save", 2), ("decide", 7)]
+    assert loop.end == Stopped(Cause.DRAIN, saved=True, drain=Drain("n1", (1,), 60.0, 2.0))
+    assert loop.end.cause == failure.DRAIN
+    assert asked == [1.0, 2.0]  # asked while training only: not once the save is under way
+
+
+def test_a_drain_waits_no_longer_for_the_save_than_its_deadline():
+    drained, _ = drain_at(2.0, deadline=7.0)
+    g = FakeGroup([([step(0, 5), step(1, 5)], [])], reports={0: 6, 1: 6})  # the tasks never finish their save
+    loop, _ = run(g, drained=drained)
+    assert loop.end == Stopped(Cause.DRAIN, saved=False, drain=Drain("n1", (1,), 7.0, 2.0))
+    assert 7.0 < loop.now <= 8.0  # (checkpoint.interrupt_timeout_s is 20 s)
+
+
+def test_a_scripts_drain_moves_at_its_next_commit_or_at_the_deadline():
+    commit = ev.Event(ev.CHECKPOINT, "worker", 0, 1, {"uri": "s3://b/ckpt-1", "epoch": 1, "step": 9, "seq": 1})
+    drained, _ = drain_at(2.0, deadline=30.0)
+    g = FakeGroup([([step(0, 5)], []), ([], []), ([commit], [])])
+    loop, _ = run(g, drained=drained, can_save_now=False)
+    assert g.calls == [] and loop.end == Stopped(Cause.DRAIN, saved=True, drain=Drain("n1", (1,), 30.0, 2.0))
+    # No commit before the deadline: it moves then; the script's last synced checkpoint stands.
+    drained, _ = drain_at(2.0, deadline=30.0)
+    loop, _ = run(FakeGroup([([step(0, 5)], [])]), drained=drained, can_save_now=False)
+    assert loop.end == Stopped(Cause.DRAIN, saved=False, drain=Drain("n1", (1,), 30.0, 2.0))
+    assert 30.0 < loop.now <= 31.0
+    # The node goes first (its task dies): still the drain, not a failure of the program's.
+    drained, _ = drain_at(2.0, deadline=30.0)
+    loop, _ = run(FakeGroup([([step(0, 5)], []), ([], []), ([], [Finished(1, died(1))])]), drained=drained,
+                  can_save_now=False)
+    assert loop.end == Stopped(Cause.DRAIN, saved=False, drain=Drain("n1", (1,), 30.0, 2.0))
+    # The program's own error meanwhile is its own failure.
+    drained, _ = drain_at(2.0, deadline=30.0)
+    loop, _ = run(FakeGroup([([step(0, 5)], []), ([], []), ([], [Finished(0, died(0, kind=failure.USER))])]),
+                  drained=drained, can_save_now=False)
+    assert isinstance(loop.end, Failed)
 
 
 def test_a_save_request_not_answered_by_every_task_gives_up_the_save():

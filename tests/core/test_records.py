@@ -9,7 +9,7 @@ from raytf._core import events as ev
 from raytf._core.attempt_record import Attempt
 from raytf._core.checkpoints import checkpoint_name
 from raytf._core.metrics import MetricsTable
-from raytf._core.plan import shortfall
+from raytf._core.plan import busy, shortfall
 from raytf.errors import TrainingFailedError, WorkerError
 
 
@@ -33,6 +33,26 @@ def test_shortfall_strict_pack():
 
 def test_shortfall_empty_when_it_fits():
     assert shortfall([{"CPU": 1}] * 2, "PACK", [{"CPU": 2}]) == ""
+
+
+def test_a_busy_cluster_names_what_is_free_and_who_holds_the_rest_never_rays_own_resource_names():
+    # What Ray's available_resources() holds while another run's placement group is up (Ray 2.60, embedded).
+    free = {"CPU": 1.0, "memory": 5.5e9, "node:127.0.0.1": 1.0, "node:__internal_head__": 1.0,
+            "bundle_group_0_a4edf0": 999.999, "CPU_group_a4edf0": 0.0, "object_store_memory": 2e9}
+    holders = [("raytf:first", {"CPU": 2.0, "bundle_group_0_a4edf0": 1000.0}), ("", {"CPU": 0.5}), ("", {"CPU": 0.5}),
+               ("other-job", {"GPU": 1.0})]  # (holds nothing this request needs: not named)
+    msg = busy({"CPU": 3.0}, free, holders)
+    assert msg == ("the cluster could hold it but has only {CPU: 1} of the {CPU: 3} it needs free now, held by "
+                   "placement groups: raytf:first {CPU: 2}, 2 unnamed placement group(s) {CPU: 1}")
+    for internal in ("bundle_group", "_group_", "node:", "memory", "other-job"):
+        assert internal not in msg
+    # Nothing in a placement group: what holds it is outside them.
+    assert busy({"CPU": 2.0}, {}, []).endswith(
+        "has only {CPU: 0} of the {CPU: 2} it needs free now, held by tasks and actors outside placement groups "
+        "(other jobs)")
+    # Who holds what not known (Ray's table changed): what is free, and no guess.
+    assert busy({"CPU": 2.0}, {"CPU": 1.0}, None) == (
+        "the cluster could hold it but has only {CPU: 1} of the {CPU: 2} it needs free now")
 
 
 def test_metrics_table_columns_and_final():

@@ -8,7 +8,18 @@ import pytest
 
 from raytf._core import elastic, failure
 from raytf._core import events as ev
-from raytf._core.attempt_record import FAILED, INTERRUPTED, SUCCEEDED, Cause, Done, Failed, Hung, Interrupted, Stopped
+from raytf._core.attempt_record import (
+    FAILED,
+    INTERRUPTED,
+    SUCCEEDED,
+    Cause,
+    Done,
+    Drain,
+    Failed,
+    Hung,
+    Interrupted,
+    Stopped,
+)
 from raytf._core.budget import FailureBudget
 from raytf._core.checkpoints import CheckpointEntry, checkpoint_name
 from raytf._core.run_machine import ACCEPT, Run
@@ -108,6 +119,30 @@ def test_preemptions_have_a_budget_of_their_own():
         train(unlimited)
         assert isinstance(unlimited.ended(stopped, latest=entry(1, 8), now=20.0 + i), Retrying)
         unlimited.resumed(entry(1, 8))
+
+
+def test_a_drain_is_a_preemption_recorded_with_its_node_deadline_and_save():
+    run = Run(cfg("failure.max_failures=0", "failure.max_preemptions=1"))
+    run.begin(None)
+    attempt = train(run, epochs=1).attempt  # (its epoch 1 ends at step 10, t=11)
+    drain = Drain("node1", (1,), deadline=40.0, seen_at=12.0)
+    attempt.observe(ev.Event(ev.STEP, "worker", 0, attempt.number, {"step": 12, "epoch": 2}, time=12.5))
+    attempt.observe(ev.Event(ev.CHECKPOINT, "worker", 0, attempt.number,
+                             {"uri": "u", "epoch": 2, "step": 13, "seq": 1}, time=15.0))
+    error = WorkerError("node node1 is being drained", role="worker", rank=1, node_id="node1", kind=failure.DRAIN)
+    state = run.ended(AttemptEnd(Stopped(Cause.DRAIN, saved=True, drain=drain), (error,)), latest=entry(2, 13),
+                      now=16.0)
+    assert isinstance(state, Retrying)  # max_failures=0: a drain is not counted there
+    assert (attempt.cause, attempt.rank, attempt.node_id, attempt.steps_lost) == ("drain", 1, "node1", 0)
+    assert attempt.drain == {"node": "node1", "ranks": [1], "deadline_at": 40.0, "seen_at": 12.0, "saved": True,
+                             "save_after_notice_s": 3.0, "save_before_deadline_s": 25.0}
+    assert run.budget.preemptions == 1 and run.budget.failures == 0
+    run.resumed(entry(2, 13))
+    train(run)
+    state = run.ended(AttemptEnd(Stopped(Cause.DRAIN, saved=False, drain=drain), (error,)), latest=entry(2, 13),
+                      now=30.0)
+    assert state.status == FAILED and run.attempt.reason == "failure.max_preemptions (1) reached"
+    assert run.attempt.drain["saved"] is False and "save_before_deadline_s" not in run.attempt.drain
 
 
 def test_a_task_lost_after_the_last_epoch_with_the_final_checkpoint_committed_is_a_success(caplog):

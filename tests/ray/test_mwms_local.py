@@ -129,6 +129,27 @@ def test_placement_timeout_on_a_cluster_that_could_grow(fast_cfg, no_leaks):
     assert "not ready after cluster.placement_timeout_s=1s" in msg and "lacks {CPU: 1}" in msg
 
 
+def test_placement_timeout_on_a_busy_cluster_names_who_holds_it(fast_cfg, no_leaks):
+    """Another run's group holds the CPUs: the line says what is free and which group holds the rest, by name, and
+    never Ray's own resource names (raytf issue 52: `bundle_group_...: 999.999`, `node:__internal_head__`)."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from raytf._core.plan import make_plan
+    from raytf._driver import placement
+
+    first = placement_group([{"CPU": 1}] * 2, name="raytf:first")
+    assert first.wait(30)
+    try:
+        with pytest.raises(PlacementError) as info:
+            placement.reserve(make_plan(fast_cfg()), timeout_s=1, name="raytf:second", can_grow=True)
+    finally:
+        remove_placement_group(first)
+    msg = str(info.value)
+    assert ("only {CPU: 0} of the {CPU: 2} it needs free now, held by placement groups: raytf:first {CPU: 2}"
+            in msg), msg
+    assert "_group_" not in msg and "node:" not in msg, msg
+
+
 @pytest.mark.slow  # step 2: MultiWorkerMirroredStrategy is every other run's; these build the single-task ones
 @pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
 def test_single_task_strategies(fast_cfg, no_leaks, strategy):

@@ -127,6 +127,23 @@ def test_avoiding_nodes(monkeypatch, caplog):
     _said(caplog, apis.LABEL_SELECTOR)
 
 
+def test_drain_notices(monkeypatch, caplog):
+    import ray._private.state
+
+    from raytf._driver import nodes
+
+    monkeypatch.delattr(ray._private.state.GlobalState, "get_draining_nodes")  # a Ray that moved it
+    assert nodes.draining() == {} and nodes.draining() == {}
+    _said(caplog, apis.DRAINING_NODES)
+    # There, but Ray cannot answer now (here: not connected; on a cluster: its GCS busy): none this round, asked
+    # again at the next, quietly.
+    monkeypatch.undo()
+    apis.SWITCHES.reset()
+    caplog.clear()
+    assert nodes.draining() == {} and not apis.SWITCHES.is_off(apis.DRAIN_NOTICES)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
 def test_knowing_an_embedded_ray(monkeypatch, caplog):
     import ray._private.worker
 
@@ -169,6 +186,7 @@ def test_asking_the_embedded_ray_for_token_auth(monkeypatch, caplog):
 def test_every_driver_feature_has_its_test():
     driver = {a for a in apis.APIS if a.where.startswith("raytf/_driver/")}
     tested = {apis.META_COUNT, apis.DATASET_COPY, apis.EXCLUDE_RESOURCES, apis.COORD_ACTOR, apis.REPORT_INTERVAL,
-              apis.PG_TABLE, apis.LABEL_SELECTOR, apis.GLOBAL_NODE, apis.AUTH_MODE, apis.RAYLET_CONFIG}
+              apis.PG_TABLE, apis.LABEL_SELECTOR, apis.GLOBAL_NODE, apis.AUTH_MODE, apis.RAYLET_CONFIG,
+              apis.DRAINING_NODES}
     assert {a.feature for a in driver} == {a.feature for a in tested}
     assert inspect.getsource(test_every_driver_feature_has_its_test)  # (this list is the module's tests)
