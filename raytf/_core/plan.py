@@ -95,6 +95,18 @@ def _fits(bundle: dict[str, float], node: dict[str, float]) -> bool:
     return all(node.get(k, 0.0) >= v for k, v in bundle.items())
 
 
+def spare_nodes(bundles: list[dict[str, float]], nodes: dict[str, dict[str, float]], avoid: set[str]) -> list[str]:
+    """Nodes not in `avoid` that could each hold one of `bundles` (`nodes`: id -> what it has), a different one for
+    each bundle while there are: where standbys are warmed for the tasks of a node being drained, since the next
+    attempt is placed off it (Ray chooses where: a best guess)."""
+    out: list[str] = []
+    for b in bundles:
+        spare = next((n for n in sorted(nodes) if n not in avoid and n not in out and _fits(b, nodes[n])), None)
+        if spare is not None:
+            out.append(spare)
+    return out
+
+
 # The fix every placement failure names (_driver/placement.py, and a dry run's: _core/preview.py).
 PLACEMENT_FIX = ("Fix: add nodes or resources, lower the per-task reservations (cluster.<role>.cpus/gpus/...) or the "
                  "task counts (cluster.num_workers, cluster.num_ps), or raise cluster.placement_timeout_s")

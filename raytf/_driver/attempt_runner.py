@@ -261,6 +261,7 @@ class AttemptRunner:
                 ranks.setdefault(i.node_id, []).append(i.rank)
         draining = nodes.draining() if ranks else {}
         for node in sorted(set(ranks) & set(draining)):
+            group.refill_off(node, set(draining))  # (while the group saves)
             return Drain(node, tuple(sorted(ranks[node])), draining[node], now)
         return None
 

@@ -17,7 +17,17 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from raytf._core import events as ev
 from raytf._core import failure, shipping, topology
 from raytf._core.function import Functions
-from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_env, actor_name, is_server, streamed, task_runtime_env
+from raytf._core.plan import (
+    EVALUATOR,
+    Plan,
+    TaskSpec,
+    actor_env,
+    actor_name,
+    is_server,
+    spare_nodes,
+    streamed,
+    task_runtime_env,
+)
 from raytf._core.tasks import TaskInfo, TaskRun, local_sweeps
 from raytf._driver import nodes, placement, stacks, standby
 from raytf._driver.usercode import CodePlan
@@ -125,6 +135,25 @@ class TaskGroup:
                                  min(self.cfg.cluster.standby, len(bundles)), script=self._runs_script(task))
         except Exception as e:  # a faster next attempt is a bonus, never a reason to fail (or hide why) a run
             log.warning("cluster.standby: no standby processes made (%s)", e)
+
+    def refill_off(self, node: str, draining: set[str]) -> None:
+        """A drain notice for `node`: standbys for its tasks asked for on other nodes (alive, not draining, not the
+        group's, able to hold a task's bundle), so that the next attempt, placed off `node`, may start them in
+        processes that imported TensorFlow while the group saved (raytf issue 52). Ray chooses where the next
+        attempt goes: a best guess, and never a reason to fail a run."""
+        moving = {key: bundles for (n, key), bundles in self._slots.items() if n == node}
+        if not moving:
+            return
+        try:
+            have = nodes.resources()
+            avoid = {n for n, _ in self._slots} | draining | {node}
+            pool = standby.pool()
+            for key, bundles in moving.items():
+                task = self.plan.tasks[bundles[0]]
+                for spare in spare_nodes([self.plan.tasks[b].bundle for b in bundles], have, avoid):
+                    pool.fill.remote(spare, key, task_runtime_env(self.cfg, task), 1, script=self._runs_script(task))
+        except Exception as e:  # (as refill: a faster next attempt is a bonus)
+            log.warning("cluster.standby: no standby processes made off the drained node (%s)", e)
 
     def _start_task(self, t: TaskSpec, bundle_index: int, standby_actor=None):
         cfg = self.cfg

@@ -41,4 +41,9 @@ def draining() -> dict[str, float | None]:
 
 def totals() -> list[dict[str, float]]:
     """Each alive node's resources (what it has, not what is free)."""
-    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+    return list(resources().values())
+
+
+def resources() -> dict[str, dict[str, float]]:
+    """Each alive node's resources (what it has, not what is free), by id."""
+    return {n["NodeID"]: dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")}

@@ -116,15 +116,18 @@ def test_min_workers_out_of_reach_waits_placement_timeout_then_names_what_is_mis
 def test_a_drained_node_is_left_after_a_save_at_an_agreed_step_losing_nothing(cluster, tmp_path, capsys):
     """A spot node's notice as Ray's autoscaler and KubeRay send it (a drain with a deadline: `ray drain-node
     --reason DRAIN_NODE_REASON_PREEMPTION --deadline-remaining-seconds 30`): every task saves at one agreed step and
-    the group restarts on the nodes left, no step lost; counted as a preemption, not a failure. A drain of a node
-    the run does not use changes nothing."""
+    the group restarts on the nodes left, no step lost, its tasks in standbys warmed at the notice; counted as a
+    preemption, not a failure. A drain of a node the run does not use changes nothing."""
     import time
 
     import ray
     from ray.core.generated import autoscaler_pb2
 
     c, _ = cluster
-    added = [c.add_node(num_cpus=1) for _ in range(2)]  # (the test above removed one): 4 nodes of 1 CPU
+    # 4 nodes of 1 CPU (the tests above leave 2; alone, this one finds 3): worker 0's, worker 1's, one the run does
+    # not use, and the one spare node left once that one is drained (where attempt 2 must go).
+    alive = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
+    added = [c.add_node(num_cpus=1) for _ in range(4 - len(alive))]
     c.wait_for_nodes()
     gcs = ray._raylet.GcsClient(address=c.address)
     head = ray.get_runtime_context().get_node_id()
@@ -168,6 +171,9 @@ def test_a_drained_node_is_left_after_a_save_at_an_agreed_step_losing_nothing(cl
     assert 0 < first["drain"]["save_before_deadline_s"] < 30
     assert second["resumed_from"].endswith(f"-s{first['last_step']:010d}")  # the agreed step's save
     assert node not in {t["node_id"] for t in result.tasks}  # placed off the drained node
+    # Both tasks of attempt 2 in standbys: worker 0's node's (asked for at attempt 1's first step) and the spare
+    # node's, asked for at the notice (TaskGroup.refill_off), while the group saved.
+    assert second["standby_tasks"] == 2
     assert result.summary["budget"]["preemptions"] == 1 and result.summary["budget"]["failures"] == 0
     with capsys.disabled():
         print(f"\ndrain: saved {first['drain']['save_after_notice_s']:.2f}s after the notice (the driver saw it "

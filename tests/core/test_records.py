@@ -9,7 +9,7 @@ from raytf._core import events as ev
 from raytf._core.attempt_record import Attempt
 from raytf._core.checkpoints import checkpoint_name
 from raytf._core.metrics import MetricsTable
-from raytf._core.plan import busy, shortfall
+from raytf._core.plan import busy, shortfall, spare_nodes
 from raytf.errors import TrainingFailedError, WorkerError
 
 
@@ -29,6 +29,16 @@ def test_shortfall_bundle_too_big_for_any_node():
 
 def test_shortfall_strict_pack():
     assert "STRICT_PACK" in shortfall([{"CPU": 2}] * 2, "STRICT_PACK", [{"CPU": 2}, {"CPU": 2}])
+
+
+def test_spare_nodes_for_a_drained_nodes_tasks_are_others_that_can_hold_them():
+    nodes = {"head": {"CPU": 0.0}, "a": {"CPU": 1.0}, "b": {"CPU": 4.0, "GPU": 1.0}, "c": {"CPU": 2.0},
+             "d": {"CPU": 1.0}}
+    # One node each, never one avoided (the group's own, the draining), none too small (the head's 0 CPUs).
+    assert spare_nodes([{"CPU": 1}, {"CPU": 1}], nodes, avoid={"a"}) == ["b", "c"]
+    assert spare_nodes([{"CPU": 1, "GPU": 1}], nodes, avoid=set()) == ["b"]
+    assert spare_nodes([{"CPU": 2}] * 3, nodes, avoid={"b"}) == ["c"]  # fewer than asked: what there is
+    assert spare_nodes([{"CPU": 1}], {"head": {"CPU": 0.0}}, avoid=set()) == []
 
 
 def test_shortfall_empty_when_it_fits():
