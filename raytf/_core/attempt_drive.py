@@ -48,7 +48,9 @@ def drive(loop: AttemptLoop, port: Port, on_events: Callable[[list[ev.Event]], N
             for f in finished:
                 actions += loop.on_finished(f, clock())
             actions += loop.on_tick(clock())
-            if drained is not None and loop.phase is Phase.TRAINING and (drain := drained(clock())) is not None:
+            # (Asked until one is acted on: a script's group trains on until its next commit after it.)
+            if drained is not None and loop.phase is Phase.TRAINING and loop.drain is None \
+                    and (drain := drained(clock())) is not None:
                 actions += loop.on_drain(drain, clock())
             if grow is not None and loop.phase is Phase.TRAINING and (save_now := grow(clock())) is not None:
                 actions += loop.on_grow(clock(), save_now)

@@ -121,6 +121,11 @@ class AttemptLoop:
         self.serving = set(self.background)
 
     @property
+    def drain(self) -> Drain | None:
+        """The drain notice acted on (one per attempt)."""
+        return self._drain
+
+    @property
     def done(self) -> bool:
         return self.phase is Phase.ENDED
 

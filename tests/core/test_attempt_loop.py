@@ -134,10 +134,11 @@ def test_a_drain_waits_no_longer_for_the_save_than_its_deadline():
 
 def test_a_scripts_drain_moves_at_its_next_commit_or_at_the_deadline():
     commit = ev.Event(ev.CHECKPOINT, "worker", 0, 1, {"uri": "s3://b/ckpt-1", "epoch": 1, "step": 9, "seq": 1})
-    drained, _ = drain_at(2.0, deadline=30.0)
-    g = FakeGroup([([step(0, 5)], []), ([], []), ([commit], [])])
+    drained, asked = drain_at(2.0, deadline=30.0)
+    g = FakeGroup([([step(0, 5)], []), ([], []), ([step(0, 6)], []), ([step(0, 7)], []), ([commit], [])])
     loop, _ = run(g, drained=drained, can_save_now=False)
     assert g.calls == [] and loop.end == Stopped(Cause.DRAIN, saved=True, drain=Drain("n1", (1,), 30.0, 2.0))
+    assert asked == [1.0, 2.0]  # not asked again while the script trains on to its commit
     # No commit before the deadline: it moves then; the script's last synced checkpoint stands.
     drained, _ = drain_at(2.0, deadline=30.0)
     loop, _ = run(FakeGroup([([step(0, 5)], [])]), drained=drained, can_save_now=False)
