@@ -65,6 +65,19 @@ def hang_on_rank1_first_attempt(ctx: raytf.TrainContext) -> None:
     _on_rank1_first_attempt(ctx, 3, lambda: threading.Event().wait(), train=paced_loop)
 
 
+_HELD: list[bytes] = []
+
+
+def leaks_on_rank1_first_attempt(ctx: raytf.TrainContext) -> None:
+    """paced_loop, with rank 1's process holding 64 MiB more after each of its steps from step 3 on (at most 3 GiB),
+    in attempt 1 only: a leak, for failure.max_task_rss_gb to recycle."""
+    def grow():
+        if len(_HELD) < 48:
+            _HELD.append(b"x" * (64 << 20))  # (written, so resident: a bytearray's zero pages would not count)
+
+    _on_rank1_first_attempt(ctx, 3, grow, train=paced_loop)
+
+
 def fail_once_after_progress(ctx: raytf.TrainContext) -> None:
     """Rank 1 raises at its 5th step of attempt 1 only: a transient error worth a retry."""
     def fail():

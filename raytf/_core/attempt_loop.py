@@ -4,13 +4,13 @@
 Phases, once the attempt's tasks run; the last, ENDED, holds the attempt's end as a typed value
 (_core.attempt_record.End: Done, Interrupted, Stopped, Hung, Failed):
 
-    TRAINING ──a preemption notice, a node's drain, Ctrl-C (checkpoint.on_interrupt), an elastic grow──▶ SAVING
+    TRAINING ──a preemption notice, a node's drain, a task's memory, Ctrl-C, an elastic grow──────────▶ SAVING
        │  │                                                                  │ every task reported its step
        │  │                                                                  ▼
        │  │                                          STOPPING (all save at max(step) + 1, then stop)
        │  │                                                                  │ all stopped, or the deadline
        │  │                                                                  ▼
-       │  │                            ENDED: Stopped(preempted | drain | resize, saved) / Interrupted(saved)
+       │  │                            ENDED: Stopped(preempted | drain | resize | recycle, saved) / Interrupted(saved)
        │  ├──a task failed (not a tolerated PS worker)──▶ ENDED: Failed(errors)
        │  ├──a rank without progress for failure.hang_timeout_s──▶ ENDED: Hung(ranks)
        │  └──Ctrl-C (a second one, or nothing to save)──▶ ENDED: Interrupted(at_once)
@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 from raytf._core import events as ev
 from raytf._core import failure
-from raytf._core.attempt_record import PROGRESS, Cause, Done, Drain, End, Failed, Hung, Interrupted, Stopped
+from raytf._core.attempt_record import PROGRESS, Cause, Done, Drain, End, Failed, Hung, Interrupted, Recycle, Stopped
+from raytf._core.memory import MemoryWatch
 from raytf.errors import WorkerError
 
 log = logging.getLogger("raytf")
@@ -106,6 +107,8 @@ class AttemptLoop:
     # Elastic grow asked for while the program saves on its own schedule (a script, ParameterServerStrategy): the
     # group stops at the next committed checkpoint.
     grow_at_commit: bool = False
+    # Each task's memory against its limit (failure.max_task_rss_gb): none by default.
+    memory: MemoryWatch = field(default_factory=lambda: MemoryWatch({}))
     watched: dict[int, float] = field(init=False)  # rank -> last progress (driver clock)
     running: set[int] = field(init=False)  # primary ranks whose call has not returned
     serving: set[int] = field(init=False)  # background ranks whose call has not returned
@@ -113,6 +116,7 @@ class AttemptLoop:
     _stopping: Cause | None = None  # why every task is to save and stop
     _notice: ev.Event | None = None  # the preemption notice acted on
     _drain: Drain | None = None  # the drain acted on
+    _recycle: Recycle | None = None  # the memory acted on
 
     def __post_init__(self) -> None:
         # Before its first heartbeat a rank gets the start-up allowance on top of the hang timeout.
@@ -147,10 +151,15 @@ class AttemptLoop:
                 self.busy[e.rank] = (e.payload.what or "busy", now + allow, allow)
             elif (e.kind == ev.BUSY or e.kind in (ev.STEP, ev.EPOCH)) and self.busy.pop(e.rank, None):
                 self._wait_over(now)
-            if e.kind == ev.CHECKPOINT and self.phase is Phase.TRAINING and (self.grow_at_commit or self._drain):
-                self._stopping = Cause.DRAIN if self._drain is not None else Cause.RESIZE
+            if e.kind == ev.CHECKPOINT and self.phase is Phase.TRAINING and (
+                    self.grow_at_commit or self._drain or self._recycle):
+                self._stopping = Cause.DRAIN if self._drain is not None else \
+                    Cause.RECYCLE if self._recycle is not None else Cause.RESIZE
                 actions += self._end_stop(saved=True)
                 continue
+            if e.kind == ev.STEP and self.phase is Phase.TRAINING and self._recycle is None \
+                    and (recycle := self.memory.observe(e, now)) is not None:
+                actions += self._recycle_now(recycle)
             if e.kind == ev.PREEMPTED and self.phase is Phase.TRAINING:
                 log.warning("%s %d got a preemption notice (SIGTERM)", e.role, e.rank)
                 self._notice = e
@@ -177,6 +186,17 @@ class AttemptLoop:
         log.warning("capacity for the full size is back: the group restarts at full size after its next checkpoint")
         self.grow_at_commit = True
         return []
+
+    def _recycle_now(self, recycle: Recycle) -> list[Action]:
+        """A task's memory grew past its limit (memory.MemoryWatch): every task saves at an agreed step and the
+        group restarts in fresh processes; a script's, after its next commit."""
+        self._recycle = recycle
+        if not self.can_save_now:
+            log.warning("a script writes its own checkpoints: the group restarts in fresh processes after its next "
+                        "commit")
+            return []
+        log.warning("every task saves at an agreed step, then the group restarts in fresh processes")
+        return self._save_and_stop(Cause.RECYCLE)
 
     def on_drain(self, drain: Drain, now: float) -> list[Action]:
         """Ray drains a node that holds some of the tasks (a spot node's notice, with a deadline): every task saves
@@ -218,7 +238,8 @@ class AttemptLoop:
         if f.error is not None:
             if self.phase is Phase.STOPPING:  # a task that fails while stopping: the save did not complete
                 return self._end_stop(saved=False)
-            if self.phase is Phase.SAVING and self._stopping in (Cause.PREEMPTED, Cause.DRAIN, Cause.RESIZE):
+            if self.phase is Phase.SAVING and self._stopping in (Cause.PREEMPTED, Cause.DRAIN, Cause.RESIZE,
+                                                                 Cause.RECYCLE):
                 return self._end_stop(saved=False)
             lost = f.error.kind in (failure.SYSTEM, failure.PEER)  # (a task, or a peer's link to it)
             if self.phase is Phase.TRAINING and self._drain is not None and lost:
@@ -304,7 +325,8 @@ class AttemptLoop:
         if self._stopping is Cause.INTERRUPTED:
             return self._ended(Interrupted(saved=saved))
         return self._ended(Stopped(self._stopping, saved=saved, notice=self._notice,
-                                   drain=self._drain if self._stopping is Cause.DRAIN else None))
+                                   drain=self._drain if self._stopping is Cause.DRAIN else None,
+                                   recycle=self._recycle if self._stopping is Cause.RECYCLE else None))
 
     def _progress(self) -> list[Action]:
         if self.running:

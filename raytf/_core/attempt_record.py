@@ -25,6 +25,7 @@ class Cause(str, enum.Enum):
     PREEMPTED = "preempted"  # a task got a preemption notice (SIGTERM): failure.PREEMPTED
     DRAIN = "drain"  # Ray drains a node that holds a task (a spot node's notice, with a deadline): failure.DRAIN
     RESIZE = "resize"  # elastic training: capacity for the full size is back (a grow): failure.RESIZE
+    RECYCLE = "recycle"  # a task's memory grew past failure.max_task_rss_gb (_core/memory.py): failure.RECYCLE
     INTERRUPTED = "interrupted"  # Ctrl-C (or SIGTERM) on the driver
 
 
@@ -66,15 +67,36 @@ class Drain:
 
 
 @dataclass(frozen=True)
+class Recycle:
+    """A task's resident memory grew past its limit (failure.max_task_rss_gb, _core/memory.py): `rank` (its `role`)
+    used `rss_gib` at `step`, against `limit_gib`, having started the attempt at `start_gib`; seen at `seen_at`."""
+
+    rank: int
+    role: str
+    rss_gib: float
+    limit_gib: float
+    start_gib: float
+    step: int
+    seen_at: float
+
+    def record(self, saved: bool) -> dict[str, Any]:
+        """result.json's `recycle` of the attempt."""
+        return {"rank": self.rank, "role": self.role, "rss_gib": round(self.rss_gib, 3),
+                "limit_gib": round(self.limit_gib, 3), "start_gib": round(self.start_gib, 3), "step": self.step,
+                "seen_at": self.seen_at, "saved": saved}
+
+
+@dataclass(frozen=True)
 class Stopped:
-    """The tasks were stopped to restart (a preemption notice, a node's drain, an elastic grow), after a save at an
-    agreed step or at the program's next commit (`saved`: it completed). `notice`: the preemption notice acted on;
-    `drain`: the drain."""
+    """The tasks were stopped to restart (a preemption notice, a node's drain, an elastic grow, a task's memory),
+    after a save at an agreed step or at the program's next commit (`saved`: it completed). `notice`: the
+    preemption notice acted on; `drain`: the drain; `recycle`: the memory that grew."""
 
     cause: Cause
     saved: bool = False
     notice: ev.Event | None = None
     drain: Drain | None = None
+    recycle: Recycle | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +144,7 @@ class Attempt:
     # The traceback of raytf's own driver when it is what failed the attempt (failure.DRIVER): a bug to report.
     traceback: str | None = None
     drain: dict[str, Any] | None = None  # a drain's notice and save (cause "drain": Drain.record)
+    recycle: dict[str, Any] | None = None  # the memory that grew (cause "recycle": Recycle.record)
     first_step_at: float | None = None
     last_step: int | None = None
     last_commit_at: float | None = None

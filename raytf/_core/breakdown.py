@@ -19,6 +19,10 @@ SAVE = "save_s"
 COMPUTE = "compute_s"
 BREAKDOWN = (STEP_TIME, INPUT_WAIT, COLLECTIVE, SAVE, COMPUTE)
 
+# The task's resident memory (its process's RSS, GiB), sampled at every step row: what failure.max_task_rss_gb
+# watches (_core/memory.py).
+RSS = "rss_gib"
+
 # GPU use, sampled every reporting interval on tasks that have GPUs: device i of the task's visible ones.
 GPU_PREFIX = "gpu"
 
@@ -40,7 +44,7 @@ def is_gpu_column(name: str) -> bool:
 def is_timing(name: str) -> bool:
     """A column raytf measures about the run (not one of the model's metrics): kept out of learning curves and
     the progress bar's metrics."""
-    return name in BREAKDOWN or name == "steps_per_s" or is_gpu_column(name)
+    return name in BREAKDOWN or name in ("steps_per_s", RSS) or is_gpu_column(name)
 
 
 class Split:

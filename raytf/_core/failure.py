@@ -24,6 +24,9 @@ DRAIN = "drain"
 # Elastic training: the group stopped to restart at another size (capacity came back: a grow). Not a failure:
 # retried without counting against failure.max_failures; cluster.elastic.max_resizes bounds it instead.
 RESIZE = "resize"
+# A task's memory grew past failure.max_task_rss_gb (TensorFlow's own leak, tensorflow#42616): everyone saved at an
+# agreed step and the group restarted in fresh processes. Not a failure: counted apart (budget.recycles).
+RECYCLE = "recycle"
 HEAD_LOST = "head_lost"  # the Ray head (its GCS) stopped answering: the cluster is gone, nothing to retry on
 # The configuration does not fit where the tasks landed (every port of cluster.port_range taken on a host). Never
 # retried: the next attempt's tasks go to the same hosts and meet the same ports (a "startup" failure would be
@@ -48,8 +51,8 @@ TRANSIENT = PEER_ERRORS | frozenset({"StorageError", "OSError", "IOError", "Conn
                                      "TimeoutError"})
 
 # How informative a failure is about the root cause, when several tasks fail together.
-_CAUSE_RANK = {RESIZE: 0, PREEMPTED: 0, DRAIN: 0, CONFIG: 1, SYSTEM: 2, DRIVER: 2, HANG: 3, USER: 4, STARTUP: 5,
-               PEER: 6}
+_CAUSE_RANK = {RESIZE: 0, PREEMPTED: 0, DRAIN: 0, RECYCLE: 0, CONFIG: 1, SYSTEM: 2, DRIVER: 2, HANG: 3, USER: 4,
+               STARTUP: 5, PEER: 6}
 
 
 class Decision(str, enum.Enum):
@@ -76,7 +79,8 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
     """Retry the whole group from the latest committed checkpoint, or fail the run.
 
     Args:
-        kind: the failure kind (USER, SYSTEM, PEER, HANG, STARTUP, CONFIG, DRIVER, PREEMPTED, DRAIN, RESIZE).
+        kind: the failure kind (USER, SYSTEM, PEER, HANG, STARTUP, CONFIG, DRIVER, PREEMPTED, DRAIN, RESIZE,
+            RECYCLE).
         error_type: the exception's class name ("" for deaths and hangs; "exit N" for a script's plain exit).
         attempt: the attempt that failed, from 1.
         progressed: whether any task completed a training step in that attempt.
@@ -88,6 +92,9 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
     """
     if kind == RESIZE:
         return Verdict(Decision.RETRY, "a resize (does not count against failure.max_failures)")
+    if kind == RECYCLE:
+        return Verdict(Decision.RETRY, "a recycle into fresh processes (does not count against "
+                                       "failure.max_failures)")
     if kind in (PREEMPTED, DRAIN):
         # Like Ray Train's separate preemption budget: notice was given and the state saved, nothing is lost.
         if cfg.max_preemptions != -1 and preemptions_so_far >= cfg.max_preemptions:

@@ -128,6 +128,9 @@ def total(resources: Sequence[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+BUSY = "the cluster could hold it"  # (how busy's line starts: the request waits its turn, cluster.queue_timeout_s)
+
+
 def busy(need: dict[str, float], free: dict[str, float], holders: list[tuple[str, dict[str, float]]] | None) -> str:
     """Why a request of `need` in all, which the cluster could hold, is not placed now, in one sentence: what of each
     kind it needs is free, and who holds the rest (`holders`: (a placement group's name, or "" for an unnamed one;
@@ -136,7 +139,7 @@ def busy(need: dict[str, float], free: dict[str, float], holders: list[tuple[str
     show (raytf issue 52: a second run's message listed them)."""
     kinds = sorted(need)
     free_here = {k: max(0.0, free.get(k, 0.0)) for k in kinds}
-    line = (f"the cluster could hold it but has only {fmt_resources(free_here)} of the {fmt_resources(need)} it "
+    line = (f"{BUSY} but has only {fmt_resources(free_here)} of the {fmt_resources(need)} it "
             "needs free now")
     if holders is None:
         return line

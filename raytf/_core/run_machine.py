@@ -176,6 +176,8 @@ class Run:
         attempt.status = FAILED
         if isinstance(end.end, Stopped) and end.end.drain is not None:
             attempt.drain = end.end.drain.record(end.end.saved, attempt.last_commit_at)
+        if isinstance(end.end, Stopped) and end.end.recycle is not None:
+            attempt.recycle = end.end.recycle.record(end.end.saved)
         verdict = failure.decide(kind=attempt.cause or failure.SYSTEM, error_type=attempt.error_type or "",
                                  attempt=attempt.index, progressed=attempt.first_step_at is not None,
                                  failures_so_far=self.budget.failures, cfg=self.cfg.failure,
@@ -280,7 +282,8 @@ class Run:
 
     @staticmethod
     def _log_failure(attempt: Attempt, root: WorkerError) -> None:
-        level = logging.WARNING if root.kind in (failure.PREEMPTED, failure.DRAIN, failure.RESIZE) else logging.ERROR
+        level = logging.WARNING if root.kind in (failure.PREEMPTED, failure.DRAIN, failure.RESIZE, failure.RECYCLE) \
+            else logging.ERROR
         log.log(level, "attempt %d: %s failed: %s", attempt.number, root.role or "run", root)
         if (root.remote_traceback and root.kind != failure.CONFIG  # (a config error's line says all)
                 and root.remote_traceback.splitlines()[-1] not in root.message):

@@ -38,6 +38,9 @@ class TaskInfo:
     # teardown's sweep runs in the driver's own process where the driver shares the place (local_sweeps).
     scratch_root: str = ""
     place: str = ""
+    # Its node's memory as its process sees it (GiB: the machine's, or its cgroup's limit when lower); None: not
+    # known there. failure.max_task_rss_gb's default is derived from it (_core/memory.py).
+    memory_gib: float | None = None
 
     @property
     def address(self) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 import traceback
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import Any
 
 from ray.exceptions import RayActorError
 
-from raytf._core import elastic, failure, tf_ports
+from raytf._core import elastic, failure, memory, tf_ports
 from raytf._core import events as ev
 from raytf._core import timeline as tl
 from raytf._core.attempt_drive import drive
@@ -165,7 +166,8 @@ class AttemptRunner:
                           interrupt_timeout_s=cfg.checkpoint.interrupt_timeout_s,
                           evaluator_grace_s=cfg.cluster.evaluator.finish_timeout_s),
             attempt=attempt.number, now=time.time(), save_on_interrupt=cfg.checkpoint.on_interrupt,
-            can_save_now=not self.script)
+            can_save_now=not self.script,
+            memory=memory.MemoryWatch(self._rss_limits(plan, group), self._recycle_from(attempt)))
         port = RayPort(group, primary, background, poll_s=self.poll_s)
         try:
             drive(loop, port, self.dispatch, poll_s=self.poll_s, on_poll=self._poll,
@@ -181,16 +183,38 @@ class AttemptRunner:
             return AttemptEnd(Failed((e.error,)), (e.error,))
         return self._conclude(loop, port, attempt, group)
 
+    def _rss_limits(self, plan: Plan, group: TaskGroup) -> dict[int, float]:
+        """Rank -> the memory (GiB) past which the group is recycled (failure.max_task_rss_gb, _core/memory.py)."""
+        reserved = {t.rank: t.memory_bytes / 1024**3 if t.memory_bytes else None for t in plan.tasks}
+        limits = memory.rss_limits(self.cfg.failure.max_task_rss_gb, [
+            memory.TaskMemory(i.rank, i.node_id, reserved.get(i.rank), i.memory_gib) for i in group.infos])
+        if limits:
+            values = sorted(set(limits.values()))
+            log.info("a task is recycled into a fresh process past %s GiB of memory (failure.max_task_rss_gb%s)",
+                     " to ".join(f"{v:g}" for v in values[:: max(1, len(values) - 1)]),
+                     "" if self.cfg.failure.max_task_rss_gb is not None else ": unset, from the nodes' memory")
+        return limits
+
+    def _recycle_from(self, attempt: Attempt) -> float | None:
+        """After a recycle, the next is not before memory.MIN_INTERVAL_S of this attempt (not a slow leak)."""
+        before = self.run.attempts[-2] if len(self.run.attempts) > 1 else None
+        return attempt.started + memory.MIN_INTERVAL_S if before is not None and before.cause == failure.RECYCLE \
+            else None
+
     def _place(self, placing: Placing):
         """(size, plan, placement group): the first of the placing's sizes that can be placed."""
         cfg = self.cfg
+        queue = cfg.cluster.queue_timeout_s
         for i, t in enumerate(placing.tries):
             plan = self.plan_for(t.size)
+            last = i == len(placing.tries) - 1  # (elastic training's larger sizes are probed, never queued for)
             try:
                 pg = placement.reserve(plan, timeout_s=t.timeout_s, name=f"raytf:{cfg.run.name}",
-                                       can_grow=not self.embedded, avoid=set(placing.avoid))
+                                       can_grow=not self.embedded, avoid=set(placing.avoid),
+                                       queue_s=0.0 if self.embedded or not last else
+                                       math.inf if queue is None else queue)
             except PlacementError:
-                if i == len(placing.tries) - 1:
+                if last:
                     raise
                 log.warning("%d worker(s) could not be placed within %gs (%s); trying fewer", t.size, t.timeout_s,
                             t.why)
@@ -210,6 +234,12 @@ class AttemptRunner:
                 f"capacity for {self.cfg.cluster.num_workers} workers is back: restarting at full size from "
                 f"{'a save at an agreed step' if end.saved else 'the latest checkpoint'}", role="group",
                 kind=failure.RESIZE)]
+        elif isinstance(end, Stopped) and end.cause is Cause.RECYCLE:
+            r = end.recycle
+            errors = [WorkerError(f"uses {r.rss_gib:.2f} GiB of memory, past failure.max_task_rss_gb ({r.limit_gib:g} "
+                                  f"GiB for it); {'saved at an agreed step' if end.saved else 'could not save'} before "
+                                  "restarting in fresh processes", role=r.role, rank=r.rank,
+                                  node_id=group.node_of(r.rank), kind=failure.RECYCLE)]
         elif isinstance(end, Stopped) and end.cause is Cause.DRAIN:
             d, info = end.drain, group.info(end.drain.ranks[0])
             deadline = f"its deadline {d.deadline - d.seen_at:.0f}s after the notice" if d.deadline else "no deadline"

@@ -9,7 +9,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
 from raytf._core import private_apis as apis
-from raytf._core.plan import PLACEMENT_FIX, Plan, busy, shortfall, total
+from raytf._core.plan import BUSY, PLACEMENT_FIX, Plan, busy, shortfall, total
 from raytf._driver import nodes
 from raytf.errors import PlacementError
 
@@ -20,6 +20,10 @@ log = logging.getLogger(__name__)
 # cluster.placement_timeout_s, so a node that was only slow can still be used in time): Ray declares a host
 # that stopped answering dead in ~30-60 s.
 AVOID_S = 90.0
+# A group that waits (a busy cluster, nodes an autoscaler may add) says so this long into its wait, then every
+# QUEUE_LINE_S: what it needs, what is free, who holds the rest, how long it has waited (raytf issue 52).
+FIRST_LINE_S = 5.0
+QUEUE_LINE_S = 60.0
 
 
 def avoiding(avoid: set[str], bundles: int) -> dict:
@@ -52,11 +56,17 @@ def _group(plan: Plan, name: str, avoid: set[str]) -> tuple[PlacementGroup, obje
 
 
 def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, avoid: set[str] | None = None,
-            poll_s: float = 2.0, what: str | None = None, fix: str = PLACEMENT_FIX) -> PlacementGroup:
-    """One bundle per task, all or nothing; raises PlacementError (and releases the group) on timeout.
+            poll_s: float = 2.0, what: str | None = None, fix: str = PLACEMENT_FIX,
+            queue_s: float = 0.0) -> PlacementGroup:
+    """One bundle per task, all or nothing; raises PlacementError (and releases the group) on timeout, and on
+    anything raised meanwhile (Ctrl-C: nothing is left pending on the cluster).
 
     With `can_grow=False` (an embedded single-machine Ray: no autoscaler will add nodes) a request the
     cluster can never hold fails at once instead of after the timeout.
+
+    `queue_s`: on a cluster whose nodes could hold the group but others hold what it needs (a shared cluster, where
+    runs queue: cluster.queue_timeout_s), how much longer than `timeout_s` it waits its turn (inf: as long as it
+    takes). While it waits, one line at FIRST_LINE_S and every QUEUE_LINE_S says what for.
 
     `avoid`: nodes the last failure left unreachable (failure.unreachable_nodes). Ray counts a host cut off the
     network alive for a while, and a group offered to it then stays pending for good (Ray 2.60: one bundle
@@ -69,7 +79,8 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
         if why:
             raise PlacementError(f"{what} can never be placed on this embedded Ray: {why}. {fix}", never=True)
     start = time.monotonic()
-    deadline = start + timeout_s
+    deadline, line_at = start + timeout_s, start + FIRST_LINE_S
+    queued = said = False
     avoid = set(avoid) & nodes.alive() if avoid else set()  # a node Ray has declared dead is left out anyway
     avoid_s = min(AVOID_S, timeout_s / 2)
     try:
@@ -78,23 +89,44 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
         log.warning("this Ray cannot keep a placement group off nodes; not avoiding %s", sorted(avoid))
         avoid = set()
         pg, ready_ref = _group(plan, name, avoid)
-    while True:
-        ready, _ = ray.wait([ready_ref], timeout=max(0.0, min(poll_s, deadline - time.monotonic())))
-        if ready:
-            return pg
-        if time.monotonic() >= deadline:
-            break
-        if avoid and time.monotonic() - start >= avoid_s and avoid & nodes.alive():
-            log.warning("node(s) %s still alive after %gs: no longer avoided", ", ".join(n[:12] for n in avoid),
-                        avoid_s)
-            remove_placement_group(pg)
-            avoid = set()
-            pg, ready_ref = _group(plan, name, avoid)
+    try:
+        while True:
+            ready, _ = ray.wait([ready_ref], timeout=max(0.0, min(poll_s, deadline - time.monotonic())))
+            if ready:
+                if said:
+                    log.warning("%s placed after %.0fs of waiting", what, time.monotonic() - start)
+                return pg
+            now = time.monotonic()
+            if now >= deadline or (queue_s and now >= line_at):
+                why = _why(plan, pg)
+                if now >= deadline:
+                    if queued or not queue_s or not why.startswith(BUSY):
+                        break
+                    queued, deadline = True, start + timeout_s + queue_s  # (inf: no deadline)
+                if now >= line_at:
+                    line_at, said = now + QUEUE_LINE_S, True
+                    log.warning("%s waits (%.0fs so far%s): %s", what, now - start,
+                                "" if not queued else ", in the queue", why)
+            if avoid and now - start >= avoid_s and avoid & nodes.alive():
+                log.warning("node(s) %s still alive after %gs: no longer avoided", ", ".join(n[:12] for n in avoid),
+                            avoid_s)
+                remove_placement_group(pg)
+                avoid = set()
+                pg, ready_ref = _group(plan, name, avoid)
+    except BaseException:
+        release(pg)
+        raise
     remove_placement_group(pg)
-    why = shortfall(plan.bundles, plan.placement_strategy, nodes.totals())
-    if not why:
-        why = busy(total(plan.bundles), ray.available_resources(), holders(exclude=pg))
-    raise PlacementError(f"{what} not ready after cluster.placement_timeout_s={timeout_s:g}s: {why}. {fix}")
+    waited = f"cluster.placement_timeout_s={timeout_s:g}s" + (
+        f" and cluster.queue_timeout_s={queue_s:g}s in the queue" if queued else "")
+    raise PlacementError(f"{what} not ready after {waited}: {_why(plan, pg)}. {fix}")
+
+
+def _why(plan: Plan, pg: PlacementGroup) -> str:
+    """Why `plan`'s group (`pg`, pending) is not placed now: what the nodes lack (plan.shortfall), or, when they
+    could hold it, what is free and who holds the rest (plan.busy, its line starting with BUSY)."""
+    return shortfall(plan.bundles, plan.placement_strategy, nodes.totals()) or busy(
+        total(plan.bundles), ray.available_resources(), holders(exclude=pg))
 
 
 def holders(exclude: PlacementGroup | None = None) -> list[tuple[str, dict[str, float]]] | None:

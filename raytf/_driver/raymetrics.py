@@ -26,6 +26,8 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
                              "replica) x replicas in sync", RANK_TAGS),
     "raytf_step_time_s": ("Wall time of a rank's step, everything included, s", RANK_TAGS),
     "raytf_input_wait_s": ("Time a rank's step waited for its input batch, s", RANK_TAGS),
+    "raytf_rss_gib": ("Resident memory of a rank's task process, GiB (failure.max_task_rss_gb watches it)",
+                      RANK_TAGS),
     "raytf_gpu_util": ("Utilisation of a task's GPU (device: its index among the task's visible ones), percent",
                        (*RANK_TAGS, "device")),
     "raytf_gpu_mem_gib": ("Memory used on a task's GPU (device: its index among the task's visible ones), GiB",
@@ -35,7 +37,7 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 # Step-row columns exported as they are.
 FIGURES = {"steps_per_s": "raytf_steps_per_s", breakdown.STEP_TIME: "raytf_step_time_s",
-           breakdown.INPUT_WAIT: "raytf_input_wait_s"}
+           breakdown.INPUT_WAIT: "raytf_input_wait_s", breakdown.RSS: "raytf_rss_gib"}
 _GPU = re.compile(r"^gpu(\d+)_(util|mem_gib)$")
 _PER_RANK = frozenset(name for name, (_, keys) in GAUGES.items() if "rank" in keys)
 

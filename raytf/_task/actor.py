@@ -20,7 +20,7 @@ from raytf._core.plan import TaskSpec
 from raytf._core.shipping import CodeNeeds
 from raytf._core.tasks import TaskInfo, TaskOutcome, TaskRun
 from raytf._storage import StorageMarker
-from raytf._task import scratch, usercode
+from raytf._task import rss, scratch, usercode
 from raytf._task.call import TaskCall
 from raytf._task.tee import OutputCapture
 
@@ -157,7 +157,7 @@ class TaskActor:
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), port_error=self._no_port,
             storage_visible=marker.visible() if marker is not None else None,
             code_missing=tuple(usercode.missing(code)) if code is not None else (),
-            scratch_root=scratch.root(), place=scratch.place())
+            scratch_root=scratch.root(), place=scratch.place(), memory_gib=rss.node_gib())
 
     def release_port(self) -> None:
         if self._sock is not None:

@@ -130,8 +130,10 @@ def run_function(call: TaskCall) -> TaskOutcome:
         from raytf._task import timing
 
         ctx.split = timing.split(timing.measured(cfg))
+    from raytf._task import rss
     from raytf._task.gpu import GpuSampler
 
+    ctx.sources.append(rss.sample)  # (what failure.max_task_rss_gb watches)
     gpus = GpuSampler.for_task(os.environ.get("CUDA_VISIBLE_DEVICES"))  # None without GPUs, silently
     if gpus is not None:
         ctx.sources.append(gpus.sample)

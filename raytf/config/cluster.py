@@ -82,6 +82,10 @@ class ClusterConfig:
     placement_strategy: PlacementStrategy = PlacementStrategy.PACK
     # How long to wait for the placement group before failing with what is missing.
     placement_timeout_s: float = 60.0
+    # On a cluster raytf joined whose nodes could hold the run but others' runs or jobs hold what it needs: how much
+    # longer it waits its turn (a queue), saying every minute what it waits for; null = as long as it takes, 0 =
+    # fail at cluster.placement_timeout_s. An embedded Ray never queues (nothing else will free it).
+    queue_timeout_s: float | None = None
     # Deadline for every task to start and report its address, and for the strategy's start-up barrier.
     startup_timeout_s: float = 120.0
     # multi_worker_mirrored's all-reduce (TF `CommunicationOptions`).

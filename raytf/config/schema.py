@@ -153,6 +153,11 @@ class FailureConfig:
     hang_timeout_s: float = 300.0
     # Tasks send a progress heartbeat at most this often.
     heartbeat_s: float = 2.0
+    # A task whose resident memory (GiB) grows past this is recycled: every task saves at an agreed step and the
+    # group restarts in fresh processes (counted in budget.recycles, not failure.max_failures; a script's at its
+    # next checkpoint). TensorFlow's MWMS grows ~10 KiB a train-function execution (tensorflow#42616). null: its
+    # role's memory_gb, else 80% of its node's memory shared among the run's tasks there; 0: never recycle.
+    max_task_rss_gb: float | None = None
     # MWMS collectives time out after this long (TF CommunicationOptions.timeout_seconds); null = never.
     # TF starts a thread per collective when set, so prefer the hang timeout.
     collective_timeout_s: float | None = None

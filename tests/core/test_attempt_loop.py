@@ -6,7 +6,8 @@ from raytf._core import events as ev
 from raytf._core import failure
 from raytf._core.attempt_drive import drive
 from raytf._core.attempt_loop import AttemptLoop, Finished, Timing
-from raytf._core.attempt_record import Cause, Done, Drain, Failed, Hung, Interrupted, Stopped
+from raytf._core.attempt_record import Cause, Done, Drain, Failed, Hung, Interrupted, Recycle, Stopped
+from raytf._core.memory import MemoryWatch
 from raytf.errors import WorkerError
 
 TIMING = Timing(hang_timeout_s=30, startup_timeout_s=60, interrupt_timeout_s=20, server_grace_s=10,
@@ -154,6 +155,45 @@ def test_a_scripts_drain_moves_at_its_next_commit_or_at_the_deadline():
     loop, _ = run(FakeGroup([([step(0, 5)], []), ([], []), ([], [Finished(0, died(0, kind=failure.USER))])]),
                   drained=drained, can_save_now=False)
     assert isinstance(loop.end, Failed)
+
+
+def rss(rank: int, n: int, gib: float) -> ev.Event:
+    return ev.Event(ev.STEP, "worker", rank, 1, {"step": n, "epoch": 1, "metrics": {"loss": 1.0, "rss_gib": gib}})
+
+
+def test_a_task_whose_memory_grew_past_its_limit_is_recycled_at_an_agreed_step(caplog):
+    g = FakeGroup([([rss(0, 4, 1.0), rss(1, 4, 1.1)], []), ([rss(0, 8, 1.9), rss(1, 8, 2.0)], []),
+                   ([rss(0, 12, 2.6), rss(1, 12, 2.0)], []), ([], [Finished(0), Finished(1)])], reports={0: 12, 1: 12})
+    loop, _ = run(g, memory=MemoryWatch({0: 2.5, 1: 2.5}))
+    assert g.calls == [("ask_save", 2), ("decide", 13)]
+    assert loop.end == Stopped(Cause.RECYCLE, saved=True, recycle=Recycle(0, "worker", 2.6, 2.5, 1.0, 12, 3.0))
+    assert "worker 0 uses 2.60 GiB (it started this attempt at 1.00 GiB), past failure.max_task_rss_gb" \
+        in caplog.text
+    # Below the limit (or with no limit: rss_limits of failure.max_task_rss_gb=0), nothing changes.
+    for watch in (MemoryWatch({0: 3.0, 1: 3.0}), MemoryWatch({})):
+        g = FakeGroup([([rss(0, 4, 1.0)], []), ([rss(0, 8, 2.9)], []), ([], [Finished(0), Finished(1)])])
+        assert run(g, memory=watch)[0].end == Done() and g.calls == [("release",)]
+
+
+def test_a_task_that_started_near_its_limit_or_right_after_a_recycle_is_not_recycled(caplog):
+    # Started at 2.4 of 2.5 GiB: a fresh process would be as big. Said once, not recycled.
+    g = FakeGroup([([rss(0, 4, 2.4)], []), ([rss(0, 8, 2.6)], []), ([rss(0, 12, 2.7)], []),
+                   ([], [Finished(0), Finished(1)])])
+    loop, _ = run(g, memory=MemoryWatch({0: 2.5}))
+    assert loop.end == Done() and g.calls == [("release",)]
+    assert caplog.text.count("but is not recycled: it started this attempt at 2.40 GiB") == 1
+    # Past the limit again within memory.MIN_INTERVAL_S of a recycle: not a slow leak.
+    g = FakeGroup([([rss(0, 4, 1.0)], []), ([rss(0, 8, 2.6)], []), ([], [Finished(0), Finished(1)])])
+    loop, _ = run(g, memory=MemoryWatch({0: 2.5}, recycle_from=600.0))
+    assert loop.end == Done() and "the group was recycled less than 600s ago" in caplog.text
+
+
+def test_a_scripts_recycle_waits_for_its_next_commit():
+    commit = ev.Event(ev.CHECKPOINT, "worker", 0, 1, {"uri": "s3://b/ckpt-1", "epoch": 1, "step": 9, "seq": 1})
+    g = FakeGroup([([rss(0, 4, 1.0)], []), ([rss(0, 8, 2.6)], []), ([rss(0, 9, 2.7)], []), ([commit], [])])
+    loop, _ = run(g, memory=MemoryWatch({0: 2.5}), can_save_now=False)
+    assert g.calls == [] and loop.end == Stopped(Cause.RECYCLE, saved=True,
+                                                 recycle=Recycle(0, "worker", 2.6, 2.5, 1.0, 8, 2.0))
 
 
 def test_a_save_request_not_answered_by_every_task_gives_up_the_save():

@@ -18,6 +18,7 @@ from raytf._core.attempt_record import (
     Failed,
     Hung,
     Interrupted,
+    Recycle,
     Stopped,
 )
 from raytf._core.budget import FailureBudget
@@ -108,7 +109,7 @@ def test_preemptions_have_a_budget_of_their_own():
     train(run)
     assert isinstance(run.ended(stopped, latest=entry(1, 8), now=20.0), Retrying)  # max_failures=0: not counted
     assert run.budget.to_json() == {"failures": 0, "max_failures": 0, "preemptions": 1, "max_preemptions": 1,
-                                    "resizes": 0, "max_resizes": 10}
+                                    "resizes": 0, "max_resizes": 10, "recycles": 0}
     run.resumed(entry(1, 8))
     train(run)
     state = run.ended(stopped, latest=entry(1, 8), now=40.0)
@@ -143,6 +144,23 @@ def test_a_drain_is_a_preemption_recorded_with_its_node_deadline_and_save():
                       now=30.0)
     assert state.status == FAILED and run.attempt.reason == "failure.max_preemptions (1) reached"
     assert run.attempt.drain["saved"] is False and "save_before_deadline_s" not in run.attempt.drain
+
+
+def test_a_recycle_is_retried_apart_from_failures_and_preemptions_and_recorded(caplog):
+    run = Run(cfg("failure.max_failures=0", "failure.max_preemptions=0"))
+    run.begin(None)
+    attempt = train(run, epochs=1).attempt
+    recycle = Recycle(1, "worker", rss_gib=3.5, limit_gib=3.0, start_gib=1.0, step=12, seen_at=12.0)
+    error = WorkerError("uses 3.50 GiB of memory", role="worker", rank=1, kind=failure.RECYCLE)
+    with caplog.at_level(logging.WARNING, logger="raytf"):
+        state = run.ended(AttemptEnd(Stopped(Cause.RECYCLE, saved=True, recycle=recycle), (error,)),
+                          latest=entry(2, 13), now=16.0)
+    assert isinstance(state, Retrying)  # max_failures=0, max_preemptions=0: counted in neither
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # (not a failure: no error line)
+    assert attempt.cause == "recycle" and attempt.decision == "retry"
+    assert attempt.recycle == {"rank": 1, "role": "worker", "rss_gib": 3.5, "limit_gib": 3.0, "start_gib": 1.0,
+                               "step": 12, "seen_at": 12.0, "saved": True}
+    assert run.budget.to_json()["recycles"] == 1 and run.budget.failures == run.budget.preemptions == 0
 
 
 def test_a_task_lost_after_the_last_epoch_with_the_final_checkpoint_committed_is_a_success(caplog):
@@ -324,4 +342,5 @@ def test_a_grow_is_retried_without_counting_as_a_failure():
 def test_the_budget_reads_its_limits_from_the_config():
     assert FailureBudget.of(cfg("failure.max_failures=2", "failure.max_preemptions=4",
                                 "cluster.elastic.max_resizes=1")).to_json() == {
-        "failures": 0, "max_failures": 2, "preemptions": 0, "max_preemptions": 4, "resizes": 0, "max_resizes": 1}
+        "failures": 0, "max_failures": 2, "preemptions": 0, "max_preemptions": 4, "resizes": 0, "max_resizes": 1,
+        "recycles": 0}

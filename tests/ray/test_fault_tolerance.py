@@ -123,6 +123,34 @@ def test_chief_killed_mid_commit_resumes_from_previous_checkpoint(fast_cfg, no_l
     assert result.last_checkpoint.endswith("-e000003-s0000000024")
 
 
+@pytest.mark.slow  # step 2: the agreed-step save runs in step 1 (a preemption's)
+def test_a_task_whose_memory_grows_is_recycled_into_a_fresh_process_losing_no_step(fast_cfg, no_leaks):
+    """failure.max_task_rss_gb: rank 1 leaks 64 MiB a step (tests.train_fns:leaks_on_rank1_first_attempt); past the
+    limit, every task saves at an agreed step and the group restarts in fresh processes (raytf issue 52)."""
+    limit = 1.6
+    cfg = fast_cfg("run.name=recycle", "train.epochs=4", "train.steps_per_epoch=10", "metrics.every_steps=1",
+                   "train.entrypoint=tests.train_fns:leaks_on_rank1_first_attempt", "train.params.step_s=0.05",
+                   f"failure.max_task_rss_gb={limit}", "failure.max_failures=0")
+    result = raytf.fit(cfg, quiet=True)
+    assert result.status == "succeeded", result.error
+    first, second = result.attempts
+    assert (first["cause"], first["rank"], first["decision"], first["steps_lost"]) == ("recycle", 1, "retry", 0)
+    recycle = first["recycle"]
+    assert recycle["saved"] and recycle["rss_gib"] > limit == recycle["limit_gib"] > recycle["start_gib"]
+    budget = result.summary["budget"]
+    assert budget["recycles"] == 1 and budget["failures"] == budget["preemptions"] == 0  # (max_failures=0)
+    df = result.metrics
+    steps = df[df["kind"] == "step"]
+    saved_at = int(second["resumed_from"].split("-s")[1])
+    assert steps[steps["attempt"] == first["attempt"]]["step"].max() == saved_at  # the save: its last step
+    assert steps[steps["attempt"] == second["attempt"]]["step"].min() == saved_at + 1  # none lost, none redone
+    # Every row carries its task's memory; the fresh process is back under the limit.
+    assert steps["rss_gib"].notna().all()
+    again = steps[(steps["attempt"] == second["attempt"]) & (steps["rank"] == 1)]["rss_gib"]
+    assert again.max() < limit
+    assert df[df["kind"] == "epoch"]["epoch"].max() == 4
+
+
 def test_hang_is_detected_dumped_and_recovered(fast_cfg, no_leaks, caplog):
     """A rank without progress for failure.hang_timeout_s: its stacks dumped, the attempt retried. (With no retry
     left the same error ends the run: the policy's decision, tests/core/test_failure_policy.py.)"""

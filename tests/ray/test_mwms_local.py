@@ -48,7 +48,7 @@ def test_keras_fit_two_workers_then_resume(keras_run, no_leaks, caplog, tmp_path
     assert on_disk["final_metrics"]["epoch"] == 3
     # What the launch spent of its limits, each counted apart (failure.max_failures, max_preemptions, resizes).
     assert on_disk["budget"] == {"failures": 0, "max_failures": 3, "preemptions": 0, "max_preemptions": -1,
-                                 "resizes": 0, "max_resizes": 10}
+                                 "resizes": 0, "max_resizes": 10, "recycles": 0}
     assert pq.read_table(f"{run_dir}/metrics.parquet").num_rows == len(df)
     assert result.last_checkpoint.endswith("-e000003-s0000000024")
     assert "train:" in (run_dir / "config.yaml").read_text()
@@ -148,6 +148,64 @@ def test_placement_timeout_on_a_busy_cluster_names_who_holds_it(fast_cfg, no_lea
     assert ("only {CPU: 0} of the {CPU: 2} it needs free now, held by placement groups: raytf:first {CPU: 2}"
             in msg), msg
     assert "_group_" not in msg and "node:" not in msg, msg
+
+
+def _launch(name: str, tmp_path, *overrides: str) -> subprocess.Popen:
+    """The CLI on the session's Ray, its output a pipe; SIGINT delivered as a terminal's (see the test above)."""
+    import signal
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "raytf.launch", "conf/local.yaml", f"run.name={name}", f"storage.path={tmp_path}",
+         "checkpoint.export_model=false", "cluster.standby=0", f"ray.address={state_address()}", *overrides],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+@pytest.mark.slow  # step 2: three runs
+def test_a_run_waits_its_turn_behind_another_saying_what_for_and_ctrl_c_while_waiting_leaves_nothing(
+        fast_cfg, no_leaks, tmp_path):
+    """On a cluster raytf joined, a run whose CPUs another run holds waits its turn (cluster.queue_timeout_s: as
+    long as it takes by default), saying what it waits for and who holds it, then trains (raytf issue 52)."""
+    import signal
+    import threading
+
+    small = ["train.epochs=1", "train.steps_per_epoch=4", "train.entrypoint=tests.train_fns:paced_loop",
+             "train.params.step_s=0"]
+    behind: dict[str, subprocess.Popen] = {}
+    lines: dict[str, list[str]] = {"queued": [], "cancelled": []}
+
+    def follow(name: str) -> None:
+        for line in behind[name].stdout:
+            lines[name].append(line)
+            if name == "cancelled" and " waits (" in line:  # the real signal: it is waiting, in the queue
+                behind[name].send_signal(signal.SIGINT)
+
+    def start_behind(e) -> None:
+        if e.kind == "step" and not behind:  # the first run holds the CPUs and trains: two more launch
+            for name in lines:
+                behind[name] = _launch(name, tmp_path, *small)
+                threading.Thread(target=follow, args=(name,), daemon=True).start()
+
+    first = fast_cfg("run.name=holder", "train.entrypoint=tests.train_fns:paced_loop", "train.epochs=3",
+                     "train.steps_per_epoch=30", "train.params.step_s=0.2")
+    try:
+        result = raytf.fit(first, quiet=True, on_event=start_behind)
+        assert result.status == "succeeded", result.error
+        assert behind["cancelled"].wait(60) == 130, "".join(lines["cancelled"])[-3000:]
+        assert behind["queued"].wait(180) == 0, "".join(lines["queued"])[-3000:]
+    finally:
+        for proc in behind.values():
+            proc.kill()
+    out = "".join(lines["queued"])
+    import re
+
+    assert re.search(r"placement group for 2 tasks \(PACK\) waits \([5-9]s so far\): the cluster could hold it but "
+                     r"has only \{CPU: 0\} of the \{CPU: 2\} it needs free now, held by placement groups: "
+                     r"raytf:holder \{CPU: 2\}", out), out
+    assert "placement group for 2 tasks (PACK) placed after" in out, out
+    assert json.loads((tmp_path / "queued" / "result.json").read_text())["status"] == "succeeded"
+    assert not (tmp_path / "cancelled" / "result.json").exists() or json.loads(
+        (tmp_path / "cancelled" / "result.json").read_text())["status"] != "succeeded"
 
 
 @pytest.mark.slow  # step 2: MultiWorkerMirroredStrategy is every other run's; these build the single-task ones

@@ -262,8 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_dir=spec.checkpoint_dir, scratch=spec.scratch, epoch=spec.epoch, step=spec.step,
         max_names=spec.max_names)
     report.set_sink(reporter)
+    from raytf._task import rss
     from raytf._task.gpu import GpuSampler
 
+    reporter.sources.append(rss.sample)  # (the script's own process: what failure.max_task_rss_gb watches)
     # The script's stderr is where this process speaks (as the TF_CONFIG guard does); no logging is set up here.
     gpus = GpuSampler.for_task(os.environ.get("CUDA_VISIBLE_DEVICES"),
                                log=lambda msg: print(f"raytf: {msg}", file=sys.stderr, flush=True))
