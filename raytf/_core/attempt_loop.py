@@ -208,7 +208,8 @@ class AttemptLoop:
             return []
         self._drain = drain
         left = f"its deadline in {drain.deadline - now:.0f}s" if drain.deadline is not None else "no deadline"
-        ranks = ", ".join(f"{self.primary.get(r) or self.background.get(r)} {r}" for r in drain.ranks)
+        ranks = ", ".join([*(f"{self.primary.get(r) or self.background.get(r)} {r}" for r in drain.ranks),
+                           *(f"the tf.data service's {name}" for name in drain.servers)])
         log.warning("node %s is being drained (%s), with %s on it", drain.node[:12], left, ranks)
         if not self.can_save_now:
             log.warning("a script writes its own checkpoints: the group moves off the node at its next commit%s",

@@ -46,19 +46,34 @@ class Interrupted:
 @dataclass(frozen=True)
 class Drain:
     """A drain notice acted on: Ray drains `node` (a cloud's or KubeRay's spot preemption, an autoscaler's
-    scale-down), which holds the attempt's `ranks`, until `deadline` (epoch seconds; None: Ray gave none); seen by
-    the driver at `seen_at`. Ray schedules nothing new on a draining node: the next attempt is placed elsewhere."""
+    scale-down), which holds the attempt's `ranks` and the tf.data service's `servers` (their names), until
+    `deadline` (epoch seconds; None: Ray gave none); seen by the driver at `seen_at`. Ray schedules nothing new on a
+    draining node: the next attempt (its tasks, and the service's servers) is placed elsewhere."""
 
     node: str
     ranks: tuple[int, ...]
     deadline: float | None
     seen_at: float
+    servers: tuple[str, ...] = ()
+
+    @classmethod
+    def first(cls, tasks: dict[str, list[int]], servers: dict[str, list[str]], draining: dict[str, float | None],
+              now: float) -> Drain | None:
+        """The drain to act on, if any: the first node Ray drains (`draining`: node -> deadline) that holds a task
+        (`tasks`: node -> ranks) or a server of the tf.data service (`servers`: node -> names). A drain of a node
+        the run does not use changes nothing."""
+        for node in sorted((set(tasks) | set(servers)) & set(draining)):
+            return cls(node, tuple(sorted(tasks.get(node, ()))), draining[node], now,
+                       tuple(sorted(servers.get(node, ()))))
+        return None
 
     def record(self, saved: bool, committed_at: float | None) -> dict[str, Any]:
         """result.json's `drain` of the attempt: the notice and, when the save committed, how long after the notice
         and before the deadline."""
         out: dict[str, Any] = {"node": self.node, "ranks": list(self.ranks), "deadline_at": self.deadline,
                                "seen_at": self.seen_at, "saved": saved}
+        if self.servers:
+            out["servers"] = list(self.servers)
         if saved and committed_at is not None:
             out["save_after_notice_s"] = round(committed_at - self.seen_at, 3)
             if self.deadline is not None:

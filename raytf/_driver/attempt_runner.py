@@ -241,12 +241,14 @@ class AttemptRunner:
                                   "restarting in fresh processes", role=r.role, rank=r.rank,
                                   node_id=group.node_of(r.rank), kind=failure.RECYCLE)]
         elif isinstance(end, Stopped) and end.cause is Cause.DRAIN:
-            d, info = end.drain, group.info(end.drain.ranks[0])
+            d = end.drain
+            info = group.info(d.ranks[0]) if d.ranks else None
             deadline = f"its deadline {d.deadline - d.seen_at:.0f}s after the notice" if d.deadline else "no deadline"
             errors = [WorkerError(f"node {d.node[:12]} is being drained ({deadline}); "
                                   f"{'saved at an agreed step' if end.saved else 'could not save'} before moving off "
-                                  "it", role=info.role if info is not None else "group", rank=d.ranks[0],
-                                  node_id=d.node, kind=failure.DRAIN)]
+                                  "it", role=info.role if info is not None else "tf.data service" if d.servers
+                                  else "group", rank=d.ranks[0] if d.ranks else -1, node_id=d.node,
+                                  kind=failure.DRAIN)]
         elif isinstance(end, Stopped):
             e = end.notice
             errors = [WorkerError(f"preempted (SIGTERM) at step {e.payload.step}; "
@@ -280,8 +282,8 @@ class AttemptRunner:
         return any(i.node_id and i.node_id not in alive for i in group.infos)
 
     def _drained(self, now: float, group: TaskGroup) -> Drain | None:
-        """Each round of the attempt loop (at most every DRAIN_CHECK_S): a node of the group's that Ray drains, with
-        the ranks on it; None when none is. (A drain of a node the run does not use changes nothing.)"""
+        """Each round of the attempt loop (at most every DRAIN_CHECK_S): a node of the group's, or of the tf.data
+        service's servers, that Ray drains (Drain.first); None when none is."""
         if now - self._drain_checked < DRAIN_CHECK_S:
             return None
         self._drain_checked = now
@@ -289,11 +291,12 @@ class AttemptRunner:
         for i in group.infos:
             if i.node_id:
                 ranks.setdefault(i.node_id, []).append(i.rank)
-        draining = nodes.draining() if ranks else {}
-        for node in sorted(set(ranks) & set(draining)):
-            group.refill_off(node, set(draining))  # (while the group saves)
-            return Drain(node, tuple(sorted(ranks[node])), draining[node], now)
-        return None
+        servers = self.service.nodes() if self.service is not None else {}
+        draining = nodes.draining() if ranks or servers else {}
+        drain = Drain.first(ranks, servers, draining, now)
+        if drain is not None and drain.ranks:
+            group.refill_off(drain.node, set(draining))  # (while the group saves)
+        return drain
 
     def _grow(self, now: float, loop: AttemptLoop, group: TaskGroup) -> bool | None:
         """Elastic training, each round of the loop: None to keep the size; else how to grow (attempt_drive.drive)."""

@@ -231,6 +231,14 @@ class DataService:
         self._start(slot)
         return None
 
+    def nodes(self) -> dict[str, list[str]]:
+        """Node -> the names of the servers on it (a drain notice of one of them moves the run off it)."""
+        out: dict[str, list[str]] = {}
+        for slot in self.slots:
+            if node := slot.info.get("node_id"):
+                out.setdefault(node, []).append(slot.name)
+        return out
+
     def observe(self, e: ev.Event) -> None:
         """Every event the tasks send (the driver's dispatch): who read through the service, and whether the attempt
         trained (a run that never did says nothing of the service's use)."""

@@ -157,6 +157,22 @@ def test_a_scripts_drain_moves_at_its_next_commit_or_at_the_deadline():
     assert isinstance(loop.end, Failed)
 
 
+def test_the_drain_acted_on_is_of_a_node_holding_a_task_or_a_data_service_server(caplog):
+    tasks, servers = {"a": [1, 0], "b": [2]}, {"b": ["worker 1"], "c": ["dispatcher", "worker 0"]}
+    assert Drain.first(tasks, servers, {"z": 9.0}, 1.0) is None  # a node the run does not use: nothing
+    assert Drain.first(tasks, servers, {"a": 9.0, "c": None}, 1.0) == Drain("a", (0, 1), 9.0, 1.0)
+    only_servers = Drain.first(tasks, servers, {"c": None}, 1.0)
+    assert only_servers == Drain("c", (), None, 1.0, ("dispatcher", "worker 0"))
+    assert Drain.first({}, servers, {"b": 5.0}, 1.0) == Drain("b", (), 5.0, 1.0, ("worker 1",))
+    assert only_servers.record(True, 3.0)["servers"] == ["dispatcher", "worker 0"]
+    # A drain of the service's servers alone moves the run as any drain does: a save at an agreed step.
+    g = FakeGroup([([step(0, 5), step(1, 5)], []), ([], [Finished(0), Finished(1)])], reports={0: 5, 1: 5})
+    loop, _ = run(g, drained=lambda now: only_servers)
+    assert g.calls == [("ask_save", 2), ("decide", 6)]
+    assert loop.end == Stopped(Cause.DRAIN, saved=True, drain=only_servers)
+    assert "with the tf.data service's dispatcher, the tf.data service's worker 0 on it" in caplog.text
+
+
 def rss(rank: int, n: int, gib: float) -> ev.Event:
     return ev.Event(ev.STEP, "worker", rank, 1, {"step": n, "epoch": 1, "metrics": {"loss": 1.0, "rss_gib": gib}})
 
