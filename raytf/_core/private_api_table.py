@@ -104,6 +104,9 @@ AVOID_NODES = Feature(
 DRAIN_NOTICES = Feature(
     "drain_notices", "acting on a node's drain notice (a spot node's preemption) before the node goes",
     "a drained node's tasks are lost when it goes: the attempt fails then and resumes from the last checkpoint")
+INFEASIBLE_REQUESTS = Feature(
+    "infeasible_requests", "a request no node type of the cluster's autoscaler offers failed at once",
+    "such a request is waited for up to cluster.placement_timeout_s, then fails with what the nodes lack")
 
 RAY_TRAIN_LOOPS = Feature(
     "ray_train_loops", "a Ray Train loop in raytf (raytf.compat: ray.train.report and its siblings reach raytf)",
@@ -112,7 +115,7 @@ RAY_TRAIN_LOOPS = Feature(
 
 FEATURES = (BREAKDOWN, KERAS_RESUME, OWN_WRITES, TENSOR_LOGS, TF_CONFIG_GUARD, EMBEDDED_AUTH, AUTH_CHECK, EMBEDDED,
             DATA_COPY, DATA_EXCLUDE, DATA_ROWS, DATA_COORDINATORS, METRICS_INTERVAL, STANDBY_SLOTS, AVOID_NODES,
-            ITERATOR_TEARDOWN, DRAIN_NOTICES, RAY_TRAIN_LOOPS)
+            ITERATOR_TEARDOWN, DRAIN_NOTICES, INFEASIBLE_REQUESTS, RAY_TRAIN_LOOPS)
 
 _T = "raytf/_task/timing.py"
 _CB = "raytf/_task/keras_callback.py"
@@ -213,6 +216,11 @@ PG_TABLE = PrivateApi(
     "holds what a placement timeout's line names; without them the line names what is free only)",
     "raytf/_driver/placement.py",
     params=("placement_group",))
+INFEASIBLE = PrivateApi(
+    "ray._raylet:InnerGcsClient.get_cluster_status", INFEASIBLE_REQUESTS,
+    "the GCS's GetClusterStatusReply (autoscaler_pb2), whose autoscaling_state.infeasible_gang_resource_requests "
+    "lists the placement groups Ray's autoscaler (v2) can add no node for (ray.autoscaler.v2.sdk's "
+    "get_cluster_status leaves that part out)", "raytf/_driver/nodes.py")
 DRAINING_NODES = PrivateApi(
     "ray._private.state:GlobalState.get_draining_nodes", DRAIN_NOTICES,
     "{node id: deadline in ms (0: none)} of the nodes Ray drains (what Ray Train 2.60's PreemptionWatcher reads)",
@@ -243,7 +251,8 @@ APIS: tuple[PrivateApi, ...] = (
     WRITE_DIRPATH, REMOVE_TEMP_DIRPATH, WRITE_FILEPATH, REMOVE_TEMP_DIR_WITH_FILEPATH,
     TF_LOGS, CREATE_ITERATOR, ENVIRON,
     RAYLET_CONFIG, AUTH_MODE, AUTH_TOKEN, GLOBAL_NODE, NODE_HEAD,
-    DATASET_COPY, EXCLUDE_RESOURCES, META_COUNT, COORD_ACTOR, REPORT_INTERVAL, PG_TABLE, DRAINING_NODES, LABEL_SELECTOR,
+    DATASET_COPY, EXCLUDE_RESOURCES, META_COUNT, COORD_ACTOR, REPORT_INTERVAL, PG_TABLE, DRAINING_NODES, INFEASIBLE,
+    LABEL_SELECTOR,
     TRAIN_FN_UTILS, SET_TRAIN_FN_UTILS, GET_TRAIN_FN_UTILS, IS_V2_ENABLED,
 )
 

@@ -39,6 +39,33 @@ def draining() -> dict[str, float | None]:
         return {}
 
 
+_gcs: dict[str, object] = {}  # GCS address -> its client (infeasible(): one per cluster this process joined)
+
+
+def infeasible(pg_id: str) -> list[dict[str, float]] | None:
+    """The bundles of placement group `pg_id` (hex) that Ray's autoscaler can add no node for, when it says so: its
+    autoscaling state's infeasible gang requests (the v2 autoscaler's, KubeRay's; seen here within 0.2-0.4 s of the
+    request on Ray's fake multi-node cluster). Ray's own private call (raytf/_core/private_apis.py, INFEASIBLE);
+    None when nothing says it is (no autoscaler, the v1 autoscaler, which says it only in its log; not yet)."""
+    if not ray.is_initialized() or not apis.available(apis.INFEASIBLE_REQUESTS, log.warning):
+        return None
+    try:
+        from ray.core.generated.autoscaler_pb2 import GetClusterStatusReply
+
+        address = ray.get_runtime_context().gcs_address
+        if address not in _gcs:
+            _gcs[address] = ray._raylet.GcsClient(address=address)
+        reply = GetClusterStatusReply.FromString(_gcs[address].get_cluster_status(timeout_s=2))
+        for gang in reply.autoscaling_state.infeasible_gang_resource_requests:
+            if gang.details.startswith(pg_id):  # ("<placement group id>:<strategy>|<state>")
+                return [dict(r.resources_bundle) for r in gang.requests]
+    except ray.exceptions.RayError as e:  # (the GCS busy: asked again at the next round)
+        log.debug("cluster status: %s", e)
+    except Exception as e:  # (changed: never the run's end)
+        apis.SWITCHES.turn_off(apis.INFEASIBLE, f"changed: {type(e).__name__}: {e}", log.warning)
+    return None
+
+
 def totals() -> list[dict[str, float]]:
     """Each alive node's resources (what it has, not what is free)."""
     return list(resources().values())

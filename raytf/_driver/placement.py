@@ -9,7 +9,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
 from raytf._core import private_apis as apis
-from raytf._core.plan import BUSY, PLACEMENT_FIX, Plan, busy, shortfall, total
+from raytf._core.plan import BUSY, PLACEMENT_FIX, Plan, busy, fmt_resources, shortfall, total
 from raytf._driver import nodes
 from raytf.errors import PlacementError
 
@@ -97,6 +97,11 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
                     log.warning("%s placed after %.0fs of waiting", what, time.monotonic() - start)
                 return pg
             now = time.monotonic()
+            if can_grow and (never := nodes.infeasible(pg.id.hex())):
+                # (A request for what no node type of the cluster's autoscaler offers stays pending for ever.)
+                raise PlacementError(f"{what} can never be placed on this cluster: its autoscaler can add no node "
+                                     f"that can hold a bundle of {fmt_resources(never[0])} (no node type it has "
+                                     f"offers that). {fix}", never=True)
             if now >= deadline or (queue_s and now >= line_at):
                 why = _why(plan, pg)
                 if now >= deadline:

@@ -144,6 +144,17 @@ def test_drain_notices(monkeypatch, caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+def test_infeasible_requests(monkeypatch, caplog):
+    import ray._raylet
+
+    from raytf._driver import nodes
+
+    monkeypatch.setattr(ray._raylet, "InnerGcsClient", type("InnerGcsClient", (), {}))  # a Ray that moved it
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    assert nodes.infeasible("00ff") is None and nodes.infeasible("00ff") is None  # (then waited for, as before)
+    _said(caplog, apis.INFEASIBLE)
+
+
 def test_knowing_an_embedded_ray(monkeypatch, caplog):
     import ray._private.worker
 
@@ -187,6 +198,6 @@ def test_every_driver_feature_has_its_test():
     driver = {a for a in apis.APIS if a.where.startswith("raytf/_driver/")}
     tested = {apis.META_COUNT, apis.DATASET_COPY, apis.EXCLUDE_RESOURCES, apis.COORD_ACTOR, apis.REPORT_INTERVAL,
               apis.PG_TABLE, apis.LABEL_SELECTOR, apis.GLOBAL_NODE, apis.AUTH_MODE, apis.RAYLET_CONFIG,
-              apis.DRAINING_NODES}
+              apis.DRAINING_NODES, apis.INFEASIBLE}
     assert {a.feature for a in driver} == {a.feature for a in tested}
     assert inspect.getsource(test_every_driver_feature_has_its_test)  # (this list is the module's tests)

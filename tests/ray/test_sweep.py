@@ -61,8 +61,9 @@ def test_example_notebook_executes(tmp_path, ray_local, no_leaks):
 
 @pytest.mark.slow
 def test_cli_sweep_section(tmp_path, ray_local, no_leaks):
-    """conf/sweep.yaml's section from the CLI, its grid replaced by learning rate x worker count: trials of two
-    sizes, each a full run, the table printed (the section's parsing: tests/core). It joins the session's Ray."""
+    """conf/sweep.yaml's section from the CLI, its grid replaced by worker count: trials of two sizes, each a full
+    run, the table printed (the section's parsing and a grid's product: tests/core; two learning rates made it four
+    runs, ~1 min of CI's second step, for nothing a run checks). It joins the session's Ray."""
     import subprocess
     import sys
 
@@ -72,13 +73,13 @@ def test_cli_sweep_section(tmp_path, ray_local, no_leaks):
         [sys.executable, "-m", "raytf.launch", "conf/sweep.yaml", f"storage.path={tmp_path}", "train.epochs=1",
          "train.steps_per_epoch=3",
          # (A space on the command line merges into the file's: its batch sizes narrowed to one.)
-         "sweep.space={train.params.learning_rate: [0.01, 0.003], train.batch_size: [32], "
+         "sweep.space={train.params.learning_rate: [0.003], train.batch_size: [32], "
          "cluster.num_workers: [1, 2]}", f"--address={state_address()}", "checkpoint.export_model=false"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [ln for ln in proc.stdout.splitlines() if "succeeded" in ln]
-    assert len(rows) == 4, proc.stdout
+    assert len(rows) == 2, proc.stdout
     summaries = [json.loads(p.read_text()) for p in tmp_path.glob("lr-batch-*/result.json")]
     assert sorted((s["config"]["train"]["params"]["learning_rate"], len(s["tasks"])) for s in summaries) == [
-        (0.003, 1), (0.003, 2), (0.01, 1), (0.01, 2)], [s.get("config") for s in summaries]
+        (0.003, 1), (0.003, 2)], [s.get("config") for s in summaries]
     assert all(s["status"] == "succeeded" and s["final_metrics"].get("loss") is not None for s in summaries)
