@@ -281,6 +281,11 @@ def test_rays_tensorflow_examples_run_with_one_import_changed(name, tmp_path, ra
     # Ray's default storage_path is ~/ray_results: a HOME of the test's own keeps the runs out of the real one. (The
     # cluster's token, which Ray reads from ~/.ray/auth_token, goes with it: a driver that joins the session's Ray.)
     env = {**os.environ, "HOME": str(tmp_path), "RAY_AUTH_MODE": "token"}
+    if "--address" not in RUN_AS[name]():
+        # Its `ray.init(num_cpus=4)` must start a Ray of its own: with no address, Ray joins the cluster the machine's
+        # last `ray start` (or a simulated cluster, ray.cluster_utils) wrote to /tmp/ray/ray_current_cluster, and
+        # refuses num_cpus there (seen when CI's other side ran tests/cluster/test_elastic.py's cluster meanwhile).
+        env["RAY_ADDRESS"] = "local"
     token = Path.home() / ".ray" / "auth_token"
     if token.exists():
         (tmp_path / ".ray").mkdir()
