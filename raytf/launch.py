@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         if one_run:  # every check of it (the program, MLflow, the run directory's lineage) before Ray is loaded
             from raytf._driver import preflight
 
-            launch = preflight.prepare(cfg, timeline=line)
+            launch = preflight.prepare(cfg, timeline=line, validated=True)  # (checked above, once)
     except ConfigError as e:
         print(f"raytf: config error: {e}", file=sys.stderr)
         return 2

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from raytf._core import events as ev
-from raytf._core.attempt_loop import Action, AskSave, AttemptLoop, Decide, Finished, Phase, Release
+from raytf._core.attempt_loop import AttemptLoop, Phase
+from raytf._core.attempt_messages import Action, AskSave, Decide, Finished, Release
 from raytf._core.attempt_record import Drain
 
 

@@ -21,7 +21,8 @@ Phases, once the attempt's tasks run; the last, ENDED, holds the attempt's end a
 
 `AttemptLoop` only decides; `drive` (_core/attempt_drive.py) feeds it what the group reports (events, finished
 tasks, the clock, Ctrl-C) and carries out the actions it returns (ask for a save, decide the step, release the
-servers).
+servers: _core/attempt_messages.py). Why the group stops early, and whether at an agreed step or at the program's
+next commit, is the loop's `Stop` (_core/attempt_stop.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from dataclasses import dataclass, field
 
 from raytf._core import events as ev
 from raytf._core import failure
-from raytf._core.attempt_record import PROGRESS, Cause, Done, Drain, End, Failed, Hung, Interrupted, Recycle, Stopped
+from raytf._core.attempt_messages import Action, AskSave, Decide, Finished, Release
+from raytf._core.attempt_record import PROGRESS, Cause, Done, Drain, End, Failed, Hung, Interrupted, Recycle
+from raytf._core.attempt_stop import Stop
 from raytf._core.memory import MemoryWatch
 from raytf.errors import WorkerError
 
@@ -45,38 +48,6 @@ class Phase(str, enum.Enum):
     STOPPING = "stopping"  # every task saves at the agreed step, then stops
     DRAINING = "draining"  # training is over: the servers are released, the evaluator finishes
     ENDED = "ended"  # `AttemptLoop.end` says how
-
-
-# -- actions: what the driver does against the group -------------------------------------------
-@dataclass(frozen=True)
-class AskSave:
-    """Ask every task running user code to pause and report its step (events.EventBuffer's save-now)."""
-
-    count: int
-    timeout_s: float
-
-
-@dataclass(frozen=True)
-class Decide:
-    save_at: int
-
-
-@dataclass(frozen=True)
-class Release:
-    """Training is over: the servers' serve() calls return, the evaluator finishes its last round."""
-
-
-Action = AskSave | Decide | Release
-
-
-@dataclass(frozen=True)
-class Finished:
-    """A task's call returned: `error` None when it succeeded. `alone`: a ParameterServerStrategy worker whose
-    process died on a host that is still up (TF's coordinator moves its functions to the other workers)."""
-
-    rank: int
-    error: WorkerError | None = None
-    alone: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,19 +75,13 @@ class AttemptLoop:
     end: End | None = None  # once ENDED
     busy: dict[int, tuple[str, float, float]] = field(default_factory=dict)  # rank -> (what, until, allowance)
     lost: list[tuple[int, WorkerError, float]] = field(default_factory=list)  # tolerated PS workers, when
-    # Elastic grow asked for while the program saves on its own schedule (a script, ParameterServerStrategy): the
-    # group stops at the next committed checkpoint.
-    grow_at_commit: bool = False
     # Each task's memory against its limit (failure.max_task_rss_gb): none by default.
     memory: MemoryWatch = field(default_factory=lambda: MemoryWatch({}))
     watched: dict[int, float] = field(init=False)  # rank -> last progress (driver clock)
     running: set[int] = field(init=False)  # primary ranks whose call has not returned
     serving: set[int] = field(init=False)  # background ranks whose call has not returned
-    deadline: float | None = None  # of a save-and-stop, or of draining
-    _stopping: Cause | None = None  # why every task is to save and stop
-    _notice: ev.Event | None = None  # the preemption notice acted on
-    _drain: Drain | None = None  # the drain acted on
-    _recycle: Recycle | None = None  # the memory acted on
+    deadline: float | None = None  # of a save-and-stop, of a script's drain, or of draining
+    stop: Stop = field(default_factory=Stop)  # why every task is to save and stop, and what waits for a commit
 
     def __post_init__(self) -> None:
         # Before its first heartbeat a rank gets the start-up allowance on top of the hang timeout.
@@ -127,7 +92,7 @@ class AttemptLoop:
     @property
     def drain(self) -> Drain | None:
         """The drain notice acted on (one per attempt)."""
-        return self._drain
+        return self.stop.drain
 
     @property
     def done(self) -> bool:
@@ -151,18 +116,16 @@ class AttemptLoop:
                 self.busy[e.rank] = (e.payload.what or "busy", now + allow, allow)
             elif (e.kind == ev.BUSY or e.kind in (ev.STEP, ev.EPOCH)) and self.busy.pop(e.rank, None):
                 self._wait_over(now)
-            if e.kind == ev.CHECKPOINT and self.phase is Phase.TRAINING and (
-                    self.grow_at_commit or self._drain or self._recycle):
-                self._stopping = Cause.DRAIN if self._drain is not None else \
-                    Cause.RECYCLE if self._recycle is not None else Cause.RESIZE
-                actions += self._end_stop(saved=True)
+            if e.kind == ev.CHECKPOINT and self.phase is Phase.TRAINING \
+                    and (cause := self.stop.on_commit()) is not None:
+                actions += self._end_stop(saved=True, cause=cause)
                 continue
-            if e.kind == ev.STEP and self.phase is Phase.TRAINING and self._recycle is None \
+            if e.kind == ev.STEP and self.phase is Phase.TRAINING and self.stop.recycle is None \
                     and (recycle := self.memory.observe(e, now)) is not None:
                 actions += self._recycle_now(recycle)
             if e.kind == ev.PREEMPTED and self.phase is Phase.TRAINING:
                 log.warning("%s %d got a preemption notice (SIGTERM)", e.role, e.rank)
-                self._notice = e
+                self.stop.notice = e
                 actions += self._save_and_stop(Cause.PREEMPTED)
         return actions
 
@@ -177,23 +140,24 @@ class AttemptLoop:
         saves at an agreed step first (nothing is lost); otherwise the group stops once the program's next
         checkpoint is committed."""
         self.now = now
-        if self.phase is not Phase.TRAINING or self.grow_at_commit:
+        if self.phase is not Phase.TRAINING or Cause.RESIZE in self.stop.at_commit:
             return []
         if save_now and self.can_save_now:
             log.warning("capacity for the full size is back: every task saves at an agreed step, then the group "
                         "restarts at full size")
             return self._save_and_stop(Cause.RESIZE)
         log.warning("capacity for the full size is back: the group restarts at full size after its next checkpoint")
-        self.grow_at_commit = True
+        self.stop.at_commit.add(Cause.RESIZE)
         return []
 
     def _recycle_now(self, recycle: Recycle) -> list[Action]:
         """A task's memory grew past its limit (memory.MemoryWatch): every task saves at an agreed step and the
         group restarts in fresh processes; a script's, after its next commit."""
-        self._recycle = recycle
+        self.stop.recycle = recycle
         if not self.can_save_now:
             log.warning("a script writes its own checkpoints: the group restarts in fresh processes after its next "
                         "commit")
+            self.stop.at_commit.add(Cause.RECYCLE)
             return []
         log.warning("every task saves at an agreed step, then the group restarts in fresh processes")
         return self._save_and_stop(Cause.RECYCLE)
@@ -204,9 +168,9 @@ class AttemptLoop:
         lost the steps since the last periodic checkpoint). A script, which cannot save at a step, stops at its next
         commit, or at the deadline if that comes first."""
         self.now = now
-        if self.phase is not Phase.TRAINING or self._drain is not None:
+        if self.phase is not Phase.TRAINING or self.stop.drain is not None:
             return []
-        self._drain = drain
+        self.stop.drain = drain
         left = f"its deadline in {drain.deadline - now:.0f}s" if drain.deadline is not None else "no deadline"
         ranks = ", ".join([*(f"{self.primary.get(r) or self.background.get(r)} {r}" for r in drain.ranks),
                            *(f"the tf.data service's {name}" for name in drain.servers)])
@@ -214,6 +178,7 @@ class AttemptLoop:
         if not self.can_save_now:
             log.warning("a script writes its own checkpoints: the group moves off the node at its next commit%s",
                         ", or at the deadline" if drain.deadline is not None else "")
+            self.stop.at_commit.add(Cause.DRAIN)
             self.deadline = drain.deadline
             return []
         log.warning("every task saves at an agreed step, then the group restarts off the node")
@@ -239,25 +204,23 @@ class AttemptLoop:
         if f.error is not None:
             if self.phase is Phase.STOPPING:  # a task that fails while stopping: the save did not complete
                 return self._end_stop(saved=False)
-            if self.phase is Phase.SAVING and self._stopping in (Cause.PREEMPTED, Cause.DRAIN, Cause.RESIZE,
-                                                                 Cause.RECYCLE):
+            if self.phase is Phase.SAVING and self.stop.cause in (Cause.PREEMPTED, Cause.DRAIN, Cause.RESIZE,
+                                                                  Cause.RECYCLE):
                 return self._end_stop(saved=False)
             lost = f.error.kind in (failure.SYSTEM, failure.PEER)  # (a task, or a peer's link to it)
-            if self.phase is Phase.TRAINING and self._drain is not None and lost:
+            if self.phase is Phase.TRAINING and Cause.DRAIN in self.stop.at_commit and lost:
                 # A script's drain: the node went before the script's next commit.
-                self._stopping = Cause.DRAIN
-                return self._end_stop(saved=False)
+                return self._end_stop(saved=False, cause=Cause.DRAIN)
             return self._ended(Failed((f.error,)))
         return self._progress()
 
     def on_tick(self, now: float) -> list[Action]:
         self.now = now
         if self.phase is Phase.TRAINING:
-            if self._drain is not None and self.deadline is not None and now > self.deadline:
+            if Cause.DRAIN in self.stop.at_commit and self.deadline is not None and now > self.deadline:
                 log.warning("node %s's drain deadline came before the script's next commit: the group moves off "
-                            "it now; the script's last synced checkpoint stands", self._drain.node[:12])
-                self._stopping = Cause.DRAIN
-                return self._end_stop(saved=False)
+                            "it now; the script's last synced checkpoint stands", self.stop.drain.node[:12])
+                return self._end_stop(saved=False, cause=Cause.DRAIN)
             if self.busy:
                 # Healthy ranks go silent in their next collective while a peer uploads or exports, and a busy
                 # rank may itself wait on a busy peer (the model's export is collective under MWMS: a worker,
@@ -288,8 +251,7 @@ class AttemptLoop:
             if not self.can_save_now:
                 log.warning("interrupted: stopping the script; it writes its own checkpoints, and the last one it "
                             "synced stands (no save at an agreed step for scripts)")
-                self._stopping = Cause.INTERRUPTED
-                return self._end_stop(saved=False)
+                return self._end_stop(saved=False, cause=Cause.INTERRUPTED)
             log.warning("interrupted: saving a final checkpoint (Ctrl-C again to stop at once)")
             return self._save_and_stop(Cause.INTERRUPTED)
         if self.phase in (Phase.SAVING, Phase.STOPPING):
@@ -313,7 +275,7 @@ class AttemptLoop:
 
     # -- transitions ---------------------------------------------------------------------------
     def _save_and_stop(self, cause: Cause) -> list[Action]:
-        self._stopping = cause
+        self.stop.cause = cause
         self.deadline = self.now + self.timing.interrupt_timeout_s
         if not self.can_save_now:
             log.warning("a script writes its own checkpoints (no save at an agreed step): the last one it synced "
@@ -322,12 +284,11 @@ class AttemptLoop:
         self.phase = Phase.SAVING
         return [AskSave(len(self.running), self.timing.interrupt_timeout_s)]
 
-    def _end_stop(self, saved: bool) -> list[Action]:
-        if self._stopping is Cause.INTERRUPTED:
-            return self._ended(Interrupted(saved=saved))
-        return self._ended(Stopped(self._stopping, saved=saved, notice=self._notice,
-                                   drain=self._drain if self._stopping is Cause.DRAIN else None,
-                                   recycle=self._recycle if self._stopping is Cause.RECYCLE else None))
+    def _end_stop(self, saved: bool, cause: Cause | None = None) -> list[Action]:
+        """The group stopped: for `cause` (one decided now), or for the save-and-stop's."""
+        if cause is not None:
+            self.stop.cause = cause
+        return self._ended(self.stop.end(saved))
 
     def _progress(self) -> list[Action]:
         if self.running:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from raytf._core import checkpoints
+from raytf._core import checkpoints, failure
 from raytf._core import events as ev
 from raytf.errors import WorkerError
 
@@ -112,6 +113,31 @@ class Stopped:
     notice: ev.Event | None = None
     drain: Drain | None = None
     recycle: Recycle | None = None
+
+    def error(self, num_workers: int, node_of: Callable[[int], str], role_of: Callable[[int], str | None]
+              ) -> WorkerError:
+        """The failure that explains the stop (its kind: failure.RESIZE, RECYCLE, DRAIN or PREEMPTED), for the run's
+        record and the budget; `num_workers`: the run's cluster.num_workers, `node_of(rank)` and `role_of(rank)` (None:
+        not known) the group's."""
+        saved = "saved at an agreed step" if self.saved else "could not save"
+        if self.cause is Cause.RESIZE:
+            return WorkerError(f"capacity for {num_workers} workers is back: restarting at full size from "
+                               f"{'a save at an agreed step' if self.saved else 'the latest checkpoint'}",
+                               role="group", kind=failure.RESIZE)
+        if self.cause is Cause.RECYCLE and (r := self.recycle) is not None:
+            return WorkerError(f"uses {r.rss_gib:.2f} GiB of memory, past failure.max_task_rss_gb ({r.limit_gib:g} "
+                               f"GiB for it); {saved} before restarting in fresh processes", role=r.role, rank=r.rank,
+                               node_id=node_of(r.rank), kind=failure.RECYCLE)
+        if self.cause is Cause.DRAIN and (d := self.drain) is not None:
+            deadline = f"its deadline {d.deadline - d.seen_at:.0f}s after the notice" if d.deadline else "no deadline"
+            role = (role_of(d.ranks[0]) if d.ranks else None) or ("tf.data service" if d.servers else "group")
+            return WorkerError(f"node {d.node[:12]} is being drained ({deadline}); {saved} before moving off it",
+                               role=role, rank=d.ranks[0] if d.ranks else -1, node_id=d.node, kind=failure.DRAIN)
+        e = self.notice
+        step = e.payload.step if e is not None else None
+        return WorkerError(f"preempted (SIGTERM) at step {step}; {'saved' if self.saved else 'could not save'} "
+                           "before stopping", role=e.role if e else "", rank=e.rank if e else -1,
+                           node_id=node_of(e.rank) if e else "", kind=failure.PREEMPTED)
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from raytf._core.failure import CONFIG
-from raytf._core.plan import TASK_ENV, shortfall
-from raytf._core.shipping import env_text
+from raytf._core.plan import TASK_ENV, Plan, TaskSpec, shortfall
+from raytf._core.shipping import env_text, task_level
 from raytf.config import Config, ProcessingMode
 
 DISPATCHER, WORKER = "dispatcher", "worker"
 ROLE = "data_service"  # WorkerError.role of a failure of the service's servers
+# The servers' roles as tasks (TaskSpec.role): their actors' names and logs (logs/data_service-worker0-attempt1.log).
+DISPATCHER_ROLE, WORKER_ROLE = f"{ROLE}-{DISPATCHER}", f"{ROLE}-{WORKER}"
 
 # The environment variable a task's process (and a script's child) finds the run's service in (Service.to_json).
 SERVICE_ENV = "RAYTF_DATA_SERVICE"
@@ -75,6 +77,23 @@ def bundles(cfg: Config) -> list[dict[str, float]]:
     return [dict(bundle) for _ in range(d.workers)]
 
 
+def plans(cfg: Config) -> tuple[Plan, Plan, tuple[int, ...]]:
+    """The servers as tasks: (what is reserved: one bundle per worker, SPREAD; the group: the dispatcher, then the
+    workers; each of the group's tasks' bundle index). The dispatcher reserves nothing of its own: it hands out
+    splits and keeps the job table, in bundle 0 beside worker 0 (a restart lands on its node)."""
+    d = cfg.data_service
+    ports = (cfg.cluster.port_range[0], cfg.cluster.port_range[1]) if cfg.cluster.port_range else None
+    workers = tuple(TaskSpec(WORKER_ROLE, i, i + 1, d.cpus, 0.0, None, dict(d.resources), ports)
+                    for i in range(d.workers))
+    dispatcher = TaskSpec(DISPATCHER_ROLE, 0, 0, 0.0, 0.0, None, {}, ports)
+    return Plan(workers, "SPREAD"), Plan((dispatcher, *workers), "SPREAD"), (0, *range(d.workers))
+
+
+def server_name(role: str, index: int) -> str:
+    """How lines and result.json name a server: "dispatcher", "worker 1"."""
+    return DISPATCHER if role in (DISPATCHER, DISPATCHER_ROLE) else f"{WORKER} {index}"
+
+
 def threads(cfg: Config) -> int:
     """TF threads of a service worker: its CPU share, at least one (as a task's)."""
     return max(1, int(cfg.data_service.cpus))
@@ -84,11 +103,11 @@ def runtime_env(cfg: Config, role: str) -> dict[str, Any]:
     """A server actor's runtime_env: the user's (the pipeline may need its env vars, files or packages), plus what
     must hold before TensorFlow is imported there (plan.TASK_ENV: TF's gRPC servers bind the port the actor holds)
     and OpenMP's threads at the server's share. The user's own env_vars win, as for the tasks."""
-    env = copy.deepcopy(cfg.ray.runtime_env)
+    env = copy.deepcopy(task_level(cfg.ray.runtime_env))  # (a local working_dir is the job's: shipping.task_level)
     env_vars = env_text(env.get("env_vars"))
     for k, v in TASK_ENV.items():
         env_vars.setdefault(k, v)
-    env_vars.setdefault("OMP_NUM_THREADS", str(threads(cfg) if role == WORKER else 1))
+    env_vars.setdefault("OMP_NUM_THREADS", str(threads(cfg) if role in (WORKER, WORKER_ROLE) else 1))
     env["env_vars"] = env_vars
     return env
 

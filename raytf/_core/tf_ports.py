@@ -26,6 +26,12 @@ def none_free(port_range: Sequence[int], host: str) -> str:
             "fewer tasks per host (cluster.placement_strategy=SPREAD or STRICT_SPREAD, more hosts)")
 
 
+def taken_again(port: int, role: str, index: int, host: str) -> str:
+    """Why a task started again at its address (TaskGroup.replace) holds no port: another process took its port."""
+    return (f"{role} {index}: its port {port} on {host} was taken by another process, so it cannot start again at "
+            "its address")
+
+
 def is_loopback(host: str) -> bool:
     """127.x, ::1, localhost: reachable from this machine only."""
     bare = host.strip("[]")

@@ -22,7 +22,7 @@ from raytf._core import events as ev
 from raytf._core import timeline as tl
 from raytf._core.attempt_drive import drive
 from raytf._core.attempt_loop import AttemptLoop, Timing
-from raytf._core.attempt_record import Attempt, Cause, Done, Drain, Failed, Hung, Interrupted, Stopped
+from raytf._core.attempt_record import Attempt, Done, Drain, Failed, Hung, Interrupted, Stopped
 from raytf._core.plan import WORKER, Plan, task_table
 from raytf._core.run_machine import Run
 from raytf._core.run_states import AttemptEnd, Placing
@@ -44,14 +44,6 @@ log = logging.getLogger("raytf")
 # How often the attempt loop asks Ray which nodes it drains (one GCS call): a notice comes with a deadline of tens of
 # seconds at least (a cloud's spot notice: 30 s to 2 min), and a save at an agreed step takes a few.
 DRAIN_CHECK_S = 1.0
-
-
-class _ServiceLost(Exception):
-    """Out of the attempt loop's round: the tf.data service lost a server it cannot start again."""
-
-    def __init__(self, error: WorkerError) -> None:
-        super().__init__(error.message)
-        self.error = error
 
 
 @dataclass(frozen=True)
@@ -168,7 +160,7 @@ class AttemptRunner:
             attempt=attempt.number, now=time.time(), save_on_interrupt=cfg.checkpoint.on_interrupt,
             can_save_now=not self.script,
             memory=memory.MemoryWatch(self._rss_limits(plan, group), self._recycle_from(attempt)))
-        port = RayPort(group, primary, background, poll_s=self.poll_s)
+        port = RayPort(group, primary, background, poll_s=self.poll_s, service=self.service)
         try:
             drive(loop, port, self.dispatch, poll_s=self.poll_s, on_poll=self._poll,
                   grow=(lambda now: self._grow(now, loop, group)) if elastic.is_elastic(self.cfg) else None,
@@ -179,8 +171,6 @@ class AttemptRunner:
         except (RayActorError, BusUnresponsive) as e:  # the bus: the group reads the tasks' own outcomes
             error = WorkerError(f"the run's event bus died: {e}", role="events", kind=failure.SYSTEM)
             return AttemptEnd(Failed((error,)), (error,))
-        except _ServiceLost as e:  # a tf.data service server that cannot be started again: the normal retry path
-            return AttemptEnd(Failed((e.error,)), (e.error,))
         return self._conclude(loop, port, attempt, group)
 
     def _rss_limits(self, plan: Plan, group: TaskGroup) -> dict[int, float]:
@@ -229,31 +219,9 @@ class AttemptRunner:
         unreachable: frozenset[str] = frozenset()
         if isinstance(end, Done | Interrupted):
             return AttemptEnd(end, lost=lost)
-        if isinstance(end, Stopped) and end.cause is Cause.RESIZE:
-            errors = [WorkerError(
-                f"capacity for {self.cfg.cluster.num_workers} workers is back: restarting at full size from "
-                f"{'a save at an agreed step' if end.saved else 'the latest checkpoint'}", role="group",
-                kind=failure.RESIZE)]
-        elif isinstance(end, Stopped) and end.cause is Cause.RECYCLE:
-            r = end.recycle
-            errors = [WorkerError(f"uses {r.rss_gib:.2f} GiB of memory, past failure.max_task_rss_gb ({r.limit_gib:g} "
-                                  f"GiB for it); {'saved at an agreed step' if end.saved else 'could not save'} before "
-                                  "restarting in fresh processes", role=r.role, rank=r.rank,
-                                  node_id=group.node_of(r.rank), kind=failure.RECYCLE)]
-        elif isinstance(end, Stopped) and end.cause is Cause.DRAIN:
-            d = end.drain
-            info = group.info(d.ranks[0]) if d.ranks else None
-            deadline = f"its deadline {d.deadline - d.seen_at:.0f}s after the notice" if d.deadline else "no deadline"
-            errors = [WorkerError(f"node {d.node[:12]} is being drained ({deadline}); "
-                                  f"{'saved at an agreed step' if end.saved else 'could not save'} before moving off "
-                                  "it", role=info.role if info is not None else "tf.data service" if d.servers
-                                  else "group", rank=d.ranks[0] if d.ranks else -1, node_id=d.node,
-                                  kind=failure.DRAIN)]
-        elif isinstance(end, Stopped):
-            e = end.notice
-            errors = [WorkerError(f"preempted (SIGTERM) at step {e.payload.step}; "
-                                  f"{'saved' if end.saved else 'could not save'} before stopping",
-                                  role=e.role, rank=e.rank, node_id=group.node_of(e.rank), kind=failure.PREEMPTED)]
+        if isinstance(end, Stopped):
+            errors = [end.error(self.cfg.cluster.num_workers, group.node_of,
+                                lambda rank: info.role if (info := group.info(rank)) is not None else None)]
         elif isinstance(end, Hung):
             errors = [group.hang_error(rank, attempt.number, end.busy.get(rank)) for rank in end.ranks]
         else:
@@ -315,8 +283,6 @@ class AttemptRunner:
         """Once per round of the attempt loop."""
         self.record.flush_metrics()
         attempt = self.run.attempt
-        if self.service is not None and (lost := self.service.poll()) is not None:
-            raise _ServiceLost(lost)
         if (self._refilled != attempt.number and self.group is not None and attempt.first_step_at is not None
                 and time.time() - attempt.first_step_at >= standby.REFILL_AFTER_S):
             # Training: a retry from now on starts in standbys (standby.REFILL_AFTER_S says when and at what cost).

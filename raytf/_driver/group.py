@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -17,17 +19,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from raytf._core import events as ev
 from raytf._core import failure, shipping, topology
 from raytf._core.function import Functions
-from raytf._core.plan import (
-    EVALUATOR,
-    Plan,
-    TaskSpec,
-    actor_env,
-    actor_name,
-    is_server,
-    spare_nodes,
-    streamed,
-    task_runtime_env,
-)
+from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_env, actor_name, is_server, streamed, task_runtime_env
 from raytf._core.tasks import TaskInfo, TaskRun, local_sweeps
 from raytf._driver import nodes, placement, stacks, standby
 from raytf._driver.usercode import CodePlan
@@ -55,16 +47,19 @@ class TaskGroup:
     Failures while starting raise WorkerError (kind "startup", or the task's own) or StorageError."""
 
     def __init__(self, cfg: Config, plan: Plan, run_dir: RunDir, *, embedded: bool,
-                 code: CodePlan | None = None, pg=None) -> None:
+                 code: CodePlan | None = None, pg=None, servers: Servers | None = None) -> None:
         self.cfg, self.plan, self.run_dir, self.embedded = cfg, plan, run_dir, embedded
         self.code = code  # what each task checks it has of the program (None: nothing)
         self.pg = pg  # the placement group reserved for this plan (AttemptRunner.place): released by teardown
+        self.servers = servers  # raytf's own servers' group (the tf.data service's), not the run's tasks
+        self._remote = servers.remote if servers is not None else _RemoteTask
+        self._bundle = servers.bundles if servers is not None else tuple(range(len(plan.tasks)))
         self.bus = None
         self.actors: list = []
         self.infos: list[TaskInfo] = []
         self.unavailable: set[int] = set()  # ranks whose actor Ray could not reach (ActorUnavailableError)
         self.adopted: set[int] = set()  # ranks a standby process took (raytf/_driver/standby.py)
-        self._slots: dict[tuple[str, str], list[int]] = {}  # where standbys could take this group's tasks
+        self.standbys: standby.Slots | None = None  # where standbys could take this group's tasks
 
     def info(self, rank: int) -> TaskInfo | None:
         return next((i for i in self.infos if i.rank == rank), None)
@@ -89,75 +84,27 @@ class TaskGroup:
         ).remote()
         # Standbys are made by the job's pool actor, which is sent their runtime_env: not one whose entries look like
         # secrets (they would travel to and stay in one more process; raytf issue 19's rule).
-        self._slots = (self._standby_slots() if cfg.cluster.standby > 0 and not secret_runtime_env(cfg.ray.runtime_env)
-                       else {})
-        standbys = self._standbys()
-        self.actors = [self._start_task(t, i, standbys.get(i)) for i, t in enumerate(self.plan.tasks)]
-
-    def _standby_slots(self) -> dict[tuple[str, str], list[int]]:
-        """(node, runtime_env key) -> the bundles (tasks) a standby could take there: those without GPUs."""
-        on = placement.bundle_nodes(self.pg)
-        if on is None:  # no standbys then; the attempt goes on as without them
-            return {}
-        slots: dict[tuple[str, str], list[int]] = {}
-        for i, t in enumerate(self.plan.tasks):
-            if not t.gpus and on.get(i):
-                slots.setdefault((on[i], standby.env_key(task_runtime_env(self.cfg, t), self._runs_script(t))),
-                                 []).append(i)
-        return slots
-
-    def _standbys(self) -> dict[int, Any]:
-        """Bundle index -> a standby that takes its task (cluster.standby): none while the session has no pool."""
-        pool = standby.pool(create=False) if self._slots else None
-        if pool is None:
-            return {}
-        slots = self._slots
-        refs = {where: pool.take.remote(where[0], where[1], len(bundles)) for where, bundles in slots.items()}
-        out: dict[int, Any] = {}
-        for where, ref in refs.items():
-            try:
-                out.update(zip(slots[where], ray.get(ref, timeout=10)))
-            except RayError as e:  # no standby, then: the task starts afresh
-                log.debug("standby take: %s", e)
-        return out
+        self.standbys = (standby.Slots.of(cfg, self.plan, self.pg, self._runs_script)
+                         if cfg.cluster.standby > 0 and self.servers is None
+                         and not secret_runtime_env(cfg.ray.runtime_env) else None)
+        taken = self.standbys.take() if self.standbys is not None else {}
+        self.actors = [self._start_task(t, i, taken.get(i)) for i, t in enumerate(self.plan.tasks)]
 
     def refill(self) -> None:
-        """Ask the pool (made now if the session has none) for standbys in place of this attempt's tasks (on the
-        nodes it was placed on; also after its teardown): at most cluster.standby per node. In the background: the
-        pool starts them, they import TensorFlow."""
-        if not self._slots:
-            return
-        try:
-            pool = standby.pool()
-            for (node, key), bundles in self._slots.items():
-                task = self.plan.tasks[bundles[0]]  # (the slot's tasks share its key: runtime_env, script or not)
-                pool.fill.remote(node, key, task_runtime_env(self.cfg, task),
-                                 min(self.cfg.cluster.standby, len(bundles)), script=self._runs_script(task))
-        except Exception as e:  # a faster next attempt is a bonus, never a reason to fail (or hide why) a run
-            log.warning("cluster.standby: no standby processes made (%s)", e)
+        """Ask for standbys in place of this attempt's tasks (standby.Slots.refill): also after the teardown."""
+        if self.standbys is not None:
+            self.standbys.refill()
 
     def refill_off(self, node: str, draining: set[str]) -> None:
-        """A drain notice for `node`: standbys for its tasks asked for on other nodes (alive, not draining, not the
-        group's, able to hold a task's bundle), so that the next attempt, placed off `node`, may start them in
-        processes that imported TensorFlow while the group saved (raytf issue 52). Ray chooses where the next
-        attempt goes: a best guess, and never a reason to fail a run."""
-        moving = {key: bundles for (n, key), bundles in self._slots.items() if n == node}
-        if not moving:
-            return
-        try:
-            have = nodes.resources()
-            avoid = {n for n, _ in self._slots} | draining | {node}
-            pool = standby.pool()
-            for key, bundles in moving.items():
-                task = self.plan.tasks[bundles[0]]
-                for spare in spare_nodes([self.plan.tasks[b].bundle for b in bundles], have, avoid):
-                    pool.fill.remote(spare, key, task_runtime_env(self.cfg, task), 1, script=self._runs_script(task))
-        except Exception as e:  # (as refill: a faster next attempt is a bonus)
-            log.warning("cluster.standby: no standby processes made off the drained node (%s)", e)
+        """A drain notice for `node`: standbys for its tasks on other nodes (standby.Slots.refill_off)."""
+        if self.standbys is not None:
+            self.standbys.refill_off(node, draining)
 
-    def _start_task(self, t: TaskSpec, bundle_index: int, standby_actor=None):
+    def _start_task(self, t: TaskSpec, i: int, standby_actor=None, port: int | None = None):
+        """The task `t`, the plan's i-th, in its bundle (`port`: its predecessor's, held again: replace)."""
         cfg = self.cfg
-        runtime_env, env = actor_env(task_runtime_env(cfg, t))
+        runtime_env, env = actor_env(self.servers.runtime_env(cfg, t) if self.servers is not None else
+                                     task_runtime_env(cfg, t))
         advertise = cfg.cluster.advertise_address or ("127.0.0.1" if self.embedded else None)
         if standby_actor is not None:  # TensorFlow imported already; the task's bundle stays reserved for it
             standby_actor.adopt.remote(t, advertise)
@@ -166,17 +113,35 @@ class TaskGroup:
         options: dict[str, Any] = dict(
             name=actor_name(cfg.run.name, t.role, t.rank), num_cpus=t.cpus, num_gpus=t.gpus,
             resources=t.custom or None, max_restarts=0,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle_index),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=self._bundle[i]),
         )
         if runtime_env:  # (none: a worker Ray pre-started can take it; `env` then goes to the process itself)
             options["runtime_env"] = runtime_env
         if t.memory_bytes:
             options["memory"] = t.memory_bytes
-        return _RemoteTask.options(**options).remote(t, advertise, env, script=self._runs_script(t))
+        return self._remote.options(**options).remote(t, advertise, env, script=self._runs_script(t), port=port)
 
     def _runs_script(self, t: TaskSpec) -> bool:
-        """Whether `t` runs the user's script (run_script): every task of a script's run but a PS server."""
-        return script_mode(self.cfg) and not is_server(self.cfg.cluster.strategy, t.role)
+        """Whether `t` runs the user's script (run_script): every task of a script's run but a server."""
+        return self.servers is None and script_mode(self.cfg) and not is_server(self.cfg.cluster.strategy, t.role)
+
+    def replace(self, rank: int):
+        """Start the task of `rank` again at its address: its actor killed (if it still runs), a new one in its bundle
+        (so on its node) holding its port again. Returns the new actor; its calls are the caller's to make (the
+        tf.data service's servers; a per-role restart could use it too), and `readdressed` its new TaskInfo. The
+        new actor's port_error says when another process took the port meanwhile."""
+        i = next(k for k, t in enumerate(self.plan.tasks) if t.rank == rank)
+        t, info = self.plan.tasks[i], self.info(rank)
+        _kill(self.actors[i])
+        if rank not in self.adopted:
+            _wait_names_free([actor_name(self.cfg.run.name, t.role, t.rank)], time.monotonic() + 30)
+        self.adopted.discard(rank)
+        self.actors[i] = self._start_task(t, i, port=info.port if info is not None else None)
+        return self.actors[i]
+
+    def readdressed(self, info: TaskInfo) -> None:
+        """A replaced task's TaskInfo (its new process; the same node and port)."""
+        self.infos = [info if i.rank == info.rank else i for i in self.infos]
 
     def addresses(self) -> list[TaskInfo]:
         """Each task's node, address and held port; also checks that every task holds a port (of
@@ -286,23 +251,12 @@ class TaskGroup:
     def teardown(self, skip: set[str] = frozenset()) -> None:
         """Kill every task and the bus, release the placement group, and wait until the tasks' names are
         free again (a relaunch with the same run.name reuses them; the bus has none)."""
-        handles = [*self.actors, *([self.bus] if self.bus is not None else [])]
-        for a in handles:
-            try:
-                ray.kill(a, no_restart=True)
-            except RayError as e:
-                log.debug("kill: %s", e)
+        for a in [*self.actors, *([self.bus] if self.bus is not None else [])]:
+            _kill(a)
         placement.release(self.pg)
-        names = [actor_name(self.cfg.run.name, t.role, t.rank) for t in self.plan.tasks[: len(self.actors)]
-                 if t.rank not in self.adopted]  # (a standby keeps the name it never had: none)
-        deadline = time.monotonic() + 30
-        for name in names:
-            while time.monotonic() < deadline:
-                try:
-                    ray.get_actor(name)
-                except ValueError:
-                    break
-                time.sleep(0.05)  # polling the GCS for the name to be released, bounded by deadline
+        _wait_names_free([actor_name(self.cfg.run.name, t.role, t.rank) for t in self.plan.tasks[: len(self.actors)]
+                          if t.rank not in self.adopted],  # (a standby keeps the name it never had: none)
+                         time.monotonic() + 30)
         self.actors, self.bus, self.pg = [], None, None
         self._sweep_scratch(skip)
 
@@ -329,3 +283,33 @@ class TaskGroup:
                 ray.get(ref)
             except RayError as e:
                 log.debug("scratch sweep: %s", e)
+
+
+@dataclass(frozen=True)
+class Servers:
+    """A group of raytf's own servers instead of the run's tasks (the tf.data service's, _driver/dataservice.py):
+    their actor class (`remote`: a TaskActor's subclass, ray.remote'd), each task's bundle index in the group's
+    placement group, and their runtime_env. They run no user code: no standbys, no script's child."""
+
+    remote: Any
+    bundles: tuple[int, ...]
+    runtime_env: Callable[[Config, TaskSpec], dict[str, Any]]
+
+
+def _kill(actor) -> None:
+    try:
+        ray.kill(actor, no_restart=True)
+    except RayError as e:
+        log.debug("kill: %s", e)
+
+
+def _wait_names_free(names: list[str], deadline: float) -> None:
+    """Until the killed tasks' actor names are free again (a relaunch with the same run.name, a replaced task,
+    reuses them), bounded by `deadline` (monotonic)."""
+    for name in names:
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(name)
+            except ValueError:
+                break
+            time.sleep(0.05)  # polling the GCS for the name to be released, bounded by deadline

@@ -133,13 +133,17 @@ class Launch:
         return self.embedded
 
 
-def prepare(cfg: Config, functions: Functions | None = None, *, timeline: tl.Timeline | None = None) -> Launch:
+def prepare(cfg: Config, functions: Functions | None = None, *, timeline: tl.Timeline | None = None,
+            validated: bool = False) -> Launch:
     """The launch of `cfg` (not changed: a copy is checked), refused with a ConfigError (or a StorageError) before
     anything starts: the config's rules, the program, MLflow, storage's credentials, the run directory's lineage.
-    `timeline`: the launch's (the CLI's, with its marks since its process started); a new one otherwise."""
+    `timeline`: the launch's (the CLI's, with its marks since its process started); a new one otherwise.
+    `validated`: `cfg` came from load_config and validate_run (the CLI's): its rules are not checked again, unless
+    `functions` change it."""
     functions = functions or Functions()
     cfg = configured(copy.deepcopy(cfg), functions)  # train.entrypoint records them
-    validate_run(validate(cfg))  # before anything starts: storage keys would travel to every task
+    if functions or not validated:
+        validate_run(validate(cfg))  # before anything starts: storage keys would travel to every task
     cfg.run.name = cfg.run.name or default_run_name()
     if cfg.storage.credentials_file and cfg.storage.path.startswith("s3://"):
         from raytf._s3 import read_credentials

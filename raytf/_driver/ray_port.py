@@ -9,7 +9,7 @@ import ray
 
 from raytf._core import events as ev
 from raytf._core import failure
-from raytf._core.attempt_loop import Finished
+from raytf._core.attempt_messages import Finished
 from raytf._core.plan import WORKER, TaskSpec, actor_name, is_server
 from raytf._driver import nodes
 from raytf._driver.group import TaskGroup
@@ -27,8 +27,9 @@ class BusUnresponsive(RuntimeError):
 
 
 class RayPort:
-    def __init__(self, group: TaskGroup, primary: dict, background: dict, *, poll_s: float) -> None:
+    def __init__(self, group: TaskGroup, primary: dict, background: dict, *, poll_s: float, service=None) -> None:
         self.group, self.bus, self.poll_s = group, group.bus, poll_s
+        self.service = service  # the tf.data service (_driver/dataservice.py): a server it cannot start again is lost
         self.refs: dict = {**primary, **background}  # ref -> TaskSpec, until its call returns
         self._drain = self.bus.drain.remote(poll_s)
 
@@ -50,6 +51,8 @@ class RayPort:
             t = self.refs.pop(ref)
             error = self.group.outcome(ref, t)
             finished.append(Finished(t.rank, error, alone=error is not None and self._lost_alone(t, error)))
+        if self.service is not None:  # (its errors' rank: -1, no task's)
+            finished += [Finished(e.rank, e) for e in self.service.poll()]
         return events, finished
 
     def _lost_alone(self, t: TaskSpec, error: WorkerError) -> bool:

@@ -20,17 +20,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import ray
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raytf._core.plan import actor_env
-from raytf._driver import nodes
+from raytf._core.plan import Plan, TaskSpec, actor_env, spare_nodes, task_runtime_env
+from raytf._driver import nodes, placement
 
 # The one task-side module the driver imports: Ray needs the actor's class.
 from raytf._task.actor import TaskActor, sweep_scratch
+from raytf.config import Config
 
 log = logging.getLogger("raytf")
 
@@ -150,6 +152,73 @@ class StandbyPool:
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=10)
         return len(actors)
+
+
+class Slots:
+    """Where standbys could take one task group's tasks: (node, runtime_env key) -> the plan's indexes of the tasks
+    (bundles) there, those without GPUs. `take` at the group's start, `refill` once it trains (and after its
+    teardown), `refill_off` at a drain notice."""
+
+    def __init__(self, cfg: Config, plan: Plan, slots: dict[tuple[str, str], list[int]],
+                 runs_script: Callable[[TaskSpec], bool]) -> None:
+        self.cfg, self.plan, self.slots, self._runs_script = cfg, plan, slots, runs_script
+
+    @classmethod
+    def of(cls, cfg: Config, plan: Plan, pg, runs_script: Callable[[TaskSpec], bool]) -> Slots:
+        slots: dict[tuple[str, str], list[int]] = {}
+        on = placement.bundle_nodes(pg)
+        for i, t in enumerate(plan.tasks):  # (no node known: no standbys; the attempt goes on as without them)
+            if on is not None and not t.gpus and on.get(i):
+                slots.setdefault((on[i], env_key(task_runtime_env(cfg, t), runs_script(t))), []).append(i)
+        return cls(cfg, plan, slots, runs_script)
+
+    def take(self) -> dict[int, Any]:
+        """Bundle index -> a standby that takes its task: none while the session has no pool."""
+        p = pool(create=False) if self.slots else None
+        if p is None:
+            return {}
+        refs = {where: p.take.remote(where[0], where[1], len(bundles)) for where, bundles in self.slots.items()}
+        out: dict[int, Any] = {}
+        for where, ref in refs.items():
+            try:
+                out.update(zip(self.slots[where], ray.get(ref, timeout=10)))
+            except RayError as e:  # no standby, then: the task starts afresh
+                log.debug("standby take: %s", e)
+        return out
+
+    def refill(self) -> None:
+        """Ask the pool (made now if the session has none) for standbys in place of the group's tasks (on the nodes
+        it was placed on): at most cluster.standby per node. In the background: the pool starts them, they import
+        TensorFlow."""
+        if not self.slots:
+            return
+        try:
+            p = pool()
+            for (node, key), bundles in self.slots.items():
+                task = self.plan.tasks[bundles[0]]  # (the slot's tasks share its key: runtime_env, script or not)
+                p.fill.remote(node, key, task_runtime_env(self.cfg, task),
+                              min(self.cfg.cluster.standby, len(bundles)), script=self._runs_script(task))
+        except Exception as e:  # a faster next attempt is a bonus, never a reason to fail (or hide why) a run
+            log.warning("cluster.standby: no standby processes made (%s)", e)
+
+    def refill_off(self, node: str, draining: set[str]) -> None:
+        """A drain notice for `node`: standbys for its tasks asked for on other nodes (alive, not draining, not the
+        group's, able to hold a task's bundle), so that the next attempt, placed off `node`, may start them in
+        processes that imported TensorFlow while the group saved (raytf issue 52). Ray chooses where the next
+        attempt goes: a best guess, and never a reason to fail a run."""
+        moving = {key: bundles for (n, key), bundles in self.slots.items() if n == node}
+        if not moving:
+            return
+        try:
+            have = nodes.resources()
+            avoid = {n for n, _ in self.slots} | draining | {node}
+            p = pool()
+            for key, bundles in moving.items():
+                task = self.plan.tasks[bundles[0]]
+                for spare in spare_nodes([self.plan.tasks[b].bundle for b in bundles], have, avoid):
+                    p.fill.remote(spare, key, task_runtime_env(self.cfg, task), 1, script=self._runs_script(task))
+        except Exception as e:  # (as refill: a faster next attempt is a bonus)
+            log.warning("cluster.standby: no standby processes made off the drained node (%s)", e)
 
 
 def _wait_gone(actors: list, timeout_s: float = 10.0) -> None:

@@ -27,23 +27,32 @@ from raytf._task.tee import OutputCapture
 log = logging.getLogger(__name__)
 
 
-def reserve_port(port_range: tuple[int, int] | None = None) -> socket.socket | None:
-    """Bind a free port (one of `port_range` when given, each tried once from a random offset) and keep holding
-    it until TF's server has bound the same port; None when every port of the range is taken.
+def reserve_port(port_range: tuple[int, int] | None = None, again: int | None = None) -> socket.socket | None:
+    """Bind a free port (one of `port_range` when given, each tried once from a random offset; `again`: that port,
+    a replaced task's, TaskGroup.replace) and keep holding it until TF's server has bound the same port; None when
+    every port of the range (or `again`) is taken.
 
     Bind-close-publish lets another process take the port before TF binds it (tensorflow#21492). The socket
     binds without SO_REUSEPORT, so the bind fails while any other socket holds the port (another task's too: two
     SO_REUSEPORT sockets of one user may share a port, and two TF servers would then split its connections), and
     sets it after: every other binder stays out, while TF's server, started with TF_GRPC_REUSE_PORT, can bind the
     port (a bound socket that does not listen takes none of its connections).
+
+    A port held `again` is bound with SO_REUSEADDR: the predecessor's connections linger in TIME_WAIT on it for a
+    minute after its death, which would refuse a plain bind (still refused while another socket listens on the
+    port, or holds it as this function does without SO_REUSEADDR).
     """
-    if port_range is None:
+    if again is not None:
+        order = [again]
+    elif port_range is None:
         order = [0]  # the OS picks a free one
     else:
         low, high = port_range
         order = tf_ports.candidates(low, high, secrets.randbelow(high - low + 1))
     for port in order:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if again is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("", port))
         except OSError as e:
@@ -95,7 +104,7 @@ class TaskActor:
     (run_script). The actor's own process then never imports TensorFlow."""
 
     def __init__(self, spec: TaskSpec | None, advertise_address: str | None,
-                 env: dict[str, str] | None = None, script: bool = False) -> None:
+                 env: dict[str, str] | None = None, script: bool = False, port: int | None = None) -> None:
         # First, before TensorFlow's import: raytf's variables when its runtime_env did not bring them (a worker
         # Ray pre-started: plan.actor_env), over whatever the worker had (Ray's own OMP_NUM_THREADS among them).
         os.environ.update(env or {})
@@ -107,7 +116,7 @@ class TaskActor:
         self._sock: socket.socket | None = None
         self._child = None  # a script's warm child (script/spawn.py), until run_script takes it
         if spec is not None:
-            self.adopt(spec, advertise_address)
+            self.adopt(spec, advertise_address, port)
         if script:  # its TensorFlow import runs beside the addressing, the other tasks' start, the driver's setup
             self._start_child(idle=False)  # (at the normal priority: this task's first step waits for it)
 
@@ -137,15 +146,18 @@ class TaskActor:
         if (child := self._take_child()) is not None:
             child.close()
 
-    def adopt(self, spec: TaskSpec, advertise_address: str | None) -> None:
-        """Become the task `spec`: hold its port. Called by __init__, or on a standby given a task."""
+    def adopt(self, spec: TaskSpec, advertise_address: str | None, port: int | None = None) -> None:
+        """Become the task `spec`: hold its port (`port`: a replaced task's, TaskGroup.replace). Called by
+        __init__, or on a standby given a task."""
         self.spec = spec
         self._host = advertise_address or ray.util.get_node_ip_address()
-        self._sock = reserve_port(spec.port_range)
+        self._sock = reserve_port(spec.port_range, again=port)
         self._port = self._sock.getsockname()[1] if self._sock is not None else None
         # Every port of cluster.port_range taken: address() says so and the driver fails the run. (Raised here, it
         # would kill the actor and reach the driver as a start-up failure, which it retries.)
-        self._no_port = tf_ports.none_free(spec.port_range, self._host) if self._sock is None else None
+        self._no_port = None if self._sock is not None else (
+            tf_ports.taken_again(port, spec.role, spec.index, self._host) if port is not None else
+            tf_ports.none_free(spec.port_range, self._host))
         self.node_id = ray.get_runtime_context().get_node_id()
 
     def address(self, marker: StorageMarker | None = None, code: CodeNeeds | None = None) -> TaskInfo:

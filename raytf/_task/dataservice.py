@@ -1,51 +1,62 @@
-"""The tf.data service on Ray, the task side: the server actor (a dispatcher or a worker, TF's DispatchServer and
-WorkerServer on a port it held first), and what `ctx.data_service(ds)` / `raytf.data_service(ds)` do in a training
-task's process (or a script's child): the user's pipeline, checked, read through the run's service.
+"""The tf.data service on Ray, the task side without Ray: what `ctx.data_service(ds)` / `raytf.data_service(ds)` do
+in a training task's process (or a script's child): the user's pipeline, checked, read through the run's service;
+and the dispatcher's journal on its node, which a restarted dispatcher adopts. (Its servers, Ray actors:
+_task/dataserver.py.)
 
-Neither Ray nor TensorFlow is imported at module level: the driver imports this module for the actor's class, and a
-script's child for `raytf.data_service`; the actor's methods and `data_service` import them in their own process.
+Neither Ray nor TensorFlow is imported at module level: a script's child imports this module for
+`raytf.data_service`, and the driver for the journal sweep it runs on the dispatcher's node; `data_service` imports
+TensorFlow in its own process.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
-import tempfile
 import threading
-import time
-from typing import TYPE_CHECKING, Any
 
 from raytf._core import dataservice as rules
 from raytf._core import events as ev
-from raytf._core import tf_ports
-from raytf._core.dataservice import DISPATCHER, SERVICE_ENV, Service, Unservable
+from raytf._core.dataservice import SERVICE_ENV, Service, Unservable
 from raytf._task import report as reporting
 from raytf._task import scratch
 
-if TYPE_CHECKING:
-    from raytf._storage import RunDir
-
 log = logging.getLogger(__name__)
 
+# -- the training task's side --------------------------------------------------------------------------------------
 JOURNAL_ROOT_NAME = "raytf-dataservice"
 
 
 def journal_root() -> str:
-    """Where dispatchers keep their journals on a node: apart from the tasks' scratch root, which every task that
-    starts sweeps (a journal must outlive its dispatcher's process until the restart adopts it)."""
-    return os.path.join(tempfile.gettempdir(), JOURNAL_ROOT_NAME)
+    """Where dispatchers keep their journals on a node: beside the tasks' scratch root (in the node's temporary
+    directory, not a task process's own), apart from it: every task that starts sweeps the scratch root, and a
+    journal must outlive its dispatcher's process until the restart adopts it."""
+    return os.path.join(os.path.dirname(scratch.root()), JOURNAL_ROOT_NAME)
 
 
-def sweep_journals(journal: str | None = None, timeout_s: float = 5.0) -> list[str]:
-    """The journals on this node whose dispatcher is gone (run by the driver on the dispatcher's node after the
-    attempt's servers were killed: ray.kill skips their `finally`). `journal`, the attempt's, is waited for up to
-    `timeout_s`: Ray may report the actor dead a moment before its process has exited (and dropped its lock)."""
-    deadline = time.monotonic() + timeout_s
+def open_journal(run_name: str, attempt: int) -> scratch.Scratch:
+    """The dispatcher's journal for this attempt on this node: its predecessor's, whose process died (a restart in
+    the same bundle, so on the same node, adopts it and goes on where it was), else a new one."""
+    label = f"dispatcher-a{attempt}"
+    parent = os.path.join(journal_root(), run_name)
+    try:
+        names = sorted(os.listdir(parent))
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        if name.startswith(f"{label}-"):
+            try:
+                return scratch.Scratch.adopt(os.path.join(parent, name))
+            except OSError:  # its owner lives (or a sweep took it): not ours
+                continue
+    return scratch.Scratch(run_name, label, base=journal_root())
+
+
+def sweep_journals(pids: tuple[int, ...] = (), timeout_s: float = 5.0) -> list[str]:
+    """The journals on this node whose dispatcher is gone, once the dispatchers `pids` (on this node) are: run by the
+    driver on the dispatcher's node after the attempt's servers were killed (ray.kill skips their `finally`); Ray
+    may report an actor dead a moment before its process has exited and dropped its lock."""
+    scratch.wait_gone(pids, timeout_s)
     removed = scratch.sweep(journal_root())
-    while journal and os.path.isdir(journal) and time.monotonic() < deadline:
-        time.sleep(0.05)  # the lock goes with the process, at its exit: nothing to wait on but the lock itself
-        removed += scratch.sweep(journal_root())
     try:
         os.rmdir(journal_root())  # only when empty: no empty directory stays on the node (a Scratch being made retries)
     except OSError:
@@ -53,130 +64,6 @@ def sweep_journals(journal: str | None = None, timeout_s: float = 5.0) -> list[s
     return removed
 
 
-def service_log(role: str, index: int, attempt: int) -> str:
-    """A server's captured output in the run directory (a restart appends to its slot's)."""
-    return f"logs/data_service-{role}{index}-attempt{attempt}.log"
-
-
-class DataServiceServer:
-    """One tf.data service server in an actor of its own. Lifecycle: __init__ (hold the port, as a task does:
-    tensorflow#21492) -> address() -> start(...) (TF's server binds the held port with TF_GRPC_REUSE_PORT; ours is
-    released) -> serve(), which returns only when the actor is stopped: its ref failing is how the driver learns the
-    server died. A threaded actor (serve blocks while the driver's other calls are answered)."""
-
-    def __init__(self, role: str, index: int, port_range: tuple[int, int] | None, advertise: str | None,
-                 port: int | None = None) -> None:
-        import ray
-
-        from raytf._task.actor import reserve_port
-
-        self.role, self.index = role, index
-        self._host = advertise or ray.util.get_node_ip_address()
-        # A restarted server takes its old port: the trainers and the workers know the dispatcher by its address, and
-        # the dispatcher keeps a worker's tasks by its address.
-        wanted = (port, port) if port else (tuple(port_range) if port_range else None)
-        self._sock = _hold(port) if port else reserve_port(wanted)
-        self._port = self._sock.getsockname()[1] if self._sock is not None else None
-        self._no_port = None
-        if self._sock is None:
-            self._no_port = (f"tf.data service {role} {index}: its port {port} on {self._host} was taken by another "
-                             "process, so it cannot start again at its address" if port else
-                             tf_ports.none_free(wanted, self._host))
-        self._node_id = ray.get_runtime_context().get_node_id()
-        self._server = None
-        self._journal: scratch.Scratch | None = None
-        self._output = None
-        self._stopped = threading.Event()
-
-    def __repr__(self) -> str:  # what Ray's state API and logs call the actor (its `repr_name`)
-        return f"DataServiceServer({self.role} {self.index})"
-
-    def address(self) -> dict[str, Any]:
-        return {"role": self.role, "index": self.index, "host": self._host, "port": self._port,
-                "port_error": self._no_port, "node_id": self._node_id, "pid": os.getpid()}
-
-    def start(self, *, run_dir: RunDir, run_name: str, attempt: int, threads: int, dispatcher: str | None = None,
-              journal: str | None = None) -> dict[str, Any]:
-        """Start TF's server on the held port: the dispatcher journals to a directory on this node (`journal`: its
-        predecessor's, when restarting), a worker registers with `dispatcher` (host:port) under the address the
-        others reach it at. Returns {"ok": True, "journal": ...} or {"ok": False, "error": one line}."""
-        if self._no_port:
-            return {"ok": False, "error": self._no_port, "config": True, "address": self.address()}
-        from raytf._task.lines import Shown
-        from raytf._task.tee import OutputCapture
-
-        # TF's own lines (its servers' configs, their start and stop) into the run's logs/, not the driver's
-        # terminal (Ray's log_to_driver would print them there).
-        self._output = OutputCapture(run_dir, service_log(self.role, self.index, attempt), lambda kind, p: None,
-                                     Shown(streamed=False))
-        try:
-            from raytf._task import tf_runtime
-
-            tf_runtime.configure(threads, False)
-            import tensorflow as tf
-
-            svc = tf.data.experimental.service
-            if self.role == DISPATCHER:
-                self._journal = (scratch.Scratch.adopt(journal) if journal else
-                                 scratch.Scratch(run_name, f"dispatcher-a{attempt}", base=journal_root()))
-                # fault_tolerant_mode: every change of its state (datasets, jobs, the split cursor) is in the journal
-                # before it answers, so a dispatcher started again from it goes on where it was.
-                self._server = svc.DispatchServer(svc.DispatcherConfig(
-                    port=self._port, work_dir=os.path.join(self._journal.path, "journal"), fault_tolerant_mode=True))
-            else:
-                here = f"{self._host}:{self._port}"
-                self._server = svc.WorkerServer(svc.WorkerConfig(
-                    dispatcher_address=dispatcher, worker_address=here, port=self._port,
-                    # TF's default names "localhost", which only this host could reach.
-                    data_transfer_address=f"{self._host}:%dts_port%"))
-            self._release_port()
-            return {"ok": True, "journal": self._journal.path if self._journal is not None else None,
-                    "address": self.address()}
-        except Exception as e:
-            log.exception("tf.data service %s %d did not start", self.role, self.index)
-            text = str(e).strip().splitlines()
-            return {"ok": False, "error": f"{type(e).__name__}: {text[0] if text else ''}", "address": self.address()}
-
-    def serve(self) -> bool:
-        """Returns when `stop` is called; fails (with the actor) when the server's process dies."""
-        self._stopped.wait()
-        return True
-
-    def stop(self) -> None:
-        """A graceful end (the driver kills the actor right after, whatever this did)."""
-        try:
-            if self._server is not None:
-                self._server.stop()
-            if self._journal is not None:
-                self._journal.remove()
-            if self._output is not None:
-                self._output.close()
-        finally:
-            self._stopped.set()
-
-    def _release_port(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-
-
-def _hold(port: int) -> socket.socket | None:
-    """Hold `port` again for a restarted server, as reserve_port holds one (bound, then SO_REUSEPORT for TF's
-    server), with SO_REUSEADDR: its predecessor's connections linger in TIME_WAIT on it for a minute after its death,
-    which would refuse a plain bind. (Still refused while another socket listens on it, or holds it without
-    SO_REUSEADDR, as every task's reserve_port does.) None when it is taken."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(("", port))
-    except OSError:
-        sock.close()
-        return None
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    return sock
-
-
-# -- the training task's side --------------------------------------------------------------------------------------
 def export(service: Service | None) -> None:
     """Make the run's service known to this task's process (and to a script's child, which inherits the
     environment); None: none (a process may run more than one call)."""

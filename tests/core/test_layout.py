@@ -58,10 +58,11 @@ def test_only_the_storage_package_opens_storage():
     assert outside == []
 
 
-def test_no_module_is_over_350_lines():
+def test_no_module_is_over_320_lines():
+    """Room to grow (raytf issue 51): a module near the cap is split by concept before it grows, never squeezed."""
     package = ROOT / "raytf"
     long = {str(p.relative_to(package)): n for p in sorted(package.rglob("*.py"))
-            if (n := len(p.read_text().splitlines())) > 350}
+            if (n := len(p.read_text().splitlines())) > 320}
     assert long == {} and len((package / "_driver" / "driver.py").read_text().splitlines()) < 250
 
 

@@ -344,3 +344,49 @@ def test_the_budget_reads_its_limits_from_the_config():
                                 "cluster.elastic.max_resizes=1")).to_json() == {
         "failures": 0, "max_failures": 2, "preemptions": 0, "max_preemptions": 4, "resizes": 0, "max_resizes": 1,
         "recycles": 0}
+
+
+def _documented_transitions() -> tuple[set[tuple[str, str]], str]:
+    """docs/architecture.md's run-state table (## The run) as (from, to) pairs of state names ("start": no state
+    yet), with its inputs column."""
+    import re
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text[text.index("## The run\n"):text.index("## Failures\n")]
+    names = ("Placing", "Training", "Retrying", "Ended")
+    pairs: set[tuple[str, str]] = set()
+    inputs = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0] in ("state (its data)", "---"):
+            continue
+        outside = re.sub(r"\([^()]*\)", "", re.sub(r"`[^`]*`", "", cells[0]))  # (a state's data named in brackets)
+        froms = ["start", *names[:3]] if outside.strip() == "any" else \
+            ["start"] if outside.strip() == "—" else [n for n in names if re.search(rf"\b{n}\b", outside)]
+        target = re.sub(r"\([^()]*\)", "", re.sub(r"`[^`]*`", "", cells[2]))
+        tos = [n for n in names if re.search(rf"\b{n}\b", target)]
+        assert froms and tos, f"a row of the run-state table names no state: {line}"
+        pairs |= {(f, t) for f in froms for t in tos}
+        inputs.append(cells[1])
+    return pairs, " ".join(inputs)
+
+
+def test_the_architecture_docs_run_state_table_is_the_machines():
+    """Every transition `NEXT` allows is a row of docs/architecture.md's table, every row one it allows, and every
+    input of `Run` is named there: the table cannot drift from the code."""
+    import inspect
+
+    from raytf._core.run_machine import Run
+    from raytf._core.run_states import NEXT
+
+    allowed = {(before.__name__ if before else "start", after.__name__) for before, afters in NEXT.items()
+               for after in afters}
+    documented, inputs = _documented_transitions()
+    assert documented == allowed, (f"not in the table: {sorted(allowed - documented)}; "
+                                   f"in the table, not allowed: {sorted(documented - allowed)}")
+    methods = [name for name, _ in inspect.getmembers(Run, inspect.isfunction)
+               if not name.startswith("_") and name not in ("grow_check",)]  # (a question, not an input)
+    missing = [m for m in methods if f"`{m}(" not in inputs]
+    assert not missing, f"inputs of Run not in docs/architecture.md's run-state table: {missing}"

@@ -4,7 +4,7 @@ script cannot do for itself, then run it as `__main__` with its own argv, and ex
 Before the script: die with the host, and leave a sentinel that takes the script's process group down with
 it (no orphans when Ray kills the actor), keep raytf's TF_CONFIG even if
 the script assigns its own, cap TensorFlow's threads to the task's CPU share, and add raytf's metrics
-callback to every Keras `Model.fit`. TF_USE_LEGACY_KERAS=1 is already in the environment (the actor's
+callback to every Keras `Model.fit` (patches.py). TF_USE_LEGACY_KERAS=1 is already in the environment (the actor's
 runtime_env), so `tf.keras` is tf-keras here.
 
 Or, with `--warm` (script/spawn.py's WarmChild: a standby's, or a task's started beside its actor's start), the same
@@ -15,10 +15,8 @@ and the environment it runs in, so the script starts as a training function does
 from __future__ import annotations
 
 import ctypes
-import functools
 import gc
 import importlib
-import inspect
 import json
 import logging
 import os
@@ -28,7 +26,7 @@ import socket
 import sys
 import traceback
 
-from raytf._task.script import protocol
+from raytf._task.script import patches, protocol
 from raytf._task.script.protocol import ChildSpec
 
 _PR_SET_PDEATHSIG = 1
@@ -117,51 +115,6 @@ class _GuardedEnviron(_Environ):
             if key != "TF_CONFIG":
                 return key, self.pop(key)
         raise KeyError("popitem(): only raytf's TF_CONFIG is left, and it stays")
-
-
-def _patch_keras_fit(reporter) -> None:
-    """Every tf-keras Model.fit gets raytf's callback, last, unless the script added one itself."""
-    import tf_keras
-
-    from raytf._task.keras_callback import ScriptCallback
-
-    model_cls = tf_keras.Model
-    original = model_cls.fit
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def fit(self, *args, **kwargs):
-        bound = signature.bind(self, *args, **kwargs)
-        callbacks = bound.arguments.get("callbacks")
-        if isinstance(callbacks, tf_keras.callbacks.CallbackList):
-            if not any(isinstance(c, ScriptCallback) for c in callbacks.callbacks):
-                callbacks.append(ScriptCallback(reporter))
-        else:
-            callbacks = list(callbacks or [])
-            if not any(isinstance(c, ScriptCallback) for c in callbacks):
-                callbacks.append(ScriptCallback(reporter))
-            bound.arguments["callbacks"] = callbacks
-        return original(*bound.args, **bound.kwargs)
-
-    model_cls.fit = fit
-
-
-def _patch_checkpoint_manager(reporter) -> None:
-    """A custom training loop's tf.train.CheckpointManager.save is a checkpoint too (TF's multi-worker custom loop
-    tutorial saves that way, knowing nothing of raytf): once it has written one (its `checkpoint` state file last),
-    the chief syncs $RAYTF_CHECKPOINT_DIR, as after a Keras epoch. Saves elsewhere are the script's business."""
-    import tensorflow as tf
-
-    original = tf.train.CheckpointManager.save
-
-    @functools.wraps(original)
-    def save(self, *args, **kwargs):
-        path = original(self, *args, **kwargs)
-        if path is not None and reporter.owns(self.directory):
-            reporter.sync()
-        return path
-
-    tf.train.CheckpointManager.save = save
 
 
 def _exit_code(code) -> int:
@@ -283,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         reporter.exception(type(e).__name__)
         reporter.close(ok=False)
         return 1
-    _patch_keras_fit(reporter)
-    _patch_checkpoint_manager(reporter)
+    patches.keras_fit(reporter)
+    patches.checkpoint_manager(reporter)
     from raytf._task import timing
 
     reporter.split = timing.split(spec.timing)  # installed before the script traces its step

@@ -116,7 +116,7 @@ def rebased_path(path: list[str], *, was_cwd: str, cwd: str, was_pythonpath: str
 
 @dataclass(frozen=True)
 class Row:
-    """An event the host relays as it is (ROWS), with its payload's record (_core/events.py): a StepCounter's row
+    """An event the host relays as it is (ROWS), with its payload's record (_core/payloads.py): a StepCounter's row
     or heartbeat, or raytf.data_service's notice that the service is used."""
 
     kind: str

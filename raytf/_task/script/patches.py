@@ -1,0 +1,53 @@
+"""What the script's child patches into TensorFlow before the script runs, so that an unmodified script reports to
+raytf without knowing of it: every tf-keras Model.fit gets raytf's callback, and a tf.train.CheckpointManager save
+into $RAYTF_CHECKPOINT_DIR syncs that directory. (child.py installs both, after TensorFlow's import.)"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+
+def keras_fit(reporter) -> None:
+    """Every tf-keras Model.fit gets raytf's callback, last, unless the script added one itself."""
+    import tf_keras
+
+    from raytf._task.keras_callback import ScriptCallback
+
+    model_cls = tf_keras.Model
+    original = model_cls.fit
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fit(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        callbacks = bound.arguments.get("callbacks")
+        if isinstance(callbacks, tf_keras.callbacks.CallbackList):
+            if not any(isinstance(c, ScriptCallback) for c in callbacks.callbacks):
+                callbacks.append(ScriptCallback(reporter))
+        else:
+            callbacks = list(callbacks or [])
+            if not any(isinstance(c, ScriptCallback) for c in callbacks):
+                callbacks.append(ScriptCallback(reporter))
+            bound.arguments["callbacks"] = callbacks
+        return original(*bound.args, **bound.kwargs)
+
+    model_cls.fit = fit
+
+
+def checkpoint_manager(reporter) -> None:
+    """A custom training loop's tf.train.CheckpointManager.save is a checkpoint too (TF's multi-worker custom loop
+    tutorial saves that way, knowing nothing of raytf): once it has written one (its `checkpoint` state file last),
+    the chief syncs $RAYTF_CHECKPOINT_DIR, as after a Keras epoch. Saves elsewhere are the script's business."""
+    import tensorflow as tf
+
+    original = tf.train.CheckpointManager.save
+
+    @functools.wraps(original)
+    def save(self, *args, **kwargs):
+        path = original(self, *args, **kwargs)
+        if path is not None and reporter.owns(self.directory):
+            reporter.sync()
+        return path
+
+    tf.train.CheckpointManager.save = save
