@@ -13,6 +13,7 @@ import signal
 import sys
 
 from raytf._core import timeline as tl
+from raytf._core.failure import CONFIG as CONFIG_FAILURE
 from raytf._driver import timeline
 from raytf.config import load_config, validate_run
 from raytf.errors import ConfigError, PlacementError, RaytfError
@@ -143,7 +144,10 @@ def main(argv: list[str] | None = None) -> int:
                                                   for k, v in result.final_metrics.items()))
     if result.error is not None:
         print(f"raytf: {result.error}", file=sys.stderr)
-        return 1
+        # A run failed by its configuration (the program, the cluster: a failure of kind config, never retried)
+        # exits as bad input does, 2; any other failure 1.
+        root = getattr(result.error, "root", None)
+        return 2 if root is not None and root.kind == CONFIG_FAILURE else 1
     return 0
 
 

@@ -412,3 +412,27 @@ def big_checkpoints(ctx: raytf.TrainContext) -> None:
             weights.assign_add(tf.ones_like(weights))
             ctx.step_end()
         ctx.epoch_end()
+
+
+def keras3_fit(ctx: raytf.TrainContext) -> None:
+    """A training function written for Keras 3 (`import keras`): its Model.fit is refused on the cluster, before
+    any step (raytf issue 54)."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    with ctx.strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+        model.compile("sgd", "mse")
+    ds = tf.data.Dataset.from_tensor_slices((np.zeros((32, 8), "float32"), np.zeros((32, 4), "float32"))).batch(8)
+    model.fit(ds, epochs=1)
+
+
+def dumps_a_tensor(ctx: raytf.TrainContext) -> None:
+    """Rank 1 fails with a message that dumps a batch, as TF's own errors do (a PerReplica's values)."""
+    import tensorflow as tf
+
+    if ctx.rank == 1:
+        raise ValueError(f"Attempt to convert a value ({tf.random.uniform((16, 28, 28))!r}) with an unsupported "
+                         "type to a Tensor.")
+    fail_on_rank1(ctx)

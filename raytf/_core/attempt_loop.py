@@ -31,8 +31,8 @@ import enum
 import logging
 from dataclasses import dataclass, field
 
+from raytf._core import brief, failure
 from raytf._core import events as ev
-from raytf._core import failure
 from raytf._core.attempt_messages import Action, AskSave, Decide, Finished, Release
 from raytf._core.attempt_record import PROGRESS, Cause, Done, Drain, End, Failed, Hung, Interrupted, Recycle
 from raytf._core.attempt_stop import Stop
@@ -172,7 +172,7 @@ class AttemptLoop:
             return []
         self.stop.drain = drain
         left = f"its deadline in {drain.deadline - now:.0f}s" if drain.deadline is not None else "no deadline"
-        ranks = ", ".join([*(f"{self.primary.get(r) or self.background.get(r)} {r}" for r in drain.ranks),
+        ranks = brief.few([*(f"{self.primary.get(r) or self.background.get(r)} {r}" for r in drain.ranks),
                            *(f"the tf.data service's {name}" for name in drain.servers)])
         log.warning("node %s is being drained (%s), with %s on it", drain.node[:12], left, ranks)
         if not self.can_save_now:

@@ -18,6 +18,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from raytf._core import brief
 from raytf._core.failure import CONFIG
 from raytf._core.plan import TASK_ENV, Plan, TaskSpec, shortfall
 from raytf._core.shipping import env_text, task_level
@@ -191,6 +192,11 @@ _FEWER = ("Fix: fewer service workers (data_service.workers), less per worker (d
 FIX = f"{_FEWER}, or raise cluster.placement_timeout_s"  # a cluster that may grow, or is busy
 
 
+def fix(embedded: bool) -> str:
+    """What to change when the service's group cannot be placed: never a longer wait on an embedded Ray."""
+    return _FEWER if embedded else FIX
+
+
 def placement_problem(cfg: Config, task_bundles: list[dict[str, float]], nodes: list[dict[str, float]],
                       task_strategy: str) -> str | None:
     """Before anything is reserved, on a cluster that cannot grow (an embedded Ray): why the service's workers
@@ -265,8 +271,8 @@ def input_line(summary: dict[str, Any] | None) -> str | None:
     used = last.get("used_by")
     line = (f"input      served by the tf.data service: {summary['workers']} worker(s) {each} "
             f"({summary.get('processing_mode')}), dispatcher {last.get('dispatcher', '-')}; read by "
-            + (f"rank(s) {', '.join(map(str, used))}" if used else "no task (it served nothing)"))
+            + (f"rank(s) {brief.spans(used)}" if used else "no task (it served nothing)"))
     lost = summary.get("lost") or []
     if lost:
-        line += f"; {len(lost)} server(s) lost: " + ", ".join(f"{x['server']} (attempt {x['attempt']})" for x in lost)
+        line += f"; {len(lost)} server(s) lost: " + brief.few(f"{x['server']} (attempt {x['attempt']})" for x in lost)
     return line

@@ -177,8 +177,9 @@ _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|
 # raytf's own exceptions that are configuration errors, by name (a script's child reports only the name):
 # raytf.dataset(name) for a dataset the run was not given (_core/data.DatasetNotGiven), raytf.data_service(ds) for a
 # pipeline the tf.data service cannot run (_core/dataservice.Unservable); a TensorFlow or tf-keras without a private
-# symbol correctness needs (_core/private_apis.PrivateApiMissing: refused at start).
-CONFIG_ERRORS = frozenset({"DatasetNotGiven", "Unservable", "PrivateApiMissing"})
+# symbol correctness needs (_core/private_apis.PrivateApiMissing: refused at start); Keras 3's Model.fit on a cluster
+# (_task/keras_guard.Keras3Unsupported).
+CONFIG_ERRORS = frozenset({"DatasetNotGiven", "Unservable", "PrivateApiMissing", "Keras3Unsupported"})
 
 
 def exit_failure(returncode: int, stderr_tail: list[str], raised: str | None = None) -> tuple[str, str]:

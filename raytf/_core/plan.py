@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raytf._core import shipping
+from raytf._core import brief, shipping
 from raytf._core.tasks import TaskInfo
 from raytf.config import Strategy, StreamOutput
 
@@ -110,6 +110,15 @@ def spare_nodes(bundles: list[dict[str, float]], nodes: dict[str, dict[str, floa
 # The fix every placement failure names (_driver/placement.py, and a dry run's: _core/preview.py).
 PLACEMENT_FIX = ("Fix: add nodes or resources, lower the per-task reservations (cluster.<role>.cpus/gpus/...) or the "
                  "task counts (cluster.num_workers, cluster.num_ps), or raise cluster.placement_timeout_s")
+# On an embedded Ray nothing will free up or be added by waiting longer: what this machine offers is all there is.
+EMBEDDED_PLACEMENT_FIX = ("Fix: lower the per-task reservations (cluster.<role>.cpus/gpus/...) or the task counts "
+                          "(cluster.num_workers, cluster.num_ps), let the embedded Ray offer more CPUs than it sees "
+                          "(ray.num_cpus=N: the tasks then share the cores), or join a cluster (ray.address)")
+
+
+def placement_fix(embedded: bool) -> str:
+    """What to change when a placement group cannot be placed: never a longer wait on an embedded Ray."""
+    return EMBEDDED_PLACEMENT_FIX if embedded else PLACEMENT_FIX
 
 
 def fmt_resources(resources: dict[str, float]) -> str:
@@ -191,13 +200,25 @@ def actor_name(run: str, role: str, rank: int) -> str:
 
 
 def task_table(infos: list[TaskInfo], specs: tuple[TaskSpec, ...]) -> str:
-    """The start-up summary: one line per task with where it runs and what it holds."""
+    """The start-up summary: one line per task with where it runs and what it holds; by node, tasks alike on one
+    node (role, host, reservation, devices) from three on in one line (512 ranks read in a screen)."""
     by_rank = {t.rank: t for t in specs}
     rows = [("role", "rank", "node", "address", "cpus", "gpus", "CUDA_VISIBLE_DEVICES")]
-    for i in infos:
+
+    def alike(i: TaskInfo) -> tuple:
         t = by_rank[i.rank]
-        rows.append((i.role, str(i.rank), i.node_id[:12], i.address, f"{t.cpus:g}", f"{t.gpus:g}",
-                     i.cuda_visible_devices or "-"))
+        return i.node_id, i.role, i.host, t.cpus, t.gpus, i.cuda_visible_devices
+
+    ordered = sorted(infos, key=lambda i: (i.node_id, i.rank)) if len(infos) >= 3 else infos
+    for run in brief.runs(ordered, key=alike):
+        t = by_rank[run[0].rank]
+        if len(run) < 3:
+            rows += [(i.role, str(i.rank), i.node_id[:12], i.address, f"{t.cpus:g}", f"{t.gpus:g}",
+                      i.cuda_visible_devices or "-") for i in run]
+            continue
+        ports = brief.spans(i.port for i in run if i.port is not None) or "-"
+        rows.append((f"{run[0].role} x{len(run)}", brief.spans(i.rank for i in run), run[0].node_id[:12],
+                     f"{run[0].host}:{ports}", f"{t.cpus:g}", f"{t.gpus:g}", run[0].cuda_visible_devices or "-"))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     return "\n".join("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
 

@@ -7,10 +7,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from raytf._core import elastic
-from raytf._core.plan import EVALUATOR, PLACEMENT_FIX, Plan, fmt_resources, is_server, make_plan, shortfall, total
+from raytf._core import brief, elastic
+from raytf._core.plan import (
+    EMBEDDED_PLACEMENT_FIX,
+    EVALUATOR,
+    PLACEMENT_FIX,
+    Plan,
+    fmt_resources,
+    is_server,
+    make_plan,
+    shortfall,
+    total,
+)
 from raytf._core.topology import CLUSTER_ROLES
 from raytf.config import SINGLE_TASK_STRATEGIES, Config, PlacementStrategy
+
+# Identical tasks in a row (the same role, reservation and program) from this many on are one line of the plan.
+COLLAPSE = 3
 
 
 @dataclass(frozen=True)
@@ -62,10 +75,17 @@ class Preview:
     def text(self, verdict: bool = True) -> str:
         """The plan as the CLI prints it; `verdict`: end with the problem, or that nothing was started."""
         head = [("role", "rank", "reserves", "runs")]
-        body = [(f"{t.role}{t.index}", str(t.rank), fmt_resources(t.bundle), t.runs) for t in self.tasks]
+        body = []
+        for run in brief.runs(self.tasks, key=lambda t: (t.role, tuple(sorted(t.bundle.items())), t.runs)):
+            first, last = run[0], run[-1]
+            if len(run) < COLLAPSE:
+                body += [(f"{t.role}{t.index}", str(t.rank), fmt_resources(t.bundle), t.runs) for t in run]
+            else:  # identical tasks: one row (a plan of 512 workers reads in a screen)
+                body.append((f"{first.role}{first.index}-{last.index} x{len(run)}", f"{first.rank}-{last.rank}",
+                             fmt_resources(first.bundle), first.runs))
         widths = [max(len(r[c]) for r in head + body) for c in range(4)]
         table = ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in head + body]
-        spec = ", ".join(f"{role}: [{', '.join(addrs)}]" for role, addrs in self.cluster_spec.items()) or \
+        spec = ", ".join(_spec_shape(role, addrs) for role, addrs in self.cluster_spec.items()) or \
             "none (a single-task strategy runs without TF_CONFIG)"
         lines = [f"plan for run {self.run}: {self.strategy}, {len(self.tasks)} task(s), placement "
                  f"{self.placement_strategy}", *table,
@@ -80,6 +100,14 @@ class Preview:
             lines.append(f"cannot launch: {self.problem}" if self.problem else
                          "ok: nothing was reserved or started (drop --dry-run to launch)")
         return "\n".join(lines)
+
+
+def _spec_shape(role: str, addresses: list[str]) -> str:
+    """A role's entries of the TF cluster spec: listed when few, as their shape when many (`worker: 512 x
+    <host>:<port>`)."""
+    if len(addresses) < COLLAPSE:
+        return f"{role}: [{', '.join(addresses)}]"
+    return f"{role}: {len(addresses)} x <host>:{addresses[0].rsplit(':', 1)[-1]}"
 
 
 def _runs(cfg: Config, role: str) -> str:
@@ -128,7 +156,7 @@ def _problem(plan: Plan, cluster: Cluster, timeout_s: float) -> str:
     if not why:
         return ""
     if cluster.embedded:
-        return f"placement group for {what} can never be placed on this embedded Ray: {why}. {PLACEMENT_FIX}"
+        return f"placement group for {what} can never be placed on this embedded Ray: {why}. {EMBEDDED_PLACEMENT_FIX}"
     return (f"placement group for {what} cannot be placed on {cluster.where} as it is now: {why} (a launch waits "
             f"cluster.placement_timeout_s={timeout_s:g}s for nodes an autoscaler may add). {PLACEMENT_FIX}")
 

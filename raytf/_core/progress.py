@@ -147,3 +147,14 @@ class StepCounter:
         """{"steps_per_s": ..., and the breakdown's columns} over the steps from `before` to now, when a row would
         be due (for rows the caller counts itself); else {}."""
         return self._cadence.row(None, before, self.step) or {}
+
+
+def misused_report(args: tuple, names: list[str]) -> str:
+    """The TypeError's line for a wrong call of `ctx.report` (e.g. `ctx.report(epoch=1, loss=0.5)`): the method as the
+    user called it, its signature, and the call they meant."""
+    got = (f"keyword argument(s) {', '.join(names)}" if names else "") + (
+        f"{' and ' if names else ''}{len(args)} more positional argument(s)" if args else "")
+    shown = ", ".join(f"{n!r}: ..." for n in names if n not in ("epoch", "step")) or "'loss': ..."
+    return (f"TrainContext.report(metrics=None, *, kind='step') takes the metrics as one dict, got {got}. Fix: "
+            f"ctx.report({{{shown}}}); the epoch and step are the context's own count (ctx.step_end(), "
+            "ctx.epoch_end()), and kind='eval' marks an evaluation's row")

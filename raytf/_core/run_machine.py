@@ -33,7 +33,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from raytf._core import elastic, failure
+from raytf._core import elastic, failure, tracebacks
 from raytf._core.attempt_record import FAILED, INTERRUPTED, RUNNING, SUCCEEDED, Attempt, Done, Interrupted, Stopped
 from raytf._core.budget import FailureBudget
 from raytf._core.checkpoints import CheckpointEntry
@@ -287,7 +287,9 @@ class Run:
         log.log(level, "attempt %d: %s failed: %s", attempt.number, root.role or "run", root)
         if (root.remote_traceback and root.kind != failure.CONFIG  # (a config error's line says all)
                 and root.remote_traceback.splitlines()[-1] not in root.message):
-            log.error("remote traceback (%s %d):\n%s", root.role, root.rank, root.remote_traceback)
+            # (Bounded: a message that dumps a tensor is tens of lines of values; the task's log has them.)
+            log.error("remote traceback (%s %d):\n%s", root.role, root.rank,
+                      tracebacks.bounded_traceback(root.remote_traceback))
 
     @staticmethod
     def _finished_before(attempt: Attempt, root: WorkerError, latest: CheckpointEntry | None) -> bool:

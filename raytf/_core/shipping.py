@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from raytf._core import brief
 from raytf.config import ShipCode
 from raytf.errors import ConfigError
 
@@ -232,6 +233,8 @@ _FIX = {
 
 
 def _names(items: list[str]) -> str:
+    if len(items) > brief.FEW:  # (a run of 512 tasks on 64 hosts: the first few, and how many more)
+        return brief.few(items)
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
@@ -244,7 +247,7 @@ def missing_line(blind: Sequence[tuple[str, str, int, Sequence[Missing]]], *, wh
             hosts.setdefault(m, {}).setdefault(host, []).append(f"{role} {rank}")
     parts, packages = [], []
     for m, on in hosts.items():
-        where_ = _names([f"{h} ({', '.join(tasks)})" for h, tasks in sorted(on.items())])
+        where_ = _names([f"{h} ({brief.few(tasks)})" for h, tasks in sorted(on.items())])
         by = f"imported by {m.via}" if m.via else key
         if m.kind == SCRIPT:
             parts.append(f"{where_} cannot see train.script (no file {m.name} there)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 
+from raytf._core import brief
 from raytf._core.topology import CLUSTER_ROLES, TaskAddress
 from raytf.config import SINGLE_TASK_STRATEGIES, Strategy
 
@@ -56,4 +57,4 @@ def exposure_warning(addresses: Sequence[TaskAddress], *, strategy: Strategy,
     how = "README: Security" if port_range else \
           "cluster.port_range puts them in one range a firewall rule can cover; README: Security"
     return (f"TF's gRPC servers accept anyone who can reach them (no authentication, no TLS): "
-            f"{', '.join(a.hostport for a in served)}; let only the cluster's hosts reach these ports ({how})")
+            f"{brief.few(a.hostport for a in served)}; let only the cluster's hosts reach these ports ({how})")

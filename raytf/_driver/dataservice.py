@@ -17,9 +17,9 @@ import ray
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from raytf._core import brief, failure, tf_ports
 from raytf._core import dataservice as rules
 from raytf._core import events as ev
-from raytf._core import failure, tf_ports
 from raytf._core.dataservice import DISPATCHER, ROLE, WORKER, Service
 from raytf._core.plan import Plan, TaskSpec
 from raytf._core.tasks import TaskRun
@@ -96,7 +96,7 @@ class DataService:
         reserved, plan, bundles = rules.plans(cfg)
         pg = placement.reserve(
             reserved, timeout_s=cfg.cluster.placement_timeout_s, name=f"raytf:{cfg.run.name}:data_service",
-            can_grow=not self.embedded, fix=rules.FIX,
+            can_grow=not self.embedded, fix=rules.fix(self.embedded),
             what=f"the tf.data service's placement group (data_service.workers={d.workers}, each "
                  f"{rules.fmt_bundle(reserved.bundles[0])})")
         self.group = TaskGroup(cfg, plan, self.run_dir, embedded=self.embedded, pg=pg,
@@ -142,7 +142,7 @@ class DataService:
         exposed = [i.address for i in self.group.infos if not tf_ports.is_loopback(i.host)]
         if exposed and self.attempt == 1:
             log.warning("tf.data service: its servers accept anyone who can reach them (no authentication, no TLS): "
-                        "%s; let only the cluster's hosts reach these ports (README: Security)", ", ".join(exposed))
+                        "%s; let only the cluster's hosts reach these ports (README: Security)", brief.few(exposed))
         return self.service
 
     def _started(self, slot: _Slot) -> WorkerError | None:

@@ -16,8 +16,8 @@ import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError, RuntimeEnvSetupError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
+from raytf._core import brief, failure, shipping, topology
 from raytf._core import events as ev
-from raytf._core import failure, shipping, topology
 from raytf._core.function import Functions
 from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_env, actor_name, is_server, streamed, task_runtime_env
 from raytf._core.tasks import TaskInfo, TaskRun, local_sweeps
@@ -167,7 +167,7 @@ class TaskGroup:
                               kind=failure.CONFIG)
         blind = [i for i in self.infos if i.storage_visible is False]
         if blind:
-            who = ", ".join(f"{i.role} {i.rank} on node {i.node_id[:12]}" for i in blind)
+            who = brief.few(f"{i.role} {i.rank} on node {i.node_id[:12]}" for i in blind)
             raise StorageError(
                 f"storage.path ({self.cfg.storage.path!r}) is not visible from {who}: the driver wrote "
                 f"{self.run_dir.uri} but those nodes cannot read it (a local path on one machine is not shared "

@@ -9,7 +9,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
 from raytf._core import private_apis as apis
-from raytf._core.plan import BUSY, PLACEMENT_FIX, Plan, busy, fmt_resources, shortfall, total
+from raytf._core.plan import BUSY, Plan, busy, fmt_resources, placement_fix, shortfall, total
 from raytf._driver import nodes
 from raytf.errors import PlacementError
 
@@ -56,7 +56,7 @@ def _group(plan: Plan, name: str, avoid: set[str]) -> tuple[PlacementGroup, obje
 
 
 def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, avoid: set[str] | None = None,
-            poll_s: float = 2.0, what: str | None = None, fix: str = PLACEMENT_FIX,
+            poll_s: float = 2.0, what: str | None = None, fix: str | None = None,
             queue_s: float = 0.0) -> PlacementGroup:
     """One bundle per task, all or nothing; raises PlacementError (and releases the group) on timeout, and on
     anything raised meanwhile (Ctrl-C: nothing is left pending on the cluster).
@@ -74,6 +74,7 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
     partition test). So they are kept out of the group while Ray counts them alive, for at most AVOID_S (and
     half the timeout). `what` and `fix` say whose group it is and what to change (the tasks' by default)."""
     what = what or f"placement group for {len(plan.bundles)} tasks ({plan.placement_strategy})"
+    fix = fix or placement_fix(embedded=not can_grow)
     if not can_grow:
         why = shortfall(plan.bundles, plan.placement_strategy, nodes.totals())
         if why:

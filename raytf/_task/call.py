@@ -15,7 +15,7 @@ from typing import Any
 import ray
 
 from raytf._core import events as ev
-from raytf._core import failure, limits
+from raytf._core import failure, limits, tracebacks
 from raytf._core.tasks import TaskOutcome, TaskRun
 from raytf._storage import task_log
 from raytf._task import scratch
@@ -128,9 +128,11 @@ def error_of(e: BaseException, *, role: str, rank: int, node_id: str, kind: str 
             and type(e).__module__.startswith("tensorflow"):
         kind = failure.PEER  # a collective or RPC lost its peer: the symptom, not the cause
     advice = failure.hint(f"{e}")
-    # Bounded as result.json keeps them: an exception's text can be anything (a tensor, a dataset's repr).
+    # The failure, not its data (raytf issue 54): the type, the message's first lines without a dumped tensor, the
+    # user's own frames; the whole traceback (bounded as result.json keeps it) goes with it, and is in the task's log.
+    told = tracebacks.summary(type(e).__name__, f"{e}", tracebacks.own_frames_of(e))
     return WorkerError(
-        limits.clip(f"{type(e).__name__}: {e}", limits.MAX_ERROR_BYTES) + (f"\nFix: {advice}" if advice else ""),
+        told + (f"\nFix: {advice}" if advice else ""),
         role=role, rank=rank, node_id=node_id,
         remote_traceback=limits.clip("".join(traceback.format_exception(type(e), e, e.__traceback__)),
                                      limits.MAX_ERROR_BYTES, keep_end=True),

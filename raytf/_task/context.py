@@ -7,7 +7,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from raytf._core import checkpoints, data
-from raytf._core.progress import StepCounter
+from raytf._core.events import STEP
+from raytf._core.progress import StepCounter, misused_report
 from raytf._storage import RunDir
 from raytf._task import report as reporting
 from raytf._task.checkpointing import Checkpointing
@@ -215,6 +216,13 @@ class TrainContext(Checkpointing, StepCounter):
             self.save()
         if self._control is not None and self._control.pending:
             self._control.follow(self, save=self.save if self._writer is not None else None)
+
+    def report(self, metrics: Mapping[str, Any] | None = None, *args: Any, kind: str = STEP, **unexpected: Any) -> None:
+        """Send a metrics row now, at the context's epoch and step: `ctx.report({"val_loss": 0.4})`, or
+        `kind="eval"` for an evaluation's."""
+        if args or unexpected:  # (said as the user's call reads: TrainContext.report, not the class it inherits)
+            raise TypeError(misused_report(args, list(unexpected)))
+        super().report(metrics, kind=kind)
 
     def report_explicit(self, metrics: Mapping[str, Any] | None, *, step: int | None, epoch: int | None,
                         kind: str, checkpoint: bool) -> None:

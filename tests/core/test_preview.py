@@ -35,6 +35,15 @@ def test_too_many_cpus_on_an_embedded_ray_is_the_launchs_own_line():
     assert p.problem.startswith("placement group for 3 tasks (PACK) can never be placed on this embedded Ray: "
                                 "the cluster lacks {CPU: 1} (needs {CPU: 3} in all, has {CPU: 2}). Fix: ")
     assert p.text().endswith(f"cannot launch: {p.problem}") and "\n" not in p.problem
+    # Nothing frees up on an embedded Ray by waiting: no longer wait is advised (raytf issue 54).
+    assert "placement_timeout_s" not in p.problem and "ray.num_cpus=N" in p.problem
+
+
+def test_an_embedded_rays_placement_error_never_advises_a_longer_wait():
+    from raytf._core.plan import placement_fix
+
+    assert "placement_timeout_s" not in placement_fix(embedded=True)
+    assert "raise cluster.placement_timeout_s" in placement_fix(embedded=False)
 
 
 def test_a_cluster_as_it_is_now_names_the_autoscaler_wait():

@@ -128,3 +128,19 @@ def test_raytf_report_in_a_training_function_is_a_row_at_the_contexts_count(tf, 
     ctx.close()
     raytf.report({"lr": 0.1})  # closed: back to a no-op
     assert len(events) == 3
+
+
+def test_a_wrong_call_of_report_names_the_context_method_and_the_call_meant(tf, tmp_path):
+    """`ctx.report(epoch=1, loss=0.5)` (raytf issue 54): the TypeError says TrainContext.report and its signature,
+    not the class it inherits (`StepCounter.report() got an unexpected keyword argument`); a right call still
+    reports."""
+    ctx, _, events = _context(tf, tmp_path, epochs=1)
+    with pytest.raises(TypeError) as raised:
+        ctx.report(epoch=1, loss=0.5)
+    text = str(raised.value)
+    assert text.startswith("TrainContext.report(metrics=None, *, kind='step') takes the metrics as one dict")
+    assert "keyword argument(s) epoch, loss" in text and "ctx.report({'loss': ...})" in text
+    assert "StepCounter" not in text
+    ctx.report({"val_loss": 0.4}, kind="eval")
+    assert events[-1][0] == "eval" and events[-1][1]["metrics"] == {"val_loss": 0.4}
+    ctx.close()

@@ -26,6 +26,8 @@ import socket
 import sys
 import traceback
 
+from raytf._core import tracebacks
+from raytf._task import keras_guard
 from raytf._task.script import patches, protocol
 from raytf._task.script.protocol import ChildSpec
 
@@ -238,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     patches.keras_fit(reporter)
     patches.checkpoint_manager(reporter)
+    keras_guard.install()  # the script's own `import keras`: Keras 3's fit refused on a cluster (_core/keras3.py)
     from raytf._task import timing
 
     reporter.split = timing.split(spec.timing)  # installed before the script traces its step
@@ -256,8 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         code = 1
         # The exception's type decides retries (a lost peer's UnavailableError is not the script's fault);
-        # sent as such, since a long TF message can push it out of the stderr lines the host keeps.
-        reporter.exception(type(e).__name__)
+        # sent as such, since a long TF message can push it out of the stderr lines the host keeps; with the
+        # failure in a few lines, not the data its message may dump (raytf issue 54).
+        reporter.exception(type(e).__name__, tracebacks.summary(type(e).__name__, f"{e}", tracebacks.own_frames_of(e)))
     try:
         reporter.close(ok=code == 0)
     except OSError as e:

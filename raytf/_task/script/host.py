@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from raytf._core import events as ev
-from raytf._core import failure, limits, peers
+from raytf._core import failure, limits, peers, tracebacks
 from raytf._core.plan import TaskSpec
 from raytf._core.tasks import TaskRun
 from raytf._storage import RunDir, task_log, task_log_dir, task_workdir
@@ -76,6 +76,7 @@ class ScriptHost:
         self.proc: subprocess.Popen | None = None
         self.error: BaseException | None = None  # a failed checkpoint upload, raised by run()
         self.raised: str | None = None  # the type of the uncaught exception the script died of
+        self.raised_summary = ""  # and that exception in a few lines (_core/tracebacks.summary)
         # Whether the script had a connection with another task of its cluster (None: not known, or no cluster).
         self.joined: bool | None = None
         self._cluster: tuple[int | None, set] = (None, set())  # this task's port and its peers', from TF_CONFIG
@@ -183,11 +184,18 @@ class ScriptHost:
         kind, error_type = failure.exit_failure(code, tail, self.raised)
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         log_uri = self.run_dir.uri_of(task_log(self.spec.role, self.spec.index, self.attempt))
-        last = "\n".join(f"  | {line}" for line in tail) or "  | (nothing on stderr)"
         advice = failure.hint("\n".join(tail))
-        return WorkerError(f"the script {how}; the last lines of its stderr:\n{last}\n(all of it: {log_uri})"
-                           + (f"\nFix: {advice}" if advice else ""), role=self.spec.role, rank=self.spec.rank,
-                           node_id=node_id, remote_traceback="\n".join(tail), kind=kind, error_type=error_type)
+        # The failure, not its data (raytf issue 54): the exception the child reported, in a few lines; else the
+        # last lines of its stderr without the values a message dumped (a tensor: tens of lines).
+        if self.raised_summary and code > 0:
+            first, *more = self.raised_summary.splitlines()
+            text = f"the script {how}: {first}" + "".join(f"\n  | {line}" for line in more)
+        else:
+            last = "\n".join(f"  | {line}" for line in tracebacks.tail_lines(tail)) or "  | (nothing on stderr)"
+            text = f"the script {how}; the last lines of its stderr:\n{last}"
+        return WorkerError(f"{text}\n(all of it: {log_uri})" + (f"\nFix: {advice}" if advice else ""),
+                           role=self.spec.role, rank=self.spec.rank, node_id=node_id,
+                           remote_traceback="\n".join(tracebacks.tail_lines(tail)), kind=kind, error_type=error_type)
 
     def _not_spanning(self, what: str) -> str:
         c = self.cfg.cluster
@@ -276,7 +284,7 @@ class ScriptHost:
                 self._position = position
         self._last_beat = time.monotonic()
         if isinstance(msg, protocol.Raised):
-            self.raised = str(msg.type)
+            self.raised, self.raised_summary = str(msg.type), str(msg.summary or "")
         elif isinstance(msg, protocol.FitStarted):
             self.emit(ev.STARTED, ev.Started(**dataclasses.asdict(msg)))
             workers = self.cfg.cluster.num_workers

@@ -160,9 +160,11 @@ class Sync:
 
 @dataclass(frozen=True)
 class Raised:
-    """The script ended with an uncaught exception of this type (it decides retries)."""
+    """The script ended with an uncaught exception of this type (it decides retries), told in a few lines
+    (`summary`: _core/tracebacks.summary, made where the exception is)."""
 
     type: str
+    summary: str = ""
 
     def position(self) -> None:
         return None

@@ -135,10 +135,10 @@ class ScriptReporter(StepCounter):
         root, path = os.path.realpath(self.checkpoint_dir), os.path.realpath(path)
         return path == root or path.startswith(root + os.sep)
 
-    def exception(self, name: str) -> None:
-        """The script ended with an uncaught exception of this type."""
+    def exception(self, name: str, summary: str = "") -> None:
+        """The script ended with an uncaught exception of this type (`summary`: in a few lines)."""
         try:
-            self._send(protocol.Raised(type=name))
+            self._send(protocol.Raised(type=name, summary=summary))
         except OSError:  # the host is gone: nobody to tell
             pass
 
