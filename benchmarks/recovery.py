@@ -30,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def one(scratch: Path, n: int, standby_n: int, steps: int, after_s: float = 12.0, script: bool = False) -> dict:
+def one(scratch: Path, n: int, standby_n: int, steps: int, after_s: float = 12.0, script: bool = False,
+        early: bool = False) -> dict:
     import raytf
     from raytf._driver import standby
 
@@ -46,11 +47,14 @@ def one(scratch: Path, n: int, standby_n: int, steps: int, after_s: float = 12.0
           if script else ["train.entrypoint=benchmarks.workload:train_killed_once", f"train.params.out={out}",
                           f"train.params.kill_file={kill_file}"])])
     first_step = threading.Event()
+    committed = threading.Event()
     done: dict = {}
 
     def on_event(e):
         if e.kind == "step":
             first_step.set()
+        elif e.kind == "checkpoint":
+            committed.set()
 
     def run():
         t = time.monotonic()
@@ -60,10 +64,13 @@ def one(scratch: Path, n: int, standby_n: int, steps: int, after_s: float = 12.0
     thread = threading.Thread(target=run)
     thread.start()
     first_step.wait(300)
-    # The failure comes once the standbys are ready (with standbys), the same time after the first step without.
-    t = time.monotonic()
-    ready = standby.wait_ready(2, 90) if standby_n else True
-    time.sleep(max(0.0, after_s - (time.monotonic() - t)))  # the same moment in the run for both settings
+    if early:  # the failure comes right after the first committed checkpoint, whatever the standbys' state
+        committed.wait(300)
+        ready = None
+    else:  # once the standbys are ready (with standbys), the same time after the first step without
+        t = time.monotonic()
+        ready = standby.wait_ready(2, 90) if standby_n else True
+        time.sleep(max(0.0, after_s - (time.monotonic() - t)))  # the same moment in the run for both settings
     killed_at = time.time()
     kill_file.write_text("now")
     thread.join(600)
@@ -96,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=300, help="per epoch")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--script", action="store_true", help="the program as a script (train.script)")
+    ap.add_argument("--early", action="store_true",
+                    help="the kill right after the first committed checkpoint, the standbys in whatever state they "
+                         "are (raytf issue 53); by default once they are ready, 12 s after the first step")
     a = ap.parse_args(argv)
     after_s, arms = 12.0, (0, 2)
     if a.smoke:
@@ -105,19 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(ROOT)
     import ray
 
-    from raytf._driver import standby
-
-    # A real job fails minutes in, long after its attempt asked for standbys (after REFILL_AFTER_S of training);
-    # this one is seconds long: ask sooner.
-    standby.REFILL_AFTER_S = 3.0
-
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     scratch = Path(tempfile.mkdtemp(prefix="raytf-recovery-"))
     rows = []
     try:
         for n in range(a.rounds):
             for standby_n in arms:
-                row = one(scratch, n, standby_n, a.steps, after_s, a.script)
+                row = one(scratch, n, standby_n, a.steps, after_s, a.script, a.early)
                 rows.append(row)
                 print(f"round {n + 1}/{a.rounds} cluster.standby={standby_n}: " + " ".join(
                     f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)

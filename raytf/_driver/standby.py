@@ -27,6 +27,7 @@ import ray
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from raytf._core import standbys
 from raytf._core.plan import Plan, TaskSpec, actor_env, spare_nodes, task_runtime_env
 from raytf._driver import nodes, placement
 
@@ -100,21 +101,16 @@ class StandbyPool:
 
     def take(self, node_id: str, key: str, count: int) -> list[Any]:
         """Up to `count` standbys of `key` on `node_id`, no longer the pool's (the caller kills them): the ready
-        ones first, then those still importing TensorFlow. A standby's calls run in order, so the task it is given
-        starts once its import is done: a run right after another (a notebook's loop, a sweep's next trial) uses
-        the standbys the last one's end asked for instead of starting a set of fresh processes beside them on the
-        same cores, which made every second run of such a loop slower than with no standbys at all (raytf
-        issue 53: 9.6, 13.2, 4.5, 12.3 s)."""
+        ones first, then those still importing TensorFlow (_core/standbys.py says why)."""
         where = (node_id, key)
         self._harvest(where)
-        ready = self._ready.get(where, [])
-        taken, self._ready[where] = ready[:count], ready[count:]
+        ready, warming = self._ready.get(where, []), self._warming.get(where, [])
+        plan = standbys.take(count, len(ready), len(warming))
+        taken, self._ready[where] = ready[:plan.ready], ready[plan.ready:]
         for a in taken:
             self._pids.pop(id(a), None)
-        warming = self._warming.get(where, [])
-        more = max(0, count - len(taken))
-        taken += [actor for actor, _ in warming[:more]]
-        self._warming[where] = warming[more:]
+        taken += [actor for actor, _ in warming[:plan.warming]]
+        self._warming[where] = warming[plan.warming:]
         return taken
 
     def warming(self) -> list[Any]:

@@ -1,0 +1,143 @@
+"""Repeat runs the way notebooks, loops and sweeps make them (raytf issue 53): one Python session, one Ray, several
+`raytf.fit` calls of the same job right after each other (and with a pause between), and a `raytf.sweep` of trials;
+against the same program launched by hand, side by side in one run.
+
+Run:  python -m benchmarks.back_to_back [--runs 4] [--pause 10] [--trials 4]
+      python -m benchmarks.back_to_back --smoke     (two short runs of each series: the check that it runs)
+
+Every contender runs benchmarks/workload.py's program (benchmarks/run.py's `hand` is the floor: N processes with
+their TF_CONFIG, started by hand). Series, each starting with no standby processes (the pool released):
+function back-to-back, script back-to-back, function with `--pause` seconds between runs; then a sweep of `--trials`
+trials (a grid over train.params.tag, which changes nothing of the job). Per run: its wall time (the `raytf.fit`
+call), wall / the hand-launched median, how many tasks started in standbys; per sweep trial: the gap from the
+previous trial's end to this one's first step. Nothing waits for the standbys between back-to-back runs: a run that
+finds them still importing TensorFlow takes them (standby.StandbyPool.take), as a notebook's loop would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.run import _LEAN, ROOT, WORKLOAD, Setup, hand
+
+
+def _cfg(s: Setup, out: Path, name: str, script: bool):
+    import raytf
+
+    program = (["train.entrypoint=", f"train.script={WORKLOAD}", "train.stream_output=none",
+                f"train.args=[--out,{out},--epochs,'{s.epochs}',--steps,'{s.steps}',--batch,'{s.batch}']"]
+               if script else ["train.entrypoint=benchmarks.workload:train", f"train.params.out={out}"])
+    return raytf.load_config(ROOT / "conf/local.yaml", [
+        f"storage.path={s.scratch / 'runs'}", f"run.name={name}", f"train.epochs={s.epochs}",
+        f"train.steps_per_epoch={s.steps}", f"train.batch_size={s.batch}", f"cluster.num_workers={s.workers}",
+        "checkpoint.resume=false", *_LEAN, *program])
+
+
+def series(s: Setup, label: str, runs: int, *, script: bool = False, pause_s: float = 0.0) -> list[dict]:
+    """`runs` raytf.fit calls of the job, one after the other (`pause_s` between), from no standbys."""
+    import raytf
+
+    raytf.release_standbys()
+    rows = []
+    for i in range(runs):
+        if i and pause_s:
+            time.sleep(pause_s)  # the user's pause between two cells: the measured condition, not a wait for a signal
+        out = s.scratch / f"{label}-{i}"
+        t = time.time()
+        result = raytf.fit(_cfg(s, out, f"{label}-{i}", script), quiet=True, raise_on_failure=False)
+        wall = time.time() - t
+        attempt = result.summary["attempts"][0] if result.summary.get("attempts") else {}
+        rows.append({"series": label, "run": i + 1, "wall_s": wall, "ok": result.status == "succeeded",
+                     "standby_tasks": attempt.get("standby_tasks", 0),
+                     "first_step_s": (attempt.get("first_step_at") or t) - t})
+        print(f"{label} run {i + 1}/{runs}: wall {wall:.1f}s, {rows[-1]['standby_tasks']} task(s) in standbys, "
+              f"first step {rows[-1]['first_step_s']:.1f}s", flush=True)
+    raytf.release_standbys()
+    return rows
+
+
+def sweep(s: Setup, trials: int) -> list[dict]:
+    """A grid of `trials` trials, one at a time: each trial's first step after the previous trial's end."""
+    import raytf
+
+    raytf.release_standbys()
+    out = s.scratch / "sweep"
+    frame = raytf.sweep(_cfg(s, out, "sweep", False), space={"train.params.tag": list(range(trials))}, name="b2b")
+    raytf.release_standbys()
+    rows = []
+    for run_dir in frame["run_dir"]:
+        r = json.loads((Path(run_dir) / "result.json").read_text())
+        a = r["attempts"][0]
+        rows.append({"started_at": r["started_at"], "ended_at": r["ended_at"], "first_step_at": a["first_step_at"],
+                     "standby_tasks": a.get("standby_tasks", 0), "ok": r["status"] == "succeeded"})
+    rows.sort(key=lambda x: x["started_at"])
+    for before, row in itertools.pairwise(rows):
+        row["gap_s"] = row["first_step_at"] - before["ended_at"]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.back_to_back", description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=4, help="per series")
+    ap.add_argument("--pause", type=float, default=10.0, help="seconds between the runs of the paused series")
+    ap.add_argument("--trials", type=int, default=4, help="of the sweep")
+    ap.add_argument("--hand", type=int, default=3, help="hand-launched runs (their median is the floor)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=50, help="per epoch")
+    ap.add_argument("--batch", type=int, default=64, help="per replica")
+    ap.add_argument("--smoke", action="store_true")
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.runs, a.trials, a.hand, a.pause, a.epochs, a.steps = 2, 2, 1, 1.0, 1, 5
+    os.chdir(ROOT)  # raytf's tasks import benchmarks.workload from the driver's working directory
+    scratch = Path(tempfile.mkdtemp(prefix="raytf-b2b-"))
+    s = Setup(a.workers, a.epochs, a.steps, a.batch, scratch)
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        floor = []
+        for i in range(a.hand):
+            trial = hand(s, scratch / f"hand-{i}")
+            floor.append(trial.wall_s)
+            print(f"hand-launched run {i + 1}/{a.hand}: wall {trial.wall_s:.1f}s" +
+                  (f" ERROR {trial.error}" if trial.error else ""), flush=True)
+        rows = [*series(s, "function", a.runs), *series(s, "script", a.runs, script=True),
+                *series(s, f"function, {a.pause:g}s pause", a.runs, pause_s=a.pause)]
+        trials = sweep(s, a.trials)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(scratch, ignore_errors=True)
+    base = statistics.median(floor)
+    print(f"\nhand-launched: {base:.1f}s (median of {len(floor)}); {a.workers} workers, {a.epochs} epochs x {a.steps} "
+          f"steps, batch {a.batch} per replica; {os.cpu_count()} CPUs\n")
+    print("| series | run walls s | ÷ hand | tasks in standbys | runs 2+: max ÷ hand |")
+    print("|---|---|---|---|---|")
+    ok = all(r["ok"] for r in rows) and all(t["ok"] for t in trials)
+    for label in dict.fromkeys(r["series"] for r in rows):
+        mine = [r for r in rows if r["series"] == label]
+        worst = max(r["wall_s"] / base for r in mine[1:]) if len(mine) > 1 else float("nan")
+        walls = ", ".join(f"{r['wall_s']:.1f}" for r in mine)
+        ratios = ", ".join(f"{r['wall_s'] / base:.2f}" for r in mine)
+        took = ", ".join(str(r["standby_tasks"]) for r in mine)
+        print(f"| {label} | {walls} | {ratios} | {took} | {worst:.2f} |")
+    gaps = [t["gap_s"] for t in trials if "gap_s" in t]
+    took = ", ".join(str(t["standby_tasks"]) for t in trials)
+    print(f"\nsweep of {len(trials)} trials: previous trial's end -> this trial's first step: "
+          + ", ".join(f"{g:.1f}s" for g in gaps) + f" (max {max(gaps, default=0):.1f}s); tasks in standbys per "
+          f"trial: {took}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

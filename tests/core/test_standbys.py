@@ -1,0 +1,12 @@
+"""Use, wait for, or skip the standbys (raytf/_core/standbys.py, raytf issue 53). Pure."""
+
+from raytf._core.standbys import Take, take
+
+
+def test_ready_standbys_first_then_those_still_importing_and_new_processes_only_for_the_rest():
+    assert take(2, ready=2, warming=0) == Take(2, 0, 0)
+    assert take(2, ready=0, warming=2) == Take(0, 2, 0)  # a run right after another: it waits for their import
+    assert take(2, ready=1, warming=2) == Take(1, 1, 0)
+    assert take(3, ready=1, warming=1) == Take(1, 1, 1)  # a new process only for the task no standby is there for
+    assert take(2, ready=0, warming=0) == Take(0, 0, 2)
+    assert take(1, ready=3, warming=2) == Take(1, 0, 0)  # (the rest stay the pool's)
