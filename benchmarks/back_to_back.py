@@ -51,9 +51,10 @@ def series(s: Setup, label: str, runs: int, *, script: bool = False, pause_s: fl
     for i in range(runs):
         if i and pause_s:
             time.sleep(pause_s)  # the user's pause between two cells: the measured condition, not a wait for a signal
-        out = s.scratch / f"{label}-{i}"
+        name = f"{''.join(c if c.isalnum() else '-' for c in label)}-{i}"
+        out = s.scratch / name
         t = time.time()
-        result = raytf.fit(_cfg(s, out, f"{label}-{i}", script), quiet=True, raise_on_failure=False)
+        result = raytf.fit(_cfg(s, out, name, script), quiet=True, raise_on_failure=False)
         wall = time.time() - t
         attempt = result.summary["attempts"][0] if result.summary.get("attempts") else {}
         rows.append({"series": label, "run": i + 1, "wall_s": wall, "ok": result.status == "succeeded",
