@@ -63,13 +63,19 @@ def train(ctx: raytf.TrainContext) -> None:
     # The optimizer's learning rate is a variable its checkpoints hold: a resume brings back the one it was saved
     # with (another size's, after a resize). This attempt's, again.
     model.optimizer.learning_rate = lr
+    # train.params.validation_steps: the batches of the held-out split evaluated after each epoch (unset or null:
+    # all of it; 0: none).
+    validation_steps = p.get("validation_steps")
+    if validation_steps is None:
+        validation_steps = max(1, len(xv) // ctx.global_batch_size)
+    validation = {"validation_data": make_dataset(xv, yv, ctx.global_batch_size, shuffle=False, seed=ctx.seed),
+                  "validation_steps": validation_steps} if validation_steps else {}
     model.fit(
         make_dataset(x, y, ctx.global_batch_size, shuffle=True, seed=ctx.seed),
         epochs=ctx.epochs,
         initial_epoch=ctx.initial_epoch,
         steps_per_epoch=steps,
-        validation_data=make_dataset(xv, yv, ctx.global_batch_size, shuffle=False, seed=ctx.seed),
-        validation_steps=max(1, len(xv) // ctx.global_batch_size),
+        **validation,
         callbacks=ctx.keras_callbacks(),
         verbose=0,
     )

@@ -156,7 +156,8 @@ def _launch(name: str, tmp_path, *overrides: str) -> subprocess.Popen:
 
     return subprocess.Popen(
         [sys.executable, "-m", "raytf.launch", "conf/local.yaml", f"run.name={name}", f"storage.path={tmp_path}",
-         "checkpoint.export_model=false", "cluster.standby=0", f"ray.address={state_address()}", *overrides],
+         "checkpoint.export_model=false", "train.params.validation_steps=0", "cluster.standby=0",
+         f"ray.address={state_address()}", *overrides],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
