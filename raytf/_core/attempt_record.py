@@ -214,8 +214,10 @@ class Attempt:
             self.first_step_at = e.time
             if previous is not None and previous.ended is not None:
                 self.recovery_s = round(e.time - previous.ended, 3)
-        if (step := getattr(e.payload, "step", None)) is not None:
-            self.last_step = max(self.last_step or 0, int(step))
+        # (Step 0: a heartbeat of a program whose steps raytf cannot count, a script without Model.fit or
+        # raytf.report: its steps lost stay unknown, not 0. raytf issue 55.)
+        if step := int(getattr(e.payload, "step", None) or 0):
+            self.last_step = max(self.last_step or 0, step)
         if e.kind == ev.CHECKPOINT:
             self.last_commit_at = e.time
             return checkpoints.checkpoint_name(e.payload.epoch, e.payload.step, int(e.payload.seq))

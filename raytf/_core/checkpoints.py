@@ -161,3 +161,62 @@ def digest_problem(manifest: dict, rel: str, sha256: str) -> str | None:
     """A file's content against the manifest's SHA-256."""
     want = manifest[rel]["sha256"]
     return None if sha256 == want else f"{rel}'s SHA-256 is {sha256[:12]}..., the manifest says {want[:12]}..."
+
+
+# A tf.train.Checkpoint directory's state file (CheckpointManager, tf.train.latest_checkpoint): which checkpoint is
+# the newest, `model_checkpoint_path: "ckpt-40"` on its first line (a text proto).
+TF_STATE_FILE = "checkpoint"
+_TF_STATE_NEWEST = re.compile(r'^model_checkpoint_path:\s*"((?:[^"\\]|\\.)*)"', re.M)
+_TF_SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
+
+
+_TF_FILE = re.compile(r"^(.+)\.(?:index|data-\d{5}-of-\d{5})$")
+# TensorBoard's event files, which a program may write beside its checkpoints (the Model Garden's model_dir/train):
+# no part of a checkpoint, and they grow all the time.
+TF_EVENTS = "tfevents"
+
+
+def tf_newest(state: str) -> str | None:
+    """The checkpoint a state file's text names newest (its file prefix, relative), None if it names none."""
+    m = _TF_STATE_NEWEST.search(state)
+    if m is None:
+        return None
+    path = m.group(1).replace("\\", "")
+    return path.rsplit("/", 1)[-1] if path.startswith("/") else path  # (absolute: written elsewhere, its name)
+
+
+def tf_copy_set(names: Iterable[str], state: str) -> tuple[list[str], str]:
+    """What a copy of a TF checkpoint directory takes (raytf issue 55: a program keeping its last 5 checkpoints had
+    all 5 copied and uploaded at every save): of `names` (its files, relative), the checkpoint its state file
+    names newest and every file that is no other checkpoint's and no TensorBoard event file; and the state file's
+    text for the copy, naming that checkpoint alone (so that a resume finds what the copy holds)."""
+    newest = tf_newest(state)
+    keep = []
+    for name in names:
+        base = name.rsplit("/", 1)[-1]
+        if TF_EVENTS in base or name == TF_STATE_FILE:
+            continue
+        m = _TF_FILE.match(name)
+        if m is None or m.group(1) == newest:
+            keep.append(name)
+    text = f'model_checkpoint_path: "{newest}"\nall_model_checkpoint_paths: "{newest}"\n' if newest else state
+    return sorted(keep), text
+
+
+def tf_state_gaps(names: Iterable[str], state: str | None) -> str | None:
+    """What a copy of a checkpoint directory lacks of the checkpoint its state file names newest, or None when it
+    holds it whole (or has no state file to name one: a Keras `.keras` file, a script's own files). `names`: the
+    copy's file names (relative); `state`: its state file's text, None without one. A TF checkpoint is its prefix's
+    `.index` and every `.data-NNNNN-of-MMMMM` shard."""
+    if state is None:
+        return None
+    prefix = tf_newest(state)  # (a path, absolute where it was written elsewhere: its name is the copy's)
+    if prefix is None:
+        return f"its {TF_STATE_FILE} file names no checkpoint"
+    have = set(names)
+    shards = [s for n in have if n.startswith(prefix + ".data-") and (s := _TF_SHARD.search(n))]
+    expected = int(shards[0].group(2)) if shards else 1
+    missing = [f"{prefix}.index"] if f"{prefix}.index" not in have else []
+    missing += [f"{prefix}.data-{i:05d}-of-{expected:05d}" for i in range(expected)
+                if f"{prefix}.data-{i:05d}-of-{expected:05d}" not in have]
+    return f"its {TF_STATE_FILE} file names {prefix}, but {', '.join(missing)} is not there" if missing else None

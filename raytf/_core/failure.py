@@ -112,8 +112,15 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
         what = _what_failed(error_type, script)
         if error_type in DETERMINISTIC:
             return Verdict(Decision.RAISE, f"{error_type} is a bug in the code, not worth a retry")
-        if attempt == 1 and not progressed:
+        if attempt == 1 and not progressed and not script:
             return Verdict(Decision.RAISE, f"{what} before its first step: a retry would too")
+        if attempt == 1 and not progressed and error_type not in TRANSIENT and not cfg.retry_user_errors:
+            # A script's steps are raytf's to see only through Model.fit or raytf.report (orbit, the Model Garden
+            # and custom loops report none): it may have trained, so never "before its first step" (issue 55).
+            return Verdict(Decision.RAISE, f"{what} and raytf saw no step of it (it counts Model.fit's and "
+                                           "raytf.report's): an error that is not transient (a lost peer, a network "
+                                           "or storage error) would happen again (failure.retry_user_errors=true "
+                                           "retries it anyway)")
         if error_type not in TRANSIENT and not cfg.retry_user_errors:
             return Verdict(Decision.RAISE, f"{what}: {error_type or 'that'} is not a transient error (a lost peer, "
                                            "a network or storage error), so a retry would fail the same way "
@@ -218,6 +225,15 @@ _HINTS = (
                "ray.runtime_env.env_vars.TF_ENABLE_ONEDNN_OPTS=0")
       for marker in ("Matrix size-incompatible: In[0]: [0,", "Must provide as many biases as the last dimension of "
                                                                "the input tensor: ")),
+    # A collective's tensors differ between the ranks ("Collective instance 182 expected type 1 and data_type 1 but
+    # got type 1 and data_type 9"), right after a resume: the ranks restored different states. The Model Garden's
+    # trainer (orbit) gives a non-chief's CheckpointManager a temporary directory, so only the chief restores (raytf
+    # issue 55; its own relaunch fails the same way).
+    (" expected type ",
+     "the ranks are not running the same model state: a collective op got different tensors from them, as when one "
+     "rank restored a checkpoint and another started fresh. Fix: every rank must restore the same checkpoint: a "
+     "non-chief's checkpoint directory must survive too (give every rank {checkpoint_dir}, not a temporary "
+     "directory)"),
 )
 
 

@@ -231,3 +231,31 @@ def test_uploader_keeps_only_the_uploads_not_done(tmp_path):
     assert len(up._pending) <= 2  # the last one, and the one before if its thread has not returned yet
     up.close()
     assert sum(k == "checkpoint" for k, _ in events) == 20
+
+
+def test_a_copy_of_a_tf_checkpoint_directory_must_hold_the_checkpoint_its_state_file_names():
+    """(raytf issue 55: an asynchronous CheckpointManager's copy named ckpt-40 and held no ckpt-40 file.)"""
+    state = 'model_checkpoint_path: "ckpt-40"\nall_model_checkpoint_paths: "ckpt-35"\n'
+    whole = ["checkpoint", "ckpt-40.index", "ckpt-40.data-00000-of-00002", "ckpt-40.data-00001-of-00002"]
+    assert ck.tf_state_gaps(whole, state) is None
+    assert ck.tf_state_gaps(["ckpt-35.index", "ckpt-35.data-00000-of-00001", "checkpoint"], state) == (
+        "its checkpoint file names ckpt-40, but ckpt-40.index, ckpt-40.data-00000-of-00001 is not there")
+    assert ck.tf_state_gaps(whole[:-1], state).endswith("ckpt-40.data-00001-of-00002 is not there")
+    # Written by a program that saved elsewhere first: an absolute path, its name is what the copy holds.
+    assert ck.tf_state_gaps(whole, 'model_checkpoint_path: "/old/place/ckpt-40"') is None
+    assert ck.tf_state_gaps(["model.keras"], None) is None  # no state file: nothing it names
+    assert ck.tf_state_gaps(whole, "garbage") == "its checkpoint file names no checkpoint"
+
+
+def test_a_tf_checkpoint_directory_is_copied_as_its_newest_checkpoint_alone():
+    """(raytf issue 55: the Model Garden keeps its last 5 checkpoints and TensorBoard's files in model_dir; all of it
+    was copied and uploaded at every save.)"""
+    names = ["checkpoint", "ckpt-30.index", "ckpt-30.data-00000-of-00001", "ckpt-40.index",
+             "ckpt-40.data-00000-of-00001", "params.yaml", "train/events.out.tfevents.1.host", "sub/ckpt-40.index"]
+    state = 'model_checkpoint_path: "ckpt-40"\nall_model_checkpoint_paths: "ckpt-30"\nall_model_checkpoint_paths: ' \
+            '"ckpt-40"\n'
+    keep, text = ck.tf_copy_set(names, state)
+    assert keep == ["ckpt-40.data-00000-of-00001", "ckpt-40.index", "params.yaml"]
+    assert text == 'model_checkpoint_path: "ckpt-40"\nall_model_checkpoint_paths: "ckpt-40"\n'
+    assert ck.tf_state_gaps([*keep, "checkpoint"], text) is None
+    assert ck.tf_newest('model_checkpoint_path: "/elsewhere/ckpt-7"') == "ckpt-7"

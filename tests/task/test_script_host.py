@@ -112,3 +112,53 @@ def test_a_flood_of_output_stays_under_the_caps(tmp_path):
     assert tail[-1] == "ValueError: flooded" and tail[-2].startswith("E29 eee") and "not shown" in tail[-2]
     assert len("\n".join(tail).encode()) <= limits.TAIL_BYTES and len(tail) <= limits.TAIL_LINES
     assert _leftovers() == []
+
+
+class _RecordingStorage(_FailingStorage):
+    """A RunDir that keeps, per checkpoint handed over, what the copy holds: the checkpoint its `checkpoint` state
+    file names, and whether that checkpoint alone is there whole (its index and every data shard, no other
+    checkpoint's files, a state file naming it alone)."""
+
+    def __init__(self):
+        super().__init__()
+        self.uploads: list[tuple[int, str, bool]] = []
+
+    def upload(self, local, epoch, step, meta, before_commit=None, seq=0):
+        import re
+        from pathlib import Path
+
+        state = (Path(local) / "checkpoint").read_text()
+        named = re.search(r'^model_checkpoint_path: "([^"]+)"', state, re.M).group(1)
+        shards = list(Path(local).glob(f"{named}.data-*-of-*"))
+        whole = (Path(local) / f"{named}.index").exists() and bool(shards) and len(shards) == int(
+            shards[0].name.rsplit("-of-", 1)[1])
+        others = [p.name for p in Path(local).iterdir() if p.name.endswith(".index") and p.name != f"{named}.index"]
+        self.uploads.append((step, named, whole and not others and state.count("ckpt-") == 2))
+        return self.uri_of("checkpoints", f"ckpt-{step}")
+
+    def prune(self, keep_last):
+        pass
+
+
+@pytest.mark.timeout(180)
+def test_async_checkpoint_manager_saves_are_copied_whole_and_named_by_their_number(tmp_path):
+    """A CheckpointManager saving asynchronously, pruning to max_to_keep=2 (tests/scripts/async_saves.py, as the
+    Model Garden saves): each copy handed over for upload holds the checkpoint its state file names, whole, and no
+    other (the one save's files, not the manager's whole directory), and carries that checkpoint's number as its step
+    (the script reports no step of its own)."""
+    cfg = _cfg("run.name=async", "train.script=tests/scripts/async_saves.py", "train.args=[]")
+    spec = TaskSpec(role="worker", index=0, rank=0, cpus=1, gpus=0)
+    storage = _RecordingStorage()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    host = ScriptHost(cfg=cfg, spec=spec, run_dir=storage, emit=lambda k, p: None, attempt=1, is_chief=True,
+                      scratch=str(scratch), log_file=io.BytesIO(), stream=True)
+    host.restore(None)
+    env = child_env(base={**os.environ, "TF_USE_LEGACY_KERAS": "1"}, tf_config=None, spec=spec, cfg=cfg,
+                    run_uri=storage.uri, attempt=1, is_chief=True, num_workers=1,
+                    checkpoint_dir=host.checkpoint_dir, resume_from=None, python_path=[str(ROOT)])
+    host.run(env)
+    assert storage.uploads, "no checkpoint handed over"
+    assert [whole for _, _, whole in storage.uploads] == [True] * len(storage.uploads), storage.uploads
+    assert [(step, named) for step, named, _ in storage.uploads] == [(n * 10, f"ckpt-{n * 10}") for n in range(1, 5)]
+    assert _leftovers() == []

@@ -41,7 +41,7 @@ from raytf._task.script.env import child_env, expand_args
 from raytf._task.tee import CHUNK, TaskOutput
 from raytf._task.upload import Uploader, upload_outputs
 from raytf.config import Config, Strategy
-from raytf.errors import RaytfError, WorkerError
+from raytf.errors import RaytfError, StorageError, WorkerError
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +296,9 @@ class ScriptHost:
                 # coordination service at its construction; ParameterServerStrategy: to the ps and workers).
                 self._give_up(ClusterNotUsed(self._not_spanning("started Model.fit without a connection to "
                                                                 "another task of its cluster")))
+        elif isinstance(msg, protocol.SyncFailed):
+            self._give_up(StorageError(f"the checkpoint directory ({self.checkpoint_dir}) could not be copied whole "
+                                       f"for upload: {msg.reason}"))
         elif isinstance(msg, protocol.Sync):
             if self._uploader is None:
                 self._uploader = Uploader(self.run_dir, self.cfg, self.emit, self._beat, None,

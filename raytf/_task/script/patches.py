@@ -38,7 +38,13 @@ def keras_fit(reporter) -> None:
 def checkpoint_manager(reporter) -> None:
     """A custom training loop's tf.train.CheckpointManager.save is a checkpoint too (TF's multi-worker custom loop
     tutorial saves that way, knowing nothing of raytf): once it has written one (its `checkpoint` state file last),
-    the chief syncs $RAYTF_CHECKPOINT_DIR, as after a Keras epoch. Saves elsewhere are the script's business."""
+    the chief syncs $RAYTF_CHECKPOINT_DIR, as after a Keras epoch, named by the checkpoint's number where the script
+    counts no steps raytf sees (orbit, the Model Garden). Saves elsewhere are the script's business.
+
+    An asynchronous save (CheckpointOptions(enable_async=True), the Model Garden's default) returns before its files
+    are written, and its state file and max_to_keep's pruning follow on the writer's thread: copied then, a
+    checkpoint named ckpt-40 held no ckpt-40 files, or the copy failed on a file pruned meanwhile (raytf issue 55).
+    The manager's own sync() waits for both."""
     import tensorflow as tf
 
     original = tf.train.CheckpointManager.save
@@ -47,7 +53,14 @@ def checkpoint_manager(reporter) -> None:
     def save(self, *args, **kwargs):
         path = original(self, *args, **kwargs)
         if path is not None and reporter.owns(self.directory):
-            reporter.sync()
+            self.sync()
+            reporter.sync(number=checkpoint_number(path))
         return path
 
     tf.train.CheckpointManager.save = save
+
+
+def checkpoint_number(path: str) -> int | None:
+    """The number a CheckpointManager gave the checkpoint at `path` (`.../ckpt-40`: 40), None without one."""
+    tail = path.rstrip("/").rsplit("-", 1)
+    return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else None

@@ -21,6 +21,7 @@ WARM_ENV = "RAYTF_SCRIPT_WARM"
 # The kinds of the child's messages besides the rows (STEP, EPOCH, HEARTBEAT: a StepCounter's).
 FIT = "fit"  # a Model.fit began
 SYNC = "sync"  # the chief's checkpoint directory copied aside, to upload
+SYNC_FAILED = "sync_failed"  # it could not be copied whole: raytf's storage failure, not the script's
 EXCEPTION = "exception"  # the uncaught exception the script died of
 # What the host relays to the driver as it is: a StepCounter's rows and heartbeats, raytf.data_service's notice.
 ROWS = (STEP, EPOCH, HEARTBEAT, DATA_SERVICE)
@@ -159,6 +160,17 @@ class Sync:
 
 
 @dataclass(frozen=True)
+class SyncFailed:
+    """The chief's checkpoint directory could not be copied whole (`reason`): the host stops the script, and the
+    attempt fails as raytf's own storage failure (retried), never as the script's."""
+
+    reason: str
+
+    def position(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
 class Raised:
     """The script ended with an uncaught exception of this type (it decides retries), told in a few lines
     (`summary`: _core/tracebacks.summary, made where the exception is)."""
@@ -170,7 +182,7 @@ class Raised:
         return None
 
 
-Message = Row | FitStarted | Sync | Raised
+Message = Row | FitStarted | Sync | SyncFailed | Raised
 
 
 def encode(msg: Message) -> bytes:
@@ -180,7 +192,7 @@ def encode(msg: Message) -> bytes:
     return (json.dumps({"kind": kind, **fields_}) + "\n").encode()
 
 
-_KINDS = {FitStarted: FIT, Sync: SYNC, Raised: EXCEPTION}
+_KINDS = {FitStarted: FIT, Sync: SYNC, SyncFailed: SYNC_FAILED, Raised: EXCEPTION}
 _TYPES = {kind: cls for cls, kind in _KINDS.items()}
 
 

@@ -12,9 +12,43 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from raytf._core import checkpoints, tracebacks
 from raytf._core.events import EPOCH, STEP
 from raytf._core.progress import StepCounter, scalars
 from raytf._task.script import protocol
+
+# A copy of the checkpoint directory that is not whole is made again this many times, COPY_BACKOFF_S more seconds
+# apart each time, before it is given up.
+COPY_TRIES = 3
+COPY_BACKOFF_S = 0.5
+
+
+def _files(root: str) -> list[str]:
+    return [os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files]
+
+
+def _copy_whole(src: str, dst: str) -> str | None:
+    """Copy the checkpoint directory `src` to `dst`; what is wrong with the copy (a file gone while it was copied,
+    the named checkpoint not whole), or None. A directory of TF checkpoints (a state file naming the newest): that
+    checkpoint and what else is there but other checkpoints and event files (checkpoints.tf_copy_set)."""
+    try:
+        with open(os.path.join(src, checkpoints.TF_STATE_FILE)) as f:
+            state: str | None = f.read()
+    except FileNotFoundError:
+        state = None
+    try:
+        if state is None:
+            shutil.copytree(src, dst)
+        else:
+            names, state = checkpoints.tf_copy_set(_files(src), state)
+            for name in names:
+                os.makedirs(os.path.dirname(os.path.join(dst, name)), exist_ok=True)
+                shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
+            with open(os.path.join(dst, checkpoints.TF_STATE_FILE), "w") as f:
+                f.write(state)
+    except (shutil.Error, OSError) as e:
+        return f"it changed while it was copied ({tracebacks.summary(type(e).__name__, str(e), max_chars=300)})"
+    return checkpoints.tf_state_gaps(_files(dst), state)
 
 
 def _tree_signature(root: str) -> tuple:
@@ -22,6 +56,8 @@ def _tree_signature(root: str) -> tuple:
     sig = []
     for dirpath, _, files in os.walk(root):
         for f in files:
+            if checkpoints.TF_EVENTS in f:  # (TensorBoard's, beside the checkpoints: no change of them)
+                continue
             p = os.path.join(dirpath, f)
             try:
                 st = os.stat(p)
@@ -111,24 +147,39 @@ class ScriptReporter(StepCounter):
             self.sync()
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def sync(self) -> bool:
+    def sync(self, number: int | None = None) -> bool:
         """Chief only: if the checkpoint directory changed since the last sync, copy it aside (so the script
-        can go on writing) and hand the copy to the host for upload as checkpoint (epoch, step)."""
+        can go on writing) and hand the copy to the host for upload as checkpoint (epoch, step); `number`: the
+        checkpoint's own (a CheckpointManager's), its step where the script counted none raytf saw.
+
+        The copy must hold the checkpoint its state file names, whole (checkpoints.tf_state_gaps): a writer the
+        script runs on a thread of its own may change the directory while it is copied (a file pruned, a state
+        file naming a checkpoint not written yet: raytf issue 55). Such a copy is made again; one that cannot be
+        made whole is raytf's storage failure (the host stops the script; the attempt is retried)."""
         if not self.is_chief:
             return False
-        sig = _tree_signature(self.checkpoint_dir)
-        if not sig or sig == self._synced:
-            return False
-        self._snapshots += 1
-        snap = os.path.join(self._scratch, f"snapshot-{self._snapshots}")
-        began = time.perf_counter()
-        shutil.copytree(self.checkpoint_dir, snap)
-        from raytf._task import timing  # (no TensorFlow import: timing imports it only when installed)
+        step = number if number is not None and not self.step else self.step
+        problem = ""
+        for attempt in range(COPY_TRIES):
+            sig = _tree_signature(self.checkpoint_dir)
+            if not sig or sig == self._synced:
+                return False
+            self._snapshots += 1
+            snap = os.path.join(self._scratch, f"snapshot-{self._snapshots}")
+            began = time.perf_counter()
+            problem = _copy_whole(self.checkpoint_dir, snap)
+            if problem is None:
+                from raytf._task import timing  # (no TensorFlow import: timing imports it only when installed)
 
-        timing.add_save(time.perf_counter() - began)  # save_s: the copy the script waits for (the upload does not)
-        self._synced = sig
-        self._send(protocol.Sync(path=snap, epoch=self.epoch, step=self.step))
-        return True
+                timing.add_save(time.perf_counter() - began)  # save_s: the copy the script waits for (not the upload)
+                self._synced = sig
+                self._send(protocol.Sync(path=snap, epoch=self.epoch, step=step))
+                return True
+            shutil.rmtree(snap, ignore_errors=True)
+            # Whoever writes there is at work still and tells nobody: a moment for it before the next copy.
+            time.sleep(COPY_BACKOFF_S * (attempt + 1))
+        self._send(protocol.SyncFailed(reason=f"{problem} (after {COPY_TRIES} copies)"))
+        return False
 
     def owns(self, path: str) -> bool:
         """Whether `path` is in $RAYTF_CHECKPOINT_DIR (what sync uploads)."""
