@@ -63,7 +63,7 @@ def preprocess(tf, ids, passes: int):
     for _ in range(passes):
         out = tf.nn.avg_pool2d(out, 3, 1, "SAME")
     mean, var = tf.nn.moments(out, axes=[1, 2, 3], keepdims=True)
-    # Static image shapes (the crop's offsets are tensors): see raytf's README on uneven shares.
+    # Static image shapes (the crop's offsets are tensors): see raytf's docs/data.md on uneven shares.
     return tf.ensure_shape((out - mean) / tf.sqrt(var + 1e-6), [None, CROP, CROP, CHANNELS]), labels
 
 
@@ -71,7 +71,7 @@ def pipeline(tf, ctx, rows: int, passes: int):
     """`service`: the user's pipeline, the same on every worker (they share the service's job): ids batched by the
     global batch (tf.distribute splits each element among the replicas), preprocessed, repeated, read through the
     service. Repeated, with steps_per_epoch: every step of every worker has a full batch (TF's recommended form for
-    a shared job; README, the tf.data service), and an epoch is rows / global batch steps."""
+    a shared job; docs/data.md, the tf.data service), and an epoch is rows / global batch steps."""
     ds = tf.data.Dataset.range(rows).batch(ctx.global_batch_size, drop_remainder=True)
     ds = ds.map(lambda ids: preprocess(tf, ids, passes), num_parallel_calls=tf.data.AUTOTUNE).repeat()
     return ctx.data_service(ds).prefetch(tf.data.AUTOTUNE)

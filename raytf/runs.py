@@ -159,7 +159,7 @@ def ls(storage_path: str) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m raytf.runs", description="Inspect raytf runs.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_ls = sub.add_parser("ls", help="list the runs under a storage path")
@@ -170,13 +170,17 @@ def main(argv: list[str] | None = None) -> int:
     p_show.add_argument("run", help="run name (under --storage) or run directory path/URI")
     p_show.add_argument("--storage", default="./runs", help="where the runs are (storage.path; default ./runs)")
     p_plot = sub.add_parser("plot", help="a run's learning curves (or its step time per rank) as PNG")
-    p_plot.add_argument("run")
+    p_plot.add_argument("run", help="run name (under --storage) or run directory path/URI")
     p_plot.add_argument("--storage", default="./runs", help="where the runs are (storage.path; default ./runs)")
     p_plot.add_argument("-o", "--out", help="PNG file to write (default: <run name>_learning_curves.png, or "
                         "<run name>_ranks.png with --ranks)")
     p_plot.add_argument("--ranks", action="store_true", help="each rank's step time over time instead of the "
                         "learning curves")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         if args.cmd == "ls":
             if args.path and args.storage and args.path != args.storage:

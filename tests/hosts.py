@@ -7,8 +7,8 @@ among the raylets it sees: ray._private.services.get_node_to_connect_for_driver)
 
 Fault verbs: `partition(host)` / `heal(host)` (its link down / up: a real partition, TCP sees nothing),
 `kill_host(host)` (every process in its namespace, by pid), `slow_link(host, delay_ms, rate)` (tc netem; tc tbf
-for a rate alone). `firewall(host, addresses, port_range)` / `unfirewall(host)`: the README's nftables recipe for TF's
-ports (`firewall_recipe`), in the host's network namespace.
+for a rate alone). `firewall(host, addresses, port_range)` / `unfirewall(host)`: docs/security.md's nftables recipe
+for TF's ports (`firewall_recipe`), in the host's network namespace.
 `close()` kills each namespace's processes by pid (`ip netns pids`), never `ray stop`, which would stop every
 Ray on the machine (other test runs included), then removes the namespaces and the bridge; it runs even after a
 failed test. One bed at a time per machine (a lock file): beds would share the subnet.
@@ -431,7 +431,7 @@ def _installed_in_repo() -> list[str]:
 
 
 def firewall_recipe(addresses: Sequence[str], port_range: tuple[int, int]) -> str:
-    """The nftables rule set the README shows (Security), for every node of a cluster whose TF tasks hold their
+    """The nftables rule set docs/security.md shows, for every node of a cluster whose TF tasks hold their
     ports in `port_range` (cluster.port_range): TCP to those ports only from the cluster's hosts (`addresses`),
     from the node itself over loopback, and replies to the node's own connections (one may get a local port in
     the range); everyone else's packets are dropped, so a connect from outside times out. `nft -f <file>` applies

@@ -78,13 +78,18 @@ def tables(log: Log, slowest: int = 15) -> str:
     step1 = [s for w, s in log.marks if w.startswith("step 1")]
     step2 = [s for w, s in log.marks if w.startswith("step 2")]
     end = [s for w, s in log.marks if w.startswith("the end")]
+    docs = [s for w, s in log.marks if w.startswith("the documentation site")]  # (between the steps, if any)
     out.append("| step | wall |\n|---|---|")
     if step1 and step2:
         first = log.runs[0] if log.runs else None
-        out.append(f"| 1: the README's test command | {_clock(step2[0] - step1[0])} |")
+        step1_end = docs[0] if docs else step2[0]
+        out.append(f"| 1: the README's test command | {_clock(step1_end - step1[0])} |")
         if first is not None and first.seconds is not None:
             out.append(f"| 1, its pytest ({first.counts}) | {_clock(first.seconds)} |")
-            out.append(f"| 1, its install and lint (the rest) | {_clock(step2[0] - step1[0] - first.seconds)} |")
+            out.append(f"| 1, its install and lint (the rest) | {_clock(step1_end - step1[0] - first.seconds)} |")
+        if docs:
+            out.append(f"| the documentation site (`mkdocs build --strict`, its own environment) | "
+                       f"{_clock(step2[0] - docs[0])} |")
     if step2 and end:
         out.append(f"| 2: the slow tier, two pytest processes side by side | {_clock(end[0] - step2[0])} |")
         for i, run in enumerate(log.runs[1:], 1):

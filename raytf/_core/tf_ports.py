@@ -54,7 +54,7 @@ def exposure_warning(addresses: Sequence[TaskAddress], *, strategy: Strategy,
     served = [a for a in addresses if a.role in CLUSTER_ROLES]
     if all(is_loopback(a.host) for a in served):
         return None
-    how = "README: Security" if port_range else \
-          "cluster.port_range puts them in one range a firewall rule can cover; README: Security"
+    how = "docs/security.md" if port_range else \
+          "cluster.port_range puts them in one range a firewall rule can cover; docs/security.md"
     return (f"TF's gRPC servers accept anyone who can reach them (no authentication, no TLS): "
             f"{brief.few(a.hostport for a in served)}; let only the cluster's hosts reach these ports ({how})")

@@ -74,7 +74,7 @@ def ensure_ray(cfg: Config) -> bool:
     if not address.startswith("ray://") and token_auth() is False:
         log.warning("the Ray cluster at %s does not use token auth: anyone who can reach its ports can run code "
                     "on every node. Fix: start every node (and this driver) with RAY_AUTH_MODE=token and the "
-                    "cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN (README: Security)", address)
+                    "cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN (docs/security.md)", address)
     return False
 
 

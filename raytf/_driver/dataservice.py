@@ -142,7 +142,7 @@ class DataService:
         exposed = [i.address for i in self.group.infos if not tf_ports.is_loopback(i.host)]
         if exposed and self.attempt == 1:
             log.warning("tf.data service: its servers accept anyone who can reach them (no authentication, no TLS): "
-                        "%s; let only the cluster's hosts reach these ports (README: Security)", brief.few(exposed))
+                        "%s; let only the cluster's hosts reach these ports (docs/security.md)", brief.few(exposed))
         return self.service
 
     def _started(self, slot: _Slot) -> WorkerError | None:

@@ -86,7 +86,7 @@ def data_service(ds):
     In distributed_epoch mode (the default) the trainers share one job: every element goes to one of them, once an
     epoch, each taking the next batch as it asks (their counts differ). Under MultiWorkerMirroredStrategy, Keras
     `fit` and a custom loop over `strategy.experimental_distribute_dataset(ds)` end each epoch together: TF's
-    distributed iterator agrees every step on whether any worker still has data (see the README). Each element of
+    distributed iterator agrees every step on whether any worker still has data (docs/data.md). Each element of
     `ds` is the global batch, as without the service.
 
     Raises:

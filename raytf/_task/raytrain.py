@@ -48,7 +48,7 @@ class NotMapped(RaytfError, NotImplementedError):
     failure_kind = CONFIG
 
     def __init__(self, what: str, fix: str) -> None:
-        super().__init__(f"raytf.compat: {what} is not mapped to raytf. Fix: {fix} (README: Coming from Ray Train)")
+        super().__init__(f"raytf.compat: {what} is not mapped to raytf. Fix: {fix} (docs/ray-train.md)")
 
 
 def no_strategy_yet():

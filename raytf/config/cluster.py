@@ -100,7 +100,7 @@ class ClusterConfig:
     # TF intra/inter-op threads per task; null = the task's CPU reservation (at least 1).
     threads: int | None = None
     # `[low, high]`: every TF task's port is reserved in this range (inclusive), so one firewall rule admitting
-    # only the cluster's hosts covers them all (README, Security); null = any free port the OS gives.
+    # only the cluster's hosts covers them all (docs/security.md); null = any free port the OS gives.
     port_range: list[int] | None = None
     # Standby task processes (TensorFlow already imported, no strategy yet) kept per node for this run's
     # runtime_env, refilled once each attempt's first step is in; a retry's or a later run's tasks start in them

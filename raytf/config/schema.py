@@ -45,7 +45,7 @@ class RayConfig:
 class TrainConfig:
     # The user's training function, as "package.module:function". A function given to raytf.fit(train_fn=...) is
     # recorded here: its "package.module:function", or `<function train defined in __main__>` when it was sent by
-    # value (defined in a notebook or a script run as __main__), which only a program giving it again can run.
+    # value (defined in a notebook or a script run as `__main__`), which only a program giving it again can run.
     entrypoint: str | None = ""
     # Or an existing tf.distribute program, run unmodified on every task that runs user code (all MWMS
     # workers; the ParameterServerStrategy chief): a file (`script`) or a module run like `python -m`
@@ -106,7 +106,7 @@ class CheckpointConfig:
     # Relaunching with the same run.name resumes from the latest committed checkpoint.
     resume: bool = True
     # After training, the Keras model given to ctx.restore(model=...) is saved (tf-keras SavedModel) to
-    # <run>/model/, loadable without raytf: tf_keras.models.load_model(...) or Result.load_model().
+    # `<run>/model/`, loadable without raytf: tf_keras.models.load_model(...) or Result.load_model().
     export_model: bool = True
     # On Ctrl-C / SIGTERM of the driver, every task saves at an agreed step before teardown (a second
     # Ctrl-C skips it); at most interrupt_timeout_s.
@@ -133,7 +133,7 @@ class MetricsConfig:
     # See `metrics.straggler_ratio`: the step rows per rank it looks at.
     straggler_window: int = 5
     # Export the live figures (steps/s, examples/s, step time, input wait, GPU use, attempts, checkpoint age) as
-    # Ray metrics named raytf_*, for Ray's Prometheus endpoint and Grafana dashboards.
+    # Ray metrics named `raytf_*`, for Ray's Prometheus endpoint and Grafana dashboards.
     ray_metrics: bool = True
 
 
@@ -245,7 +245,7 @@ class SweepConfig:
 
 @dataclass
 class MlflowConfig:
-    """Every run logged to MLflow by the driver (README, Tracking experiments): one MLflow run per raytf run."""
+    """Every run logged to MLflow by the driver (docs/tracking.md): one MLflow run per raytf run."""
 
     # The MLflow tracking server or store (`http://mlflow.example:5000`, `sqlite:////abs/mlflow.db`, `databricks`);
     # empty: off. Needs MLflow in the driver's environment: `pip install raytf[mlflow]` for a server, `pip install
@@ -267,6 +267,9 @@ class TrackingConfig:
 
 @dataclass
 class Config:
+    """A run's whole configuration, one section per top-level YAML key (every key: docs/reference/configuration.md).
+    Made by `raytf.load_config` from a YAML file, a dict or defaults, plus overrides."""
+
     ray: RayConfig = field(default_factory=RayConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

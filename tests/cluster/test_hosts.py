@@ -1,6 +1,6 @@
 """raytf on a network of hosts (tests/hosts.py): each host a network namespace with its own address and Ray
 node; the driver runs `python -m raytf.launch` on the head host, as a user would on a real cluster. And the
-README's firewall recipe (Security): with cluster.port_range, one nftables rule set per node keeps TF's gRPC
+The firewall recipe (docs/security.md): with cluster.port_range, one nftables rule set per node keeps TF's gRPC
 servers (no authentication, no TLS) away from a machine outside the cluster, while the run trains across the
 cluster's hosts as before."""
 
@@ -110,7 +110,7 @@ def test_the_firewall_recipe_keeps_tfs_ports_from_a_host_outside_the_cluster(bed
     exposed = [line for line in run.lines if "TF's gRPC servers accept anyone who can reach them" in line]
     assert len(exposed) == 1, run.output()
     print(f"the driver's warning: {exposed[0]}")
-    assert all(f"{a}:{p}" in exposed[0] for a, p in servers) and exposed[0].endswith("(README: Security)")
+    assert all(f"{a}:{p}" in exposed[0] for a, p in servers) and exposed[0].endswith("(docs/security.md)")
 
 
 def _check_two_node_yaml(bed, tmp_path, name: str, result: dict) -> None:

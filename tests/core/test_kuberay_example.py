@@ -1,4 +1,4 @@
-"""examples/kuberay/rayjob.yaml (README, "Run on a cluster"): valid YAML, a RayJob whose entrypoint is raytf's CLI
+"""examples/kuberay/rayjob.yaml (docs/cluster.md, "KubeRay"): valid YAML, a RayJob whose entrypoint is raytf's CLI
 on a config that exists and loads, whose runtimeEnvYAML gives the job a working_dir Ray can fetch on every pod (so
 raytf ships nothing more), and whose pods all mount the config's storage and fit its workers. Pure: the manifest is
 read, nothing is applied."""

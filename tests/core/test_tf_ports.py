@@ -66,15 +66,15 @@ def test_exposure_warning_lists_every_server_when_one_address_is_not_loopback():
                                      port_range=[20000, 20009])
     assert warning == ("TF's gRPC servers accept anyone who can reach them (no authentication, no TLS): "
                        "198.18.0.2:20001, 198.18.0.3:20000; let only the cluster's hosts reach these ports "
-                       "(README: Security)")
+                       "(docs/security.md)")
 
 
 def test_exposure_warning_without_a_range_suggests_one():
     warning = tf_ports.exposure_warning(_addresses(("127.0.0.1", 41000), ("fe80::1", 42000)), strategy=MWMS,
                                      port_range=None)
     assert "127.0.0.1:41000, [fe80::1]:42000;" in warning
-    assert warning.endswith("(cluster.port_range puts them in one range a firewall rule can cover; README: "
-                            "Security)")
+    assert warning.endswith("(cluster.port_range puts them in one range a firewall rule can cover; "
+                            "docs/security.md)")
 
 
 @pytest.mark.parametrize("hosts", [("127.0.0.1", "127.0.0.1"), ("::1", "localhost")])

@@ -1,5 +1,5 @@
 """Every benchmark still imports and parses its command line, in the default run. Their smoke runs (each benchmark
-end to end, on its own Ray: 641 s in all here, alone, 2026-11-26) are `-m bench`, outside CI (README, Test): this
+end to end, on its own Ray: 641 s in all here, alone, 2026-11-26) are `-m bench`, outside CI (docs/testing.md): this
 is what CI keeps of them, a cheap check that none has rotted at import (a renamed raytf module, a moved helper) or
 in its arguments."""
 

@@ -1,6 +1,6 @@
 """cluster.port_range on a local Ray (issue 19): a range with no free port fails the run at once, naming it,
 however many retries are allowed. (Every task's TF port in the range: test_mwms_local.py's interrupted run; across
-hosts, with the README's firewall recipe: tests/cluster/test_hosts_firewall.py.)"""
+hosts, with the firewall recipe of docs/security.md: tests/cluster/test_hosts_firewall.py.)"""
 
 import random
 import socket

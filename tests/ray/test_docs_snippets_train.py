@@ -1,0 +1,96 @@
+"""The documentation's blocks that train (marked `<!-- snippet: slow -->`; tests/core/test_docs_snippets.py checks the
+others and lists these), run as written, on the session's Ray, shortened: every launch and every config a Python
+block loads gets `_short`'s settings last (an epoch or the block's own count, two steps each, storage in the test's
+directory), so a block that works at full length works here, and a key or command the docs misspell fails. A
+`pip install` of a block is the test environment's already."""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, state_address
+from tests.core.test_docs_snippets import commands, slow_snippets
+
+pytestmark = [pytest.mark.timeout(900)]
+
+# Blocks of several runs each, whose runs CI's tests already make (the same configs, the same paths): run here with
+# `-m bench` (not CI's: ~7 minutes alone on 2 cores, 2026-11-28), as the benchmarks' smokes are; the rest in the slow
+# tier. Keyed by the block's code: an edited block is run in the slow tier until it is looked at again.
+OUTSIDE_CI = {
+    "docs/scripts.md": "conf/script.yaml, the two tutorials and the PS script: tests/ray/test_script_mode.py and "
+                       "test_tutorials.py launch them",
+    "docs/parameter-server.md": "conf/ps_local.yaml three ways: ps_run (with its evaluator) and "
+                                "tests/ray/test_ps_local.py's custom loop",
+    "docs/notebooks.md": "raytf.fit and a 4-trial raytf.sweep (tests/ray/test_sweep.py's notebook and CLI sweep)",
+    "docs/performance.md": "--scaling 1,2,4 (tests/ray/test_scaling.py)",
+}
+_OUTSIDE = {code for file, _, _, code in slow_snippets() if file in OUTSIDE_CI}
+_ran: set[tuple[str, ...]] = set()  # launch commands run already (a block repeated on another page runs once)
+
+
+def _short(storage) -> list[str]:
+    return [f"storage.path={storage}", "train.steps_per_epoch=2", "train.params.validation_steps=1",
+            "metrics.every_steps=1", "cluster.standby=0"]
+
+
+# A Python block runs in a process of its own with this first: its configs get the short settings last (raytf.fit,
+# raytf.sweep and raytf.load_config: each module's name for raytf.config.load_config), its ray.init() joins the
+# session's Ray (RAY_ADDRESS), and its plots are drawn off screen.
+_PRELUDE = """
+import matplotlib
+matplotlib.use("Agg")
+import raytf.config.load as _load
+_original = _load.load_config
+def _shortened(config, overrides=None, **kwargs):
+    extra = {SHORT!r}
+    if isinstance(overrides, dict):
+        overrides = {{**overrides, **dict(o.split("=", 1) for o in extra)}}
+    else:
+        overrides = [*(overrides or []), *extra]
+    return _original(config, overrides, **kwargs)
+_load.load_config = _shortened
+import raytf, raytf.config, raytf.api.fit, raytf.api.plan, raytf.api.scaling, raytf.api.sweep
+for _module in (raytf, raytf.config, raytf.api.fit, raytf.api.plan, raytf.api.scaling, raytf.api.sweep):
+    _module.load_config = _shortened
+"""
+
+
+def _epochs(argv: list[str]) -> list[str]:
+    """One epoch, unless the command says how many itself (docs/runs.md's relaunch counts on from its first run)."""
+    return [] if any(a.startswith("train.epochs=") for a in argv) else ["train.epochs=1"]
+
+
+@pytest.mark.parametrize("snippet", [pytest.param(s, marks=pytest.mark.bench if s[3] in _OUTSIDE
+                                                  else pytest.mark.slow) for s in slow_snippets()],
+                         ids=lambda s: f"{s[0]}:{s[1]}")
+def test_a_documented_block_that_trains_works(snippet, ray_local, no_leaks, tmp_path):
+    file, line, language, code = snippet
+    env = {**os.environ, "RAY_ADDRESS": state_address()}
+    ran = 0
+    if language == "python":
+        prelude = _PRELUDE.format(SHORT=[*_short(tmp_path / "runs"), "train.epochs=1"])
+        proc = subprocess.run([sys.executable, "-c", prelude + code], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, f"{file}:{line}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        ran += 1
+    else:
+        for argv in commands(code):
+            if argv[:3] == ["pip", "install", "-e"]:
+                continue  # (the test environment has the package and its extras installed)
+            assert argv[:3] == ["python", "-m", "raytf.launch"], f"{file}:{line}: not a raytf command: {argv}"
+            if tuple(argv) in _ran:
+                ran += 1
+                continue
+            _ran.add(tuple(argv))
+            cmd = [sys.executable, *argv[1:], *_epochs(argv), *_short(tmp_path / "runs"), "--address",
+                   state_address()]
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, f"{file}:{line}: {shlex.join(argv)}\n{proc.stderr[-4000:]}"
+            ran += 1
+    assert ran, f"{file}:{line}: nothing run"
+    results = [json.loads(p.read_text()) for p in (tmp_path / "runs").rglob("result.json")]
+    assert all(r["status"] == "succeeded" for r in results), [r.get("error") for r in results]
