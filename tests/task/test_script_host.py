@@ -162,3 +162,28 @@ def test_async_checkpoint_manager_saves_are_copied_whole_and_named_by_their_numb
     assert [whole for _, _, whole in storage.uploads] == [True] * len(storage.uploads), storage.uploads
     assert [(step, named) for step, named, _ in storage.uploads] == [(n * 10, f"ckpt-{n * 10}") for n in range(1, 5)]
     assert _leftovers() == []
+
+
+@pytest.mark.timeout(120)
+def test_a_checkpoint_that_cannot_be_copied_whole_is_raytfs_storage_error_not_the_scripts(tmp_path):
+    """A state file naming a checkpoint that is not there: copied COPY_TRIES times, never whole; the host stops the
+    script and run() raises raytf's StorageError (retried as raytf's failure, not the script's); nothing uploaded."""
+    from raytf.errors import StorageError
+
+    cfg = _cfg("run.name=never-whole", "train.script=tests/scripts/names_a_missing_checkpoint.py", "train.args=[]")
+    spec = TaskSpec(role="worker", index=0, rank=0, cpus=1, gpus=0)
+    storage = _RecordingStorage()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    host = ScriptHost(cfg=cfg, spec=spec, run_dir=storage, emit=lambda k, p: None, attempt=1, is_chief=True,
+                      scratch=str(scratch), log_file=io.BytesIO(), stream=True)
+    host.restore(None)
+    env = child_env(base={**os.environ, "TF_USE_LEGACY_KERAS": "1"}, tf_config=None, spec=spec, cfg=cfg,
+                    run_uri=storage.uri, attempt=1, is_chief=True, num_workers=1,
+                    checkpoint_dir=host.checkpoint_dir, resume_from=None, python_path=[str(ROOT)])
+    with pytest.raises(StorageError, match=r"could not be copied whole for upload: its checkpoint file names ckpt-7, "
+                                           r"but ckpt-7.index, ckpt-7.data-00000-of-00001 is not there"):
+        host.run(env)
+    assert storage.uploads == [] and host.proc.returncode < 0
+    assert list(scratch.glob("snapshot-*")) == []  # (the copies that were not whole are gone)
+    assert _leftovers() == []

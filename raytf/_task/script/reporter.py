@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from raytf._core import checkpoints, tracebacks
+from raytf._core import checkpoints
 from raytf._core.events import EPOCH, STEP
 from raytf._core.progress import StepCounter, scalars
 from raytf._task.script import protocol
@@ -32,22 +32,24 @@ def _copy_whole(src: str, dst: str) -> str | None:
     the named checkpoint not whole), or None. A directory of TF checkpoints (a state file naming the newest): that
     checkpoint and what else is there but other checkpoints and event files (checkpoints.tf_copy_set)."""
     try:
-        with open(os.path.join(src, checkpoints.TF_STATE_FILE)) as f:
-            state: str | None = f.read()
-    except FileNotFoundError:
-        state = None
-    try:
+        try:
+            with open(os.path.join(src, checkpoints.TF_STATE_FILE)) as f:
+                state: str | None = f.read()
+        except FileNotFoundError:
+            state = None
         if state is None:
             shutil.copytree(src, dst)
         else:
             names, state = checkpoints.tf_copy_set(_files(src), state)
+            os.makedirs(dst)
             for name in names:
                 os.makedirs(os.path.dirname(os.path.join(dst, name)), exist_ok=True)
                 shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
             with open(os.path.join(dst, checkpoints.TF_STATE_FILE), "w") as f:
                 f.write(state)
     except (shutil.Error, OSError) as e:
-        return f"it changed while it was copied ({tracebacks.summary(type(e).__name__, str(e), max_chars=300)})"
+        # (A file listed, then gone: a writer pruned it meanwhile. Or the scratch disk failed.)
+        return f"the copy failed ({type(e).__name__}: {str(e)[:300]})"
     return checkpoints.tf_state_gaps(_files(dst), state)
 
 
@@ -176,8 +178,8 @@ class ScriptReporter(StepCounter):
                 self._send(protocol.Sync(path=snap, epoch=self.epoch, step=step))
                 return True
             shutil.rmtree(snap, ignore_errors=True)
-            # Whoever writes there is at work still and tells nobody: a moment for it before the next copy.
-            time.sleep(COPY_BACKOFF_S * (attempt + 1))
+            if attempt + 1 < COPY_TRIES:  # whoever writes there is at work still and tells nobody: a moment for it
+                time.sleep(COPY_BACKOFF_S * (attempt + 1))
         self._send(protocol.SyncFailed(reason=f"{problem} (after {COPY_TRIES} copies)"))
         return False
 
