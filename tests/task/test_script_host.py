@@ -17,6 +17,22 @@ def _cfg(*overrides):
     return raytf.load_config(ROOT / "conf/script.yaml", list(overrides))
 
 
+def _chief(tmp_path, script: str, storage, emit=lambda k, p: None) -> tuple[ScriptHost, dict]:
+    """A chief's ScriptHost for `script` (run.name: its file's stem) uploading to `storage`, and the child's
+    environment to run() it with; its scratch is tmp_path/scratch."""
+    cfg = _cfg(f"run.name={os.path.basename(script).removesuffix('.py')}", f"train.script={script}", "train.args=[]")
+    spec = TaskSpec(role="worker", index=0, rank=0, cpus=1, gpus=0)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    host = ScriptHost(cfg=cfg, spec=spec, run_dir=storage, emit=emit, attempt=1, is_chief=True, scratch=str(scratch),
+                      log_file=io.BytesIO(), stream=True)
+    host.restore(None)
+    env = child_env(base={**os.environ, "TF_USE_LEGACY_KERAS": "1"}, tf_config=None, spec=spec, cfg=cfg,
+                    run_uri=storage.uri, attempt=1, is_chief=True, num_workers=1,
+                    checkpoint_dir=host.checkpoint_dir, resume_from=None, python_path=[str(ROOT)])
+    return host, env
+
+
 class _FailingStorage:
     """A RunDir whose checkpoint uploads fail (as after storage.upload_retries against a dead endpoint)."""
 
@@ -41,18 +57,8 @@ class _FailingStorage:
 def test_failed_checkpoint_upload_stops_the_script(tmp_path):
     """The upload fails: the host stops the script (which would otherwise wait forever) and run() raises
     the storage error; no later checkpoint is uploaded after it."""
-    cfg = _cfg("run.name=upload-fails", "train.script=tests/scripts/sync_forever.py", "train.args=[]")
-    spec = TaskSpec(role="worker", index=0, rank=0, cpus=1, gpus=0)
     storage = _FailingStorage()
-    events = []
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    host = ScriptHost(cfg=cfg, spec=spec, run_dir=storage, emit=lambda k, p: events.append((k, p)), attempt=1,
-                      is_chief=True, scratch=str(scratch), log_file=io.BytesIO(), stream=True)
-    host.restore(None)
-    env = child_env(base={**os.environ, "TF_USE_LEGACY_KERAS": "1"}, tf_config=None, spec=spec, cfg=cfg,
-                    run_uri=storage.uri, attempt=1, is_chief=True, num_workers=1,
-                    checkpoint_dir=host.checkpoint_dir, resume_from=None, python_path=[str(ROOT)])
+    host, env = _chief(tmp_path, "tests/scripts/sync_forever.py", storage)
     with pytest.raises(OSError, match="upload of step 1 failed"):
         host.run(env)
     assert storage.tries == 1  # stopped at the first failure, the second sync not uploaded
@@ -146,17 +152,8 @@ def test_async_checkpoint_manager_saves_are_copied_whole_and_named_by_their_numb
     Model Garden saves): each copy handed over for upload holds the checkpoint its state file names, whole, and no
     other (the one save's files, not the manager's whole directory), and carries that checkpoint's number as its step
     (the script reports no step of its own)."""
-    cfg = _cfg("run.name=async", "train.script=tests/scripts/async_saves.py", "train.args=[]")
-    spec = TaskSpec(role="worker", index=0, rank=0, cpus=1, gpus=0)
     storage = _RecordingStorage()
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    host = ScriptHost(cfg=cfg, spec=spec, run_dir=storage, emit=lambda k, p: None, attempt=1, is_chief=True,
-                      scratch=str(scratch), log_file=io.BytesIO(), stream=True)
-    host.restore(None)
-    env = child_env(base={**os.environ, "TF_USE_LEGACY_KERAS": "1"}, tf_config=None, spec=spec, cfg=cfg,
-                    run_uri=storage.uri, attempt=1, is_chief=True, num_workers=1,
-                    checkpoint_dir=host.checkpoint_dir, resume_from=None, python_path=[str(ROOT)])
+    host, env = _chief(tmp_path, "tests/scripts/async_saves.py", storage)
     host.run(env)
     assert storage.uploads, "no checkpoint handed over"
     assert [whole for _, _, whole in storage.uploads] == [True] * len(storage.uploads), storage.uploads
@@ -170,20 +167,11 @@ def test_a_checkpoint_that_cannot_be_copied_whole_is_raytfs_storage_error_not_th
     script and run() raises raytf's StorageError (retried as raytf's failure, not the script's); nothing uploaded."""
     from raytf.errors import StorageError
 
-    cfg = _cfg("run.name=never-whole", "train.script=tests/scripts/names_a_missing_checkpoint.py", "train.args=[]")
-    spec = TaskSpec(role="worker", index=0, rank=0, cpus=1, gpus=0)
     storage = _RecordingStorage()
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    host = ScriptHost(cfg=cfg, spec=spec, run_dir=storage, emit=lambda k, p: None, attempt=1, is_chief=True,
-                      scratch=str(scratch), log_file=io.BytesIO(), stream=True)
-    host.restore(None)
-    env = child_env(base={**os.environ, "TF_USE_LEGACY_KERAS": "1"}, tf_config=None, spec=spec, cfg=cfg,
-                    run_uri=storage.uri, attempt=1, is_chief=True, num_workers=1,
-                    checkpoint_dir=host.checkpoint_dir, resume_from=None, python_path=[str(ROOT)])
+    host, env = _chief(tmp_path, "tests/scripts/names_a_missing_checkpoint.py", storage)
     with pytest.raises(StorageError, match=r"could not be copied whole for upload: its checkpoint file names ckpt-7, "
                                            r"but ckpt-7.index, ckpt-7.data-00000-of-00001 is not there"):
         host.run(env)
     assert storage.uploads == [] and host.proc.returncode < 0
-    assert list(scratch.glob("snapshot-*")) == []  # (the copies that were not whole are gone)
+    assert list((tmp_path / "scratch").glob("snapshot-*")) == []  # (the copies that were not whole are gone)
     assert _leftovers() == []
