@@ -229,7 +229,7 @@ _HINTS = (
     # got type 1 and data_type 9"), right after a resume: the ranks restored different states. The Model Garden's
     # trainer (orbit) gives a non-chief's CheckpointManager a temporary directory, so only the chief restores (raytf
     # issue 55; its own relaunch fails the same way).
-    (" expected type ",
+    (" and data_type ",
      "the ranks are not running the same model state: a collective op got different tensors from them, as when one "
      "rank restored a checkpoint and another started fresh. Fix: every rank must restore the same checkpoint: a "
      "non-chief's checkpoint directory must survive too (give every rank {checkpoint_dir}, not a temporary "

@@ -37,6 +37,8 @@ def _copy_whole(src: str, dst: str) -> str | None:
                 state: str | None = f.read()
         except FileNotFoundError:
             state = None
+        if state is not None and checkpoints.tf_newest(state) is None:
+            state = None  # (a state file naming no checkpoint: nothing raytf can check there; copied whole, as before)
         if state is None:
             shutil.copytree(src, dst)
         else:
