@@ -69,18 +69,23 @@ class MetricsTable:
         self._new: list[dict] = []
         self._spill()
         self._last_epoch: dict[int, dict] = {}  # rank -> its last epoch row (final metrics)
+        self._last_step: dict[int, dict] = {}  # rank -> its last step row (final metrics of a run without epochs)
         self._sizes: dict[int, int] = {}  # attempt number -> its workers (set_size)
         if self._tables:
             import pyarrow.compute as pc
 
             for row in previous.filter(pc.equal(previous["kind"], ev.EPOCH)).to_pylist():
-                self._note_epoch(row)
+                self._note(row, self._last_epoch)
+            if not self._last_epoch:
+                for row in previous.filter(pc.equal(previous["kind"], ev.STEP)).to_pylist():
+                    self._note(row, self._last_step)
 
-    def _note_epoch(self, row: dict) -> None:
+    @staticmethod
+    def _note(row: dict, last: dict[int, dict]) -> None:
         key = (row["attempt"], row["step"], row["epoch"])
-        mine = self._last_epoch.get(row["rank"])
+        mine = last.get(row["rank"])
         if mine is None or key >= (mine["attempt"], mine["step"], mine["epoch"]):
-            self._last_epoch[row["rank"]] = row
+            last[row["rank"]] = row
 
     def set_size(self, attempt: int, workers: int) -> None:
         """Attempt `attempt` (its number across launches, as events carry it) trains with `workers` workers: its
@@ -102,7 +107,9 @@ class MetricsTable:
         self._new.append(row)
         self._whole = None
         if event.kind == ev.EPOCH:
-            self._note_epoch(row)
+            self._note(row, self._last_epoch)
+        elif event.kind == ev.STEP and not self._last_epoch:
+            self._note(row, self._last_step)
         return row
 
     @property
@@ -153,11 +160,12 @@ class MetricsTable:
         return self._whole
 
     def final(self, rank: int = 0) -> dict[str, float]:
-        """The last epoch row of `rank` (else of any rank) as {metric: value}."""
-        if not self._last_epoch:
+        """The last epoch row of `rank` (else of any rank) as {metric: value}; in a run of no epoch rows (a custom
+        loop's raytf.report steps, a script's tf.summary scalars), its last step row."""
+        rows = self._last_epoch or self._last_step
+        if not rows:
             return {}
-        last = self._last_epoch.get(rank) or max(self._last_epoch.values(),
-                                                  key=lambda r: (r["attempt"], r["step"], r["epoch"]))
+        last = rows.get(rank) or max(rows.values(), key=lambda r: (r["attempt"], r["step"], r["epoch"]))
         out = {k: v for k, v in last.items() if k not in BASE_COLUMNS and v is not None}
         out["epoch"], out["step"] = last["epoch"], last["step"]
         return out

@@ -213,7 +213,8 @@ class TaskActor:
         server binds it whenever the script creates its strategy (TF_GRPC_REUSE_PORT is inherited). Its Ray
         Data shares (run.datasets) are served to the script's raytf.dataset (script/feed.py)."""
         from raytf._task import dataservice
-        from raytf._task.script.host import ClusterNotUsed, ScriptHost
+        from raytf._task.script.host import ScriptHost
+        from raytf._task.script.spanning import ClusterNotUsed
 
         dataservice.export(run.data_service)  # (raytf.data_service: the child inherits it in its environment)
 

@@ -334,3 +334,18 @@ def test_a_launch_that_does_not_resume_starts_the_metrics_table_afresh(tmp_path)
     with pytest.raises(ConfigError, match=r"checkpoint\.resume=false"):
         launch(False).earlier()
     assert rd.metrics.exists()
+
+
+def test_final_metrics_of_a_run_without_epochs_are_its_last_step_row():
+    """A custom loop reporting steps only, a script's tf.summary scalars (raytf issue 55): the last step row, rank 0's
+    first; the earlier launch's too. Once an epoch row arrives, epoch rows decide as before."""
+    t = MetricsTable("r")
+    t.add(ev.Event(ev.STEP, "worker", 1, 1, {"epoch": 1, "step": 30, "metrics": {"train/loss": 0.3}}))
+    assert t.final() == {"train/loss": 0.3, "epoch": 1, "step": 30}  # (no row of rank 0 yet: any rank's newest)
+    for step, loss in ((10, 1.0), (20, 0.5)):
+        t.add(ev.Event(ev.STEP, "worker", 0, 1, {"epoch": 1, "step": step, "metrics": {"train/loss": loss}}))
+    assert t.final() == {"train/loss": 0.5, "epoch": 1, "step": 20}
+    assert MetricsTable("r", previous=t.to_arrow()).final() == {"train/loss": 0.5, "epoch": 1, "step": 20}
+    t.add(ev.Event(ev.EPOCH, "worker", 0, 1, {"epoch": 1, "step": 20, "metrics": {"acc": 0.9}}))
+    t.add(ev.Event(ev.STEP, "worker", 0, 1, {"epoch": 2, "step": 25, "metrics": {"train/loss": 0.1}}))
+    assert t.final() == {"acc": 0.9, "epoch": 1, "step": 20}

@@ -163,6 +163,17 @@ def test_script_reporter_cadence_and_checkpoint_sync(tmp_path):
     msgs = _read_messages(r)
     assert [(m["kind"], m["step"]) for m in msgs] == [("step", 1), ("step", 7), ("epoch", 7)]
     assert msgs[0]["metrics"]["loss"] == 2.0 and msgs[2]["epoch"] == 1 and msgs[2]["metrics"] == {"acc": 0.9}
+
+    # A resumed attempt of a script that counts no step raytf sees (orbit): its count stays where it resumed (50),
+    # so a CheckpointManager's save is named by the checkpoint's own number; once it counts, by its count.
+    resumed = ScriptReporter(w, every_steps=10, heartbeat_s=60, is_chief=True, checkpoint_dir=str(ckpt),
+                             scratch=str(tmp_path), step=50)
+    (ckpt / "ckpt-70.index").write_text("70")
+    assert resumed.sync(number=70)
+    resumed.report_explicit({"loss": 1.0}, step=None, epoch=None, kind="step", checkpoint=False)  # step 51
+    (ckpt / "ckpt-80.index").write_text("80")
+    assert resumed.sync(number=80)
+    assert [(m["kind"], m["step"]) for m in _read_messages(r)] == [("sync", 70), ("step", 51), ("sync", 51)]
     os.close(r)
     os.close(w)
 
@@ -300,3 +311,48 @@ def test_a_handoff_travels_as_one_line():
     os.environ.update(start.to_env())
     assert WarmStart.from_env() == start and "RAYTF_SCRIPT_WARM" not in os.environ
 
+
+
+def _summary_host(tmp_path, emitted: list):
+    """A chief's ScriptHost (no child: its summaries are written here) whose events go to `emitted`."""
+    from raytf._task.script.host import ScriptHost
+
+    host = ScriptHost(cfg=_cfg("metrics.max_names=3"), spec=TaskSpec(role="worker", index=0, rank=0, cpus=1, gpus=0),
+                      run_dir=None, emit=lambda k, p: emitted.append((k, p)), attempt=1, is_chief=True,
+                      scratch=str(tmp_path), log_file=io.BytesIO(), stream=False)
+    host.restore(None)
+    return host
+
+
+def _write_scalars(folder: str, *points: tuple[str, float, int]) -> None:
+    from tensorboardX import SummaryWriter
+
+    with SummaryWriter(folder) as writer:  # (a file of its own each time, as a restarted program's writer)
+        for tag, value, step in points:
+            writer.add_scalar(tag, value, step)
+
+
+def test_a_scripts_tf_summary_scalars_are_its_rows_until_it_reports_its_own(tmp_path):
+    """A script that counts no step raytf sees (orbit, the Model Garden): its scalars under $RAYTF_CHECKPOINT_DIR and
+    $RAYTF_LOG_DIR are its rows, a step's once a newer step is seen (or at its end), its heartbeats carry their step;
+    names past metrics.max_names are left out, not the script's end. Once it reports a row or starts a fit itself,
+    its own rows are its metrics: no more of its scalars (a TensorBoard callback's epoch_loss is at step = epoch)."""
+    from raytf._core import events as ev
+    from raytf._task.script import protocol
+
+    emitted = []
+    host = _summary_host(tmp_path, emitted)
+    _write_scalars(os.path.join(host.checkpoint_dir, "train"), ("loss", 1.0, 10), ("lr", 0.125, 10), ("loss", 0.5, 20))
+    host._summaries.relay(final=False)
+    assert [(k, p.step, p.metrics) for k, p in emitted] == [(ev.STEP, 10, {"train/loss": 1.0, "train/lr": 0.125})]
+    _write_scalars(host.log_dir, ("a", 1.0, 30), ("b", 2.0, 30))  # $RAYTF_LOG_DIR's, at its top: the tag alone
+    host._summaries.relay(final=True)
+    assert [(p.step, p.metrics) for _, p in emitted[1:]] == [(20, {"train/loss": 0.5}), (30, {"a": 1.0})]
+    assert host.position == (0, 30)
+    host._on_message(protocol.Row(ev.HEARTBEAT, ev.Beat(epoch=1, step=0)))  # the child counted nothing
+    assert emitted[-1] == (ev.HEARTBEAT, ev.Beat(epoch=1, step=30)) and host.position == (0, 30)
+
+    host._on_message(protocol.Row(ev.STEP, ev.Row(epoch=1, step=1, metrics={"a": 2.0})))  # its own row
+    _write_scalars(host.log_dir, ("a", 0.5, 40), ("a", 0.25, 50))
+    host._summaries.relay(final=True)
+    assert [p.metrics for _, p in emitted[-1:]] == [{"a": 2.0}] and host.position == (0, 1)

@@ -169,6 +169,38 @@ def test_the_custom_loop_tutorial_commits_its_checkpoint_manager_saves(tmp_path,
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # step 2, with its relaunch
+@pytest.mark.timeout(300)
+def test_an_orbit_style_loop_is_committed_by_its_global_step_and_its_summaries_are_its_metrics(tmp_path, no_leaks):
+    """examples/orbit_style.py (conf/orbit_style.yaml), written as orbit and the Model Garden write their loops:
+    asynchronous CheckpointManager saves numbered by the global step, tf.summary scalars, no Keras fit and no
+    raytf.report. Each committed checkpoint is named by its step and holds that checkpoint; every worker's scalars
+    are its rows at their steps; a relaunch resumes every worker from the last one (raytf issue 55)."""
+    cfg = raytf.load_config(ROOT / "conf/orbit_style.yaml", [
+        f"storage.path={tmp_path / 'runs'}", "run.name=orbit", "metrics.flush_interval_s=0"])
+    first = raytf.fit(cfg, quiet=True)
+    assert first.status == "succeeded", first.error
+    # Saves at steps 10 (the first), 30, 50 (every 20 after it) and 60 (at the end); storage.keep_last=3.
+    assert [Path(c).name[-11:] for c in first.checkpoints] == ["s0000000030", "s0000000050", "s0000000060"]
+    assert (Path(first.checkpoints[-1]) / "ckpt-60.index").exists()
+    df = first.metrics
+    for rank in (0, 1):
+        rows = df[df["rank"] == rank]
+        assert list(rows["step"]) == [10, 20, 30, 40, 50, 60] and rows["train/training_loss"].notna().all()
+    assert first.final_metrics["step"] == 60 and "train/learning_rate" in first.final_metrics
+    assert first.attempts[0]["steps_lost"] is None  # (nothing lost, and raytf counted no step of its own)
+
+    again = raytf.fit(raytf.load_config(cfg, ["train.args=[--model-dir,'{checkpoint_dir}',--train-steps,'80']"]),
+                      quiet=True)
+    assert again.status == "succeeded", again.error
+    assert again.summary["resumed_from"] == first.checkpoints[-1]
+    for worker in (0, 1):
+        assert "starting at step 60" in (Path(again.run_dir) / f"logs/worker{worker}-attempt2.log").read_text()
+    later = again.metrics[again.metrics["attempt"] == 2]
+    assert sorted(later["step"]) == [70, 70, 80, 80] and Path(again.checkpoints[-1]).name.endswith("s0000000080")
+
+
+@pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_training_functions_second_fit_counts_on(fast_cfg, no_leaks):

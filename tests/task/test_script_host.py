@@ -151,13 +151,20 @@ def test_async_checkpoint_manager_saves_are_copied_whole_and_named_by_their_numb
     """A CheckpointManager saving asynchronously, pruning to max_to_keep=2 (tests/scripts/async_saves.py, as the
     Model Garden saves): each copy handed over for upload holds the checkpoint its state file names, whole, and no
     other (the one save's files, not the manager's whole directory), and carries that checkpoint's number as its step
-    (the script reports no step of its own)."""
+    (the script reports no step of its own). Its tf.summary scalars (in the checkpoint directory's train/, as the
+    Model Garden writes them) are its metrics rows, one per step, named by their folder and tag."""
+    from raytf._core import events as ev
+
     storage = _RecordingStorage()
-    host, env = _chief(tmp_path, "tests/scripts/async_saves.py", storage)
+    emitted = []
+    host, env = _chief(tmp_path, "tests/scripts/async_saves.py", storage, lambda k, p: emitted.append((k, p)))
     host.run(env)
     assert storage.uploads, "no checkpoint handed over"
     assert [whole for _, _, whole in storage.uploads] == [True] * len(storage.uploads), storage.uploads
     assert [(step, named) for step, named, _ in storage.uploads] == [(n * 10, f"ckpt-{n * 10}") for n in range(1, 5)]
+    rows = [(p.step, {k: round(v, 4) for k, v in p.metrics.items()}) for k, p in emitted if k == ev.STEP]
+    assert rows == [(n * 10, {"train/training_loss": round(1.0 / n, 4), "train/learning_rate": 0.1})
+                    for n in range(1, 5)]
     assert _leftovers() == []
 
 

@@ -6,6 +6,8 @@
   stderr lines are kept for the error message;
 - its metrics rows and heartbeats (JSON lines on a pipe) as events on the bus, plus heartbeats while it
   prints, so a script that only logs is not taken for a hung one;
+- the scalars it writes with `tf.summary` under $RAYTF_CHECKPOINT_DIR and $RAYTF_LOG_DIR, as its metrics rows, as
+  long as it reports none itself (no Keras `fit`, no `raytf.report`: orbit, the Model Garden, a custom loop);
 - its checkpoint snapshots (chief) uploaded to <run>/checkpoints/ like a training function's;
 - on resume, the latest committed checkpoint downloaded into its $RAYTF_CHECKPOINT_DIR first;
 - its task's Ray Data shares (raytf.fit's datasets=), served to `raytf.dataset` in the script by a `feed.DataFeed` on
@@ -26,33 +28,25 @@ import signal
 import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from raytf._core import events as ev
-from raytf._core import failure, limits, peers, tracebacks
+from raytf._core import failure, limits, tracebacks
 from raytf._core.plan import TaskSpec
 from raytf._core.tasks import TaskRun
 from raytf._storage import RunDir, task_log, task_log_dir, task_workdir
 from raytf._task import timing, usercode
 from raytf._task.lines import Shown
-from raytf._task.script import feed, protocol, spawn
+from raytf._task.script import feed, protocol, spanning, spawn, summaries
 from raytf._task.script.env import child_env, expand_args
 from raytf._task.tee import CHUNK, TaskOutput
 from raytf._task.upload import Uploader, upload_outputs
-from raytf.config import Config, Strategy
-from raytf.errors import RaytfError, StorageError, WorkerError
+from raytf.config import Config
+from raytf.errors import StorageError, WorkerError
 
 log = logging.getLogger(__name__)
 
 _READER_GRACE_S = 10.0  # after the script's group is gone, how long its pipes may take to drain
-_PEER_POLL_S = 0.5  # how often the kernel's TCP tables are read while the script has not joined its cluster
-_TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
-
-
-class ClusterNotUsed(RaytfError):
-    """The script's strategy does not span the cluster raytf gave it: a bug in the script, never retried."""
-
 
 class ScriptHost:
     """Runs one task's child process to its end; `run()` returns its exit code and stderr tail."""
@@ -77,13 +71,13 @@ class ScriptHost:
         self.error: BaseException | None = None  # a failed checkpoint upload, raised by run()
         self.raised: str | None = None  # the type of the uncaught exception the script died of
         self.raised_summary = ""  # and that exception in a few lines (_core/tracebacks.summary)
-        # Whether the script had a connection with another task of its cluster (None: not known, or no cluster).
-        self.joined: bool | None = None
-        self._cluster: tuple[int | None, set] = (None, set())  # this task's port and its peers', from TF_CONFIG
+        self.span: spanning.SpanWatch | None = None  # its strategy against its cluster (run() makes it)
         # Ray Data input: {name: ray.data.DataIterator}, served to the script while it runs (child_env's data_socket).
         self.datasets = dict(datasets or {})
         self.data_socket = feed.socket_path(scratch) if self.datasets else ""
         self.warm = warm  # a child that has imported TensorFlow already, to run the script in (spawn.WarmChild)
+        # Its tf.summary scalars, its rows while it reports none itself.
+        self._summaries = summaries.SummaryRelay([self.checkpoint_dir, self.log_dir], self._names, self._summary_row)
 
     def restore(self, resume_from) -> None:
         """Every task starts from the latest committed checkpoint's files in its $RAYTF_CHECKPOINT_DIR
@@ -146,10 +140,13 @@ class ScriptHost:
                    threading.Thread(target=self._read_events, args=(read_fd,), daemon=True)]
         ticker = threading.Thread(target=self.output.tick, args=(self._done, self._beat_while_printing), daemon=True,
                                   name="raytf-script-ticker")
-        self._cluster = peers.cluster_endpoints(json.loads(env["TF_CONFIG"])) if "TF_CONFIG" in env else (None, set())
-        watch = [threading.Thread(target=self._watch_peers, daemon=True, name="raytf-peer-watch")
-                 ] if self._cluster[0] is not None else []
-        for t in [*threads, ticker, *watch]:
+        tf_config = json.loads(env["TF_CONFIG"]) if "TF_CONFIG" in env else None
+        self.span = spanning.SpanWatch(self.cfg, self.spec, tf_config)
+        watch = [threading.Thread(target=self.span.watch, args=(self._done,), daemon=True, name="raytf-peer-watch")
+                 ] if self.span.has_cluster else []
+        summary_watch = threading.Thread(target=self._summaries.watch, args=(self._done,), daemon=True,
+                                         name="raytf-summaries")
+        for t in [*threads, ticker, *watch, summary_watch]:
             t.start()
         try:
             code = self.proc.wait()
@@ -164,6 +161,8 @@ class ScriptHost:
                 t.join(max(0.0, deadline - time.monotonic()))
             self._done.set()
             ticker.join()
+            summary_watch.join()
+            self._summaries.relay(final=True)  # what it wrote last (its last step's row waited for a newer one)
             self.output.end(ok=self.proc.returncode == 0)
             role, index = self.spec.role, self.spec.index
             upload_outputs(self.run_dir, self.log_dir, task_log_dir(role, index, self.attempt), "$RAYTF_LOG_DIR")
@@ -175,8 +174,8 @@ class ScriptHost:
                 self.error = e
         if self.error is not None:
             raise self.error
-        if code == 0 and self.joined is False:
-            raise ClusterNotUsed(self._not_spanning("never connected to another task of its cluster"))
+        if code == 0 and (unused := self.span.at_exit()) is not None:
+            raise unused
         return code, list(self.output.stderr_tail)
 
     def exit_error(self, code: int, tail: list[str], node_id: str) -> WorkerError:
@@ -197,38 +196,19 @@ class ScriptHost:
                            role=self.spec.role, rank=self.spec.rank, node_id=node_id,
                            remote_traceback="\n".join(tracebacks.tail_lines(tail)), kind=kind, error_type=error_type)
 
-    def _not_spanning(self, what: str) -> str:
-        c = self.cfg.cluster
-        return (f"{self.spec.role} {self.spec.index}: the script {what}: its strategy does not span the cluster, so "
-                f"its tasks trained as unsynchronised copies (tf.distribute.MirroredStrategy ignores TF_CONFIG; an "
-                f"in-process test cluster trains on its own). Fix: build tf.distribute.MultiWorkerMirroredStrategy() "
-                f"(ParameterServerStrategy from TFConfigClusterResolver() for cluster.strategy=parameter_server), or "
-                f"run it as one task: cluster.num_workers=1 (cluster.strategy=mirrored for one machine's GPUs; "
-                f"now: cluster.strategy={c.strategy.value}, cluster.num_workers={c.num_workers})")
-
-    def _look_for_peers(self) -> bool | None:
-        """Whether the kernel's TCP tables show a connection with the cluster now (None: they cannot be read)."""
-        own_port, others = self._cluster
-        try:
-            tables = [Path(f).read_text() for f in _TCP_TABLES if os.path.exists(f)]
-        except OSError:
-            tables = []
-        if own_port is None or not tables:  # no cluster; not Linux, or no /proc: nothing can be said
-            return None
-        self.joined = self.joined or any(peers.joined(peers.connections(t), own_port, others) for t in tables)
-        return self.joined
-
-    def _watch_peers(self) -> None:
-        """Until the script ends or is seen connected to its cluster, twice a second (a training script's TF
-        channels stay open while it trains)."""
-        while self._look_for_peers() is False and not self._done.wait(_PEER_POLL_S):
-            pass
-
     def _kill_group(self, sig: int = signal.SIGKILL) -> None:
         try:
             os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):  # the group is gone already
             pass
+
+    # -- the script's tf.summary scalars ----------------------------------------------------------
+    def _summary_row(self, step: int, metrics: dict[str, float]) -> None:
+        with self._lock:
+            epochs, at = self._position
+            self._position = (epochs, max(at, step))
+        self._last_beat = time.monotonic()
+        self.emit(ev.STEP, ev.Row(epoch=epochs + 1, step=step, metrics=metrics))
 
     # -- the child's output ------------------------------------------------------------------
     def _read_output(self, pipe, stream: str) -> None:
@@ -279,23 +259,24 @@ class ScriptHost:
             self._kill_group()
 
     def _on_message(self, msg: protocol.Message) -> None:
+        relay = self._summaries
+        if isinstance(msg, protocol.FitStarted) or (isinstance(msg, protocol.Row) and msg.kind in (ev.STEP, ev.EPOCH)):
+            relay.script_counts()
+        elif isinstance(msg, protocol.Row) and msg.kind == ev.HEARTBEAT and not relay.counted and (
+                msg.payload.step < relay.step):  # (its summaries count the steps it does not: their step, then)
+            msg = protocol.Row(ev.HEARTBEAT, ev.Beat(epoch=msg.payload.epoch, step=relay.step))
         if (position := msg.position()) is not None:
             with self._lock:
+                if not relay.counted:  # (a checkpoint's number, or nothing: its summaries' step if later)
+                    position = (position[0], max(position[1], relay.step))
                 self._position = position
         self._last_beat = time.monotonic()
         if isinstance(msg, protocol.Raised):
             self.raised, self.raised_summary = str(msg.type), str(msg.summary or "")
         elif isinstance(msg, protocol.FitStarted):
             self.emit(ev.STARTED, ev.Started(**dataclasses.asdict(msg)))
-            workers = self.cfg.cluster.num_workers
-            if self.cfg.cluster.strategy is Strategy.multi_worker_mirrored and int(msg.replicas) < workers:
-                self._give_up(ClusterNotUsed(self._not_spanning(
-                    f"trains with {msg.replicas} replica(s) in sync on a cluster of {workers} workers")))
-            elif self._look_for_peers() is False:
-                # A strategy of the cluster has connected to it by the time Model.fit runs (MWMS: to the
-                # coordination service at its construction; ParameterServerStrategy: to the ps and workers).
-                self._give_up(ClusterNotUsed(self._not_spanning("started Model.fit without a connection to "
-                                                                "another task of its cluster")))
+            if self.span is not None and (unused := self.span.at_fit(int(msg.replicas))) is not None:
+                self._give_up(unused)
         elif isinstance(msg, protocol.SyncFailed):
             self._give_up(StorageError(f"the checkpoint directory ({self.checkpoint_dir}) could not be copied whole "
                                        f"for upload: {msg.reason}"))

@@ -94,6 +94,7 @@ class ScriptReporter(StepCounter):
         self._base = (0, 0)  # (epochs, steps) done before the current fit, by earlier fits
         self._fit_epochs: int | None = None
         self._fit_begun = False
+        self._counted = False  # a step of this attempt counted (a Keras fit, a raytf.report): its step names saves
 
     def _send(self, msg: protocol.Message) -> None:
         data = protocol.encode(msg)
@@ -106,7 +107,12 @@ class ScriptReporter(StepCounter):
         self._send(protocol.Row(kind, payload))
 
     # -- what keras_callback.ScriptCallback calls -------------------------------------------------------
+    def report(self, metrics: Mapping[str, Any] | None, *, kind: str = STEP) -> None:
+        self._counted = True
+        super().report(metrics, kind=kind)
+
     def fit_started(self, *, replicas: int, epochs: int | None, steps_per_epoch: int | None) -> None:
+        self._counted = True
         self.fit = (self.fit or 0) + 1
         self._fit_begun = False
         self.num_replicas, self.steps_per_epoch = replicas, steps_per_epoch
@@ -154,7 +160,8 @@ class ScriptReporter(StepCounter):
     def sync(self, number: int | None = None) -> bool:
         """Chief only: if the checkpoint directory changed since the last sync, copy it aside (so the script
         can go on writing) and hand the copy to the host for upload as checkpoint (epoch, step); `number`: the
-        checkpoint's own (a CheckpointManager's), its step where the script counted none raytf saw.
+        checkpoint's own (a CheckpointManager's), its step where the script counted none raytf saw in this attempt
+        (a resumed one's count starts where it resumed, and counts no further).
 
         The copy must hold the checkpoint its state file names, whole (checkpoints.tf_state_gaps): a writer the
         script runs on a thread of its own may change the directory while it is copied (a file pruned, a state
@@ -162,7 +169,8 @@ class ScriptReporter(StepCounter):
         made whole is raytf's storage failure (the host stops the script; the attempt is retried)."""
         if not self.is_chief:
             return False
-        step = number if number is not None and not self.step else self.step
+        # (Not counted: its step is where the attempt resumed, the checkpoint's own number says where it is now.)
+        step = number if number is not None and not self._counted else self.step
         problem = ""
         for attempt in range(COPY_TRIES):
             sig = _tree_signature(self.checkpoint_dir)
