@@ -162,7 +162,10 @@ class ScriptHost:
             self._done.set()
             ticker.join()
             summary_watch.join()
-            self._summaries.relay(final=True)  # what it wrote last (its last step's row waited for a newer one)
+            try:  # what it wrote last (its last step's row waited for a newer one)
+                self._summaries.relay(final=True)
+            except Exception as e:  # (never in the way of the script's own end, told below)
+                log.warning("the script's last tf.summary scalars were not relayed: %s: %s", type(e).__name__, e)
             self.output.end(ok=self.proc.returncode == 0)
             role, index = self.spec.role, self.spec.index
             upload_outputs(self.run_dir, self.log_dir, task_log_dir(role, index, self.attempt), "$RAYTF_LOG_DIR")
