@@ -64,8 +64,9 @@ def one(scratch: Path, n: int, standby_n: int, steps: int, after_s: float = 12.0
     thread = threading.Thread(target=run)
     thread.start()
     first_step.wait(300)
-    if early:  # the failure comes right after the first committed checkpoint, whatever the standbys' state
-        committed.wait(300)
+    if early:  # right after the first committed checkpoint (the script saves none: its first step), standbys or not
+        if not script:
+            committed.wait(300)
         ready = None
     else:  # once the standbys are ready (with standbys), the same time after the first step without
         t = time.monotonic()
@@ -104,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--script", action="store_true", help="the program as a script (train.script)")
     ap.add_argument("--early", action="store_true",
-                    help="the kill right after the first committed checkpoint, the standbys in whatever state they "
-                         "are (raytf issue 53); by default once they are ready, 12 s after the first step")
+                    help="the kill right after the first committed checkpoint (--script: the first step; it saves "
+                         "none), the standbys in whatever state they are (raytf issue 53); by default once they are "
+                         "ready, 12 s after the first step")
     a = ap.parse_args(argv)
     after_s, arms = 12.0, (0, 2)
     if a.smoke:
