@@ -149,23 +149,23 @@ def test_the_keras_tutorial_runs_unmodified_and_a_relaunch_resumes_on_every_work
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # step 2, with its relaunch (a custom loop's CheckpointManager saves: the Model Garden's too)
+@pytest.mark.slow  # step 2 (a custom loop's CheckpointManager saves; their relaunch: the orbit-style test below)
 @pytest.mark.timeout(300)
 def test_the_custom_loop_tutorial_commits_its_checkpoint_manager_saves(tmp_path, no_leaks):
-    """examples/tutorial_ctl.py saves with a tf.train.CheckpointManager and reports nothing to raytf: each save on
-    the chief is committed all the same, and the run resumes from the last one."""
+    """examples/tutorial_ctl.py saves with a tf.train.CheckpointManager (the chief into the real directory, worker 1
+    into a temporary one it deletes) and reports nothing to raytf: each save on the chief is committed all the same,
+    as a checkpoint a resume restores (its state file naming it). Every worker resuming from the last commit after
+    a relaunch: the orbit-style loop's test below (the same CheckpointManager path, ~15 s of CI's second step)."""
     cfg = raytf.load_config(ROOT / "conf/tutorial_ctl.yaml", [
         f"storage.path={tmp_path / 'runs'}", "run.name=ctl", "metrics.flush_interval_s=0",
         "train.args=[--epochs,'2',--steps-per-epoch,'5',--checkpoint-dir,'{checkpoint_dir}']"])
     first = raytf.fit(cfg, quiet=True)
     assert first.status == "succeeded", first.error
     assert len(first.checkpoints) == 2  # one per epoch's CheckpointManager.save
-    assert (Path(first.checkpoints[-1]) / "checkpoint").exists()
-    again = raytf.fit(raytf.load_config(cfg, ["train.args=[--epochs,'3',--steps-per-epoch,'5',--checkpoint-dir,"
-                                              "'{checkpoint_dir}']"]), quiet=True)
-    assert again.status == "succeeded", again.error
-    log = (Path(again.run_dir) / "logs/worker1-attempt2.log").read_text()
-    assert "epoch 2" in log and "Epoch: 3," in log and "Epoch: 1," not in log
+    last = Path(first.checkpoints[-1])
+    assert "ckpt-2" in (last / "checkpoint").read_text() and (last / "ckpt-2.index").exists()
+    log = (Path(first.run_dir) / "logs/worker1-attempt1.log").read_text()
+    assert "Epoch: 2," in log  # (worker 1 trained both epochs beside the chief)
 
 
 @pytest.mark.ray
