@@ -127,17 +127,21 @@ def no_leaks(ray_local):
     assert leftovers() == {"actors": [], "placement_groups": []}
 
 
+def _quick(tmp_path, defaults: list[str], overrides) -> list[str]:
+    """Quick settings (`defaults`) and storage under tmp_path, then the test's overrides. No standby processes
+    unless a test asks (tests/ray/test_standby.py): each would import TensorFlow beside the test's own tasks on 2
+    cores. No model export unless a test asks (keras_run's is looked at): ~1 s of CPU in each task of every run,
+    which nothing else checks."""
+    return [f"storage.path={tmp_path / 'runs'}", "checkpoint.export_model=false", *defaults,
+            "metrics.flush_interval_s=0", "cluster.standby=0", *overrides]
+
+
 def _small(conf: str, tmp_path, defaults: list[str]):
     """A config factory: `conf` with quick settings and storage under tmp_path, plus the test's overrides."""
     import raytf
 
     def make(*overrides: str):
-        # No standby processes unless a test asks (tests/ray/test_standby.py): each would import TensorFlow beside
-        # the test's own tasks on 2 cores. No model export unless a test asks (keras_run's is looked at): ~1 s of
-        # CPU in each task of every run, which nothing else checks.
-        return raytf.load_config(ROOT / conf, [f"storage.path={tmp_path / 'runs'}", "checkpoint.export_model=false",
-                                               *defaults, "metrics.flush_interval_s=0", "cluster.standby=0",
-                                               *overrides])
+        return raytf.load_config(ROOT / conf, _quick(tmp_path, defaults, overrides))
 
     return make
 
@@ -161,8 +165,9 @@ def _shared_run(session_ray, tmp_path_factory, conf: str, defaults: list[str], *
     import raytf
 
     session_ray.up()
-    cfg = _small(conf, tmp_path_factory.mktemp("shared-run"), defaults)(*overrides)
-    return raytf.fit(cfg, quiet=True)
+    # Called as README.md and docs/getting-started.md write it (a config's path, a list of overrides): their blocks'
+    # runs are these (tests/ray/test_docs_snippets_train.py's OUTSIDE_CI).
+    return raytf.fit(str(ROOT / conf), _quick(tmp_path_factory.mktemp("shared-run"), defaults, overrides), quiet=True)
 
 
 @pytest.fixture(scope="session")

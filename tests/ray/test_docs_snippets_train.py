@@ -21,6 +21,12 @@ pytestmark = [pytest.mark.timeout(900)]
 # `-m bench` (not CI's: ~7 minutes alone on 2 cores, 2026-11-28), as the benchmarks' smokes are; the rest in the slow
 # tier. Keyed by the block's code: an edited block is run in the slow tier until it is looked at again.
 OUTSIDE_CI = {
+    "README.md": "conf/local.yaml by the CLI on an embedded Ray: tests/ray/test_mwms_local.py's "
+                 "test_cli_runs_conf_local_end_to_end; raytf.fit of a config's path and overrides on a running Ray: "
+                 "the session's shared runs (tests/conftest.py: keras_run, ps_run)",
+    "docs/getting-started.md": "the README's two blocks again (the same tests)",
+    "docs/runs.md": "a relaunch that resumes: tests/ray/test_mwms_local.py's test_keras_fit_two_workers_then_resume "
+                    "(raytf.fit, which the CLI calls)",
     "docs/scripts.md": "conf/script.yaml, the two tutorials and the PS script: tests/ray/test_script_mode.py and "
                        "test_tutorials.py launch them",
     "docs/parameter-server.md": "conf/ps_local.yaml three ways: ps_run (with its evaluator) and "
