@@ -46,6 +46,15 @@ def split_records(buf: bytes) -> tuple[list[bytes], int]:
     return records, at
 
 
+def first_record_bytes(buf: bytes) -> int | None:
+    """The whole size of the record `buf` starts with, from its header (None: not a whole header yet); a reader
+    whose buffer is smaller reads that much (an image summary's record can be megabytes)."""
+    if len(buf) < _HEADER.size:
+        return None
+    (length, _) = _HEADER.unpack_from(buf, 0)
+    return _HEADER.size + length + _FOOTER_BYTES
+
+
 def scalars(record: bytes) -> tuple[int, dict[str, float]] | None:
     """(step, {tag: value}) of one event's scalar summaries, or None: an event of no scalar (the file's version
     line, a graph, histograms, images, text). A scalar is `tf.summary.scalar`'s (a 0-d numeric tensor of the

@@ -4,6 +4,7 @@ reporter's counting and checkpoint syncs, the output reader, the TF_CONFIG guard
 import io
 import json
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -356,3 +357,23 @@ def test_a_scripts_tf_summary_scalars_are_its_rows_until_it_reports_its_own(tmp_
     _write_scalars(host.log_dir, ("a", 0.5, 40), ("a", 0.25, 50))
     host._summaries.relay(final=True)
     assert [p.metrics for _, p in emitted[-1:]] == [{"a": 2.0}] and host.position == (0, 1)
+
+
+def test_a_record_bigger_than_a_read_is_read_whole_and_the_file_read_past_it(tmp_path, monkeypatch):
+    """An image summary's record can be megabytes, more than one read takes: read whole, the scalars after it too."""
+    from raytf._task.script import summaries
+
+    monkeypatch.setattr(summaries, "_READ_BYTES", 64)
+    _write_scalars(str(tmp_path / "train"), ("loss", 1.0, 1), ("loss", 0.5, 2))
+    (events,) = (tmp_path / "train").iterdir()
+    big = events.read_bytes()
+    # A record of 1000 bytes (an Event whose file_version is long, as large as an image's would be) first.
+    from tensorboardX.proto import event_pb2
+
+    data = event_pb2.Event(step=0, file_version="x" * 1000).SerializeToString()
+    events.write_bytes(struct.pack("<QI", len(data), 0) + data + struct.pack("<I", 0) + big)
+    reader = summaries.SummaryReader([str(tmp_path)])
+    found = []
+    for _ in range(10):  # (a read a poll: the file's records, 64 bytes or one whole record at a time)
+        found += reader.read()
+    assert found == [(1, {"train/loss": 1.0}), (2, {"train/loss": 0.5})]

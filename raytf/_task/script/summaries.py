@@ -15,7 +15,7 @@ from raytf._core.checkpoints import TF_EVENTS
 
 log = logging.getLogger(__name__)
 
-_READ_BYTES = 4 * 1024 * 1024  # at most this much of one file per read (a file of images: the rest next time)
+_READ_BYTES = 4 * 1024 * 1024  # this much of one file per read (a file of images: the rest next time)
 _POLL_S = 1.0  # how often the event files are read while the script runs (and once more after it ends)
 
 
@@ -49,6 +49,10 @@ class SummaryReader:
             with open(path, "rb") as f:
                 f.seek(at)
                 buf = f.read(_READ_BYTES)
+                # A record bigger than a read (an image's) is read whole, or the file would never be read past it.
+                need = tfevents.first_record_bytes(buf)
+                if need is not None and len(buf) < need <= tfevents.MAX_RECORD_BYTES:
+                    buf += f.read(need - len(buf))
         except OSError:  # (gone meanwhile: a writer's temporary file)
             return []
         try:
