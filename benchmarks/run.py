@@ -18,7 +18,9 @@ phase, beside the hand-launched program's own. raytf's phases come from its resu
 marks, the tasks' TensorFlow import and strategy from their STARTED events); the first step, the end of training
 and (by hand, in a script) the TensorFlow import from the workload's own marks (benchmarks/workload.py); the
 process's spawn and exit from this benchmark's clock around the subprocess. What follows result.json's write (Ray's
-stop, the interpreter's exit) is one row: "result.json -> exit".
+stop, the interpreter's exit) is one row: "result.json -> exit". Then each cold CLI launch's wall split into Ray's
+start, Ray's stop, the program's own time (the hand launch of the same round) and raytf's own share (raytf issue
+53's target: ≤ 1 s), with and without standby processes (`cli_no_standby`: what they cost a run that never fails).
 """
 
 from __future__ import annotations
@@ -278,6 +280,13 @@ def raytf_cli_cold(s: Setup, out: Path) -> Trial:
                   [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", *_lean_function(s, out)], s, out)
 
 
+def raytf_cli_no_standby_cold(s: Setup, out: Path) -> Trial:
+    """The cold CLI without standby processes (cluster.standby=0): what the standbys, asked for at the first step for
+    a retry's sake, cost a run that never fails (their Ray workers' start, their TensorFlow import on idle CPU)."""
+    return _child(CLI_NO_STANDBY, [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet",
+                                   *_lean_function(s, out), "cluster.standby=0"], s, out)
+
+
 def raytf_cli_script_cold(s: Setup, out: Path) -> Trial:
     """The same command running the workload as a script (train.script): the program launched by hand, unchanged."""
     args = f"[--out,{out},--epochs,'{s.epochs}',--steps,'{s.steps}',--batch,'{s.batch}']"
@@ -383,6 +392,42 @@ def timeline_table(trials: list[Trial]) -> str:
     return "\n".join(rows)
 
 
+def cold_share(tline: dict[str, float], wall: float, hand_wall: float) -> dict[str, float]:
+    """One cold CLI launch's wall split the way raytf issue 53 asks: Ray's start (its `ray.init`, the timeline's
+    `Ray started` phase), Ray's stop (from result.json's last write to the process's exit: `ray.shutdown` and the
+    interpreter's exit), the program's own time (the same program launched by hand, the same round: its whole wall)
+    and what is left, raytf's own share (its imports, the driver, the placement, the tasks' start and addressing, the
+    teardown, the curves and files; less the hand launch's own exit, which raytf's killed tasks do not pay)."""
+    ray_start = tline[tl.RAY_READY] - tline[tl.DRIVER_IMPORTED]
+    ray_stop = wall - tline[tl.RESULT_WRITTEN]
+    return {"wall": wall, "ray_start": ray_start, "ray_stop": ray_stop, "program": hand_wall,
+            "raytf": wall - ray_start - ray_stop - hand_wall}
+
+
+def share_table(trials: list[Trial]) -> str:
+    """The cold CLI launches' walls split into Ray's start and stop, the program's own time and raytf's share
+    (`cold_share`), each round's raytf trial paired with the same round's hand launch; medians (and each round).
+    "" without cold raytf trials and a hand launch beside them."""
+    ok = [t for t in trials if t.phase == "cold" and t.error is None]
+    hand_by_round = {t.round: t.wall_s for t in ok if t.contender == HAND}
+    rows = ["| cold CLI launch (s, median of rounds: each round) | wall | Ray's start | Ray's stop | the program "
+            "by hand | raytf's own share |", "|---|---|---|---|---|---|"]
+    targets_met: list[str] = []
+    for name in (CLI_FUNCTION, CLI_NO_STANDBY, CLI_SCRIPT):
+        shares = [cold_share(t.timeline, t.wall_s, hand_by_round[t.round]) for t in ok
+                  if t.contender == name and t.timeline and t.round in hand_by_round
+                  and tl.RAY_READY in t.timeline and tl.RESULT_WRITTEN in t.timeline]
+        if not shares:
+            continue
+        cells = [f"{statistics.median(s[k] for s in shares):.2f} ({', '.join(f'{s[k]:.2f}' for s in shares)})"
+                 for k in ("wall", "ray_start", "ray_stop", "program", "raytf")]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+        own = statistics.median(s["raytf"] for s in shares)
+        targets_met.append(f"- raytf's own share of a cold launch, {name}: {own:.2f} s (target ≤ 1 s) — "
+                           f"{'met' if own <= 1.0 else 'MISSED'}")
+    return "\n".join(rows) + "\n\n" + "\n".join(targets_met) if len(rows) > 2 else ""
+
+
 def ray_train_cold(s: Setup, out: Path) -> Trial:
     """A Ray Train script run the same way: a fresh Python that starts its own local Ray."""
     code = ("import sys, ray; from benchmarks.run import _ray_train_fit; "
@@ -393,7 +438,8 @@ def ray_train_cold(s: Setup, out: Path) -> Trial:
                    str(s.batch)], s, out)
 
 
-COLD = {"hand": hand, "cli": raytf_cli_cold, "cli_script": raytf_cli_script_cold, "raytrain_cold": ray_train_cold}
+COLD = {"hand": hand, "cli": raytf_cli_cold, "cli_no_standby": raytf_cli_no_standby_cold,
+        "cli_script": raytf_cli_script_cold, "raytrain_cold": ray_train_cold}
 CONTENDERS = {"hand": hand, "script": raytf_script, "function": raytf_function, "fresh": raytf_function_fresh,
               "observed": raytf_function_observed, "unsplit": raytf_function_unsplit, "raytrain": ray_train,
               "ps": raytf_ps}
@@ -402,9 +448,10 @@ CONTENDERS = {"hand": hand, "script": raytf_script, "function": raytf_function, 
 # The smoke (CI's check that every code path here runs; issue 31: each run left out is ~10-40 s of CI's second
 # step) leaves out the contenders whose code another one runs: Ray Train's cold run is the warm run's
 # _ray_train_fit in the _child the CLI's cold runs use; `fresh` and `unsplit` are `function` and `observed` with
-# one override (cluster.standby=0, metrics.breakdown=false), paths the default tests run. The hand launch runs
-# once, cold (the warm rounds' ratios to it read "—"). `--only` still runs any of them.
-SMOKE_LEAVES_OUT = {"raytrain_cold", "fresh", "unsplit"}
+# one override (cluster.standby=0, metrics.breakdown=false), paths the default tests run, and so is
+# `cli_no_standby` of `cli`. The hand launch runs once, cold (the warm rounds' ratios to it read "—"). `--only`
+# still runs any of them.
+SMOKE_LEAVES_OUT = {"raytrain_cold", "fresh", "unsplit", "cli_no_standby"}
 
 
 def _median(values):
@@ -434,6 +481,7 @@ FRESH = "raytf MWMS, function, cluster.standby=0"
 UNSPLIT = "raytf MWMS, function + ckpt/metrics, metrics.breakdown=false"
 RAY_TRAIN, RAY_TRAIN_COLD = "Ray Train TensorflowTrainer", "Ray Train TensorflowTrainer (cold)"
 CLI_FUNCTION, CLI_SCRIPT = "raytf CLI, embedded Ray (cold)", "raytf CLI, train.script, embedded Ray (cold)"
+CLI_NO_STANDBY = "raytf CLI, embedded Ray (cold), cluster.standby=0"
 
 
 def table(trials: list[Trial]) -> tuple[str, dict[str, dict]]:
@@ -577,6 +625,8 @@ def main(argv: list[str] | None = None) -> int:
     print(md)
     if timeline := timeline_table(setup.trials):
         print("\n" + timeline)
+    if shares := share_table(setup.trials):
+        print("\n" + shares)
     print("\n" + "\n".join(targets(med)))
     if a.json:
         Path(a.json).write_text(json.dumps([t.__dict__ for t in setup.trials], indent=1))

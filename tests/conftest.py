@@ -165,8 +165,8 @@ def _shared_run(session_ray, tmp_path_factory, conf: str, defaults: list[str], *
     import raytf
 
     session_ray.up()
-    # Called as README.md and docs/getting-started.md write it (a config's path, a list of overrides): their blocks'
-    # runs are these (tests/ray/test_docs_snippets_train.py's OUTSIDE_CI).
+    # Called as README.md and docs/getting-started.md write it (a config's path, a list of overrides); their blocks
+    # themselves run in the slow tier (tests/ray/test_docs_snippets_train.py).
     return raytf.fit(str(ROOT / conf), _quick(tmp_path_factory.mktemp("shared-run"), defaults, overrides), quiet=True)
 
 

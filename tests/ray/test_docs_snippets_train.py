@@ -17,24 +17,6 @@ from tests.core.test_docs_snippets import commands, slow_snippets
 
 pytestmark = [pytest.mark.timeout(900)]
 
-# Blocks of several runs each, whose runs CI's tests already make (the same configs, the same paths): run here with
-# `-m bench` (not CI's: ~7 minutes alone on 2 cores, 2026-11-28), as the benchmarks' smokes are; the rest in the slow
-# tier. Keyed by the block's code: an edited block is run in the slow tier until it is looked at again.
-OUTSIDE_CI = {
-    "README.md": "conf/local.yaml by the CLI on an embedded Ray: tests/ray/test_mwms_local.py's "
-                 "test_cli_runs_conf_local_end_to_end; raytf.fit of a config's path and overrides on a running Ray: "
-                 "the session's shared runs (tests/conftest.py: keras_run, ps_run)",
-    "docs/getting-started.md": "the README's two blocks again (the same tests)",
-    "docs/runs.md": "a relaunch that resumes: tests/ray/test_mwms_local.py's test_keras_fit_two_workers_then_resume "
-                    "(raytf.fit, which the CLI calls)",
-    "docs/scripts.md": "conf/script.yaml, the two tutorials and the PS script: tests/ray/test_script_mode.py and "
-                       "test_tutorials.py launch them",
-    "docs/parameter-server.md": "conf/ps_local.yaml three ways: ps_run (with its evaluator) and "
-                                "tests/ray/test_ps_local.py's custom loop",
-    "docs/notebooks.md": "raytf.fit and a 4-trial raytf.sweep (tests/ray/test_sweep.py's notebook and CLI sweep)",
-    "docs/performance.md": "--scaling 1,2,4 (tests/ray/test_scaling.py)",
-}
-_OUTSIDE = {code for file, _, _, code in slow_snippets() if file in OUTSIDE_CI}
 _ran: set[tuple[str, ...]] = set()  # launch commands run already (a block repeated on another page runs once)
 
 
@@ -70,9 +52,8 @@ def _epochs(argv: list[str]) -> list[str]:
     return [] if any(a.startswith("train.epochs=") for a in argv) else ["train.epochs=1"]
 
 
-@pytest.mark.parametrize("snippet", [pytest.param(s, marks=pytest.mark.bench if s[3] in _OUTSIDE
-                                                  else pytest.mark.slow) for s in slow_snippets()],
-                         ids=lambda s: f"{s[0]}:{s[1]}")
+@pytest.mark.slow
+@pytest.mark.parametrize("snippet", slow_snippets(), ids=lambda s: f"{s[0]}:{s[1]}")
 def test_a_documented_block_that_trains_works(snippet, ray_local, no_leaks, tmp_path):
     file, line, language, code = snippet
     env = {**os.environ, "RAY_ADDRESS": state_address()}
