@@ -282,7 +282,7 @@ def raytf_cli_cold(s: Setup, out: Path) -> Trial:
 
 def raytf_cli_no_standby_cold(s: Setup, out: Path) -> Trial:
     """The cold CLI without standby processes (cluster.standby=0): what the standbys, asked for at the first step for
-    a retry's sake, cost a run that never fails (their Ray workers' start, their TensorFlow import on idle CPU)."""
+    a retry's sake, cost a run that never fails (their Ray workers' start, their TensorFlow import at nice 19)."""
     return _child(CLI_NO_STANDBY, [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet",
                                    *_lean_function(s, out), "cluster.standby=0"], s, out)
 
@@ -394,10 +394,11 @@ def timeline_table(trials: list[Trial]) -> str:
 
 def cold_share(tline: dict[str, float], wall: float, hand_wall: float) -> dict[str, float]:
     """One cold CLI launch's wall split the way raytf issue 53 asks: Ray's start (its `ray.init`, the timeline's
-    `Ray started` phase), Ray's stop (from result.json's last write to the process's exit: `ray.shutdown` and the
-    interpreter's exit), the program's own time (the same program launched by hand, the same round: its whole wall)
-    and what is left, raytf's own share (its imports, the driver, the placement, the tasks' start and addressing, the
-    teardown, the curves and files; less the hand launch's own exit, which raytf's killed tasks do not pay)."""
+    `Ray started` phase), Ray's stop (from result.json's last write to the process's exit: the CLI's
+    `standby.release()`, `ray.shutdown` and the interpreter's exit), the program's own time (the same program
+    launched by hand, the same round: its whole wall) and what is left, raytf's own share (its imports, the driver,
+    the placement, the tasks' start and addressing, the teardown, the curves and files; less the hand launch's own
+    exit, which raytf's killed tasks do not pay)."""
     ray_start = tline[tl.RAY_READY] - tline[tl.DRIVER_IMPORTED]
     ray_stop = wall - tline[tl.RESULT_WRITTEN]
     return {"wall": wall, "ray_start": ray_start, "ray_stop": ray_stop, "program": hand_wall,
