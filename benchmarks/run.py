@@ -413,7 +413,7 @@ def share_table(trials: list[Trial]) -> str:
     hand_by_round = {t.round: t.wall_s for t in ok if t.contender == HAND}
     rows = ["| cold CLI launch (s, median of rounds: each round) | wall | Ray's start | Ray's stop | the program "
             "by hand | raytf's own share |", "|---|---|---|---|---|---|"]
-    targets_met: list[str] = []
+    verdicts: list[str] = []
     for name in (CLI_FUNCTION, CLI_NO_STANDBY, CLI_SCRIPT):
         shares = [cold_share(t.timeline, t.wall_s, hand_by_round[t.round]) for t in ok
                   if t.contender == name and t.timeline and t.round in hand_by_round
@@ -424,9 +424,9 @@ def share_table(trials: list[Trial]) -> str:
                  for k in ("wall", "ray_start", "ray_stop", "program", "raytf")]
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
         own = statistics.median(s["raytf"] for s in shares)
-        targets_met.append(f"- raytf's own share of a cold launch, {name}: {own:.2f} s (target ≤ 1 s) — "
+        verdicts.append(f"- raytf's own share of a cold launch, {name}: {own:.2f} s (target ≤ 1 s) — "
                            f"{'met' if own <= 1.0 else 'MISSED'}")
-    return "\n".join(rows) + "\n\n" + "\n".join(targets_met) if len(rows) > 2 else ""
+    return "\n".join(rows) + "\n\n" + "\n".join(verdicts) if len(rows) > 2 else ""
 
 
 def ray_train_cold(s: Setup, out: Path) -> Trial:
