@@ -1,9 +1,10 @@
 """The documentation's blocks that train (marked `<!-- snippet: slow -->`; tests/core/test_docs_snippets.py checks the
 others and lists these), run as written, on the session's Ray, shortened: every launch and every config a Python
 block loads gets `_short`'s settings last (an epoch or the block's own count, two steps each, storage in the test's
-directory), so a block that works at full length works here, and a key or command the docs misspell fails. A
-`pip install` of a block is the test environment's already."""
+directory), and a sweep's grid cut to two trials (`two_trials`), so a block that works at full length works here, and
+a key or command the docs misspell fails. A `pip install` of a block is the test environment's already."""
 
+import inspect
 import json
 import os
 import shlex
@@ -25,9 +26,29 @@ def _short(storage) -> list[str]:
             "metrics.every_steps=1", "cluster.standby=0"]
 
 
+def two_trials(space: dict) -> dict:
+    """A sweep's grid shortened as its epochs are: its first two points (the first key with several values keeps two,
+    every other key its first). The sweep's path is the same for two trials as for four: queued, each a full run,
+    the table; two more runs of a grid cost ~25 s each of CI's second step."""
+    out, widened = {}, False
+    for key, values in space.items():
+        several = isinstance(values, (list, tuple)) and len(values) > 1
+        out[key] = list(values[:1 + (not widened)]) if several else values
+        widened = widened or several
+    return out
+
+
+def _sweep_override(argv: list[str]) -> list[str]:
+    """A launch of a config with a sweep section: its space, cut to two trials, given last on the command line."""
+    from raytf.config import load_config
+
+    space = load_config(ROOT / argv[3]).sweep.space
+    return [f"sweep.space={json.dumps(two_trials(dict(space)))}"] if space else []
+
+
 # A Python block runs in a process of its own with this first: its configs get the short settings last (raytf.fit,
-# raytf.sweep and raytf.load_config: each module's name for raytf.config.load_config), its ray.init() joins the
-# session's Ray (RAY_ADDRESS), and its plots are drawn off screen.
+# raytf.sweep and raytf.load_config: each module's name for raytf.config.load_config), its sweeps two trials, its
+# ray.init() joins the session's Ray (RAY_ADDRESS), and its plots are drawn off screen.
 _PRELUDE = """
 import matplotlib
 matplotlib.use("Agg")
@@ -44,6 +65,11 @@ _load.load_config = _shortened
 import raytf, raytf.config, raytf.api.fit, raytf.api.plan, raytf.api.scaling, raytf.api.sweep
 for _module in (raytf, raytf.config, raytf.api.fit, raytf.api.plan, raytf.api.scaling, raytf.api.sweep):
     _module.load_config = _shortened
+{TWO_TRIALS}
+_sweep = raytf.api.sweep.sweep
+def _short_sweep(*args, space, **kwargs):
+    return _sweep(*args, space=two_trials(dict(space)), **kwargs)
+raytf.sweep = raytf.api.sweep.sweep = _short_sweep
 """
 
 
@@ -59,7 +85,8 @@ def test_a_documented_block_that_trains_works(snippet, ray_local, no_leaks, tmp_
     env = {**os.environ, "RAY_ADDRESS": state_address()}
     ran = 0
     if language == "python":
-        prelude = _PRELUDE.format(SHORT=[*_short(tmp_path / "runs"), "train.epochs=1"])
+        prelude = _PRELUDE.format(SHORT=[*_short(tmp_path / "runs"), "train.epochs=1"],
+                                  TWO_TRIALS=inspect.getsource(two_trials))
         proc = subprocess.run([sys.executable, "-c", prelude + code], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=600)
         assert proc.returncode == 0, f"{file}:{line}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
@@ -73,8 +100,8 @@ def test_a_documented_block_that_trains_works(snippet, ray_local, no_leaks, tmp_
                 ran += 1
                 continue
             _ran.add(tuple(argv))
-            cmd = [sys.executable, *argv[1:], *_epochs(argv), *_short(tmp_path / "runs"), "--address",
-                   state_address()]
+            cmd = [sys.executable, *argv[1:], *_epochs(argv), *_short(tmp_path / "runs"), *_sweep_override(argv),
+                   "--address", state_address()]
             proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
             assert proc.returncode == 0, f"{file}:{line}: {shlex.join(argv)}\n{proc.stderr[-4000:]}"
             ran += 1

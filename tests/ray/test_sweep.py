@@ -44,8 +44,9 @@ def test_example_notebook_executes(tmp_path, ray_local, no_leaks):
     (runs,) = [c for c in nb.cells if "./runs" in c.source]
     runs.source = runs.source.replace("./runs", str(tmp_path)).replace(
         '"storage.path=', f'"ray.address={state_address()}", "checkpoint.export_model=false", "storage.path=')
-    # Two of its four trials: the sweeps' path (trials queued two at a time, each a full run) is the same for four,
-    # and the grid of two keys (four trials, of two sizes) is the CLI's below; ~65 s of CI's second step.
+    # Two of its four trials: the sweeps' path (trials queued two at a time, each a full run) is the same for four
+    # (~65 s of CI's second step). The CLI's sweep section: docs/notebooks.md's block (test_docs_snippets_train.py);
+    # trials of two sizes: test_tracking.py's sweep.
     runs.source = runs.source.replace('"train.batch_size": [16, 32]', '"train.batch_size": [32]')
     assert state_address() in runs.source and '"train.batch_size": [32]' in runs.source
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
@@ -57,29 +58,3 @@ def test_example_notebook_executes(tmp_path, ray_local, no_leaks):
     for run in tmp_path.glob("nb-sweep-*"):
         assert "entrypoint: <function train defined in __main__>" in (run / "config.yaml").read_text()
         assert json.loads((run / "result.json").read_text())["status"] == "succeeded"
-
-
-@pytest.mark.slow
-def test_cli_sweep_section(tmp_path, ray_local, no_leaks):
-    """conf/sweep.yaml's section from the CLI, its grid replaced by worker count: trials of two sizes, each a full
-    run, the table printed (the section's parsing and a grid's product: tests/core; two learning rates made it four
-    runs, ~1 min of CI's second step, for nothing a run checks). It joins the session's Ray."""
-    import subprocess
-    import sys
-
-    from tests.conftest import state_address
-
-    proc = subprocess.run(
-        [sys.executable, "-m", "raytf.launch", "conf/sweep.yaml", f"storage.path={tmp_path}", "train.epochs=1",
-         "train.steps_per_epoch=3",
-         # (A space on the command line merges into the file's: its batch sizes narrowed to one.)
-         "sweep.space={train.params.learning_rate: [0.003], train.batch_size: [32], "
-         "cluster.num_workers: [1, 2]}", f"--address={state_address()}", "checkpoint.export_model=false"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [ln for ln in proc.stdout.splitlines() if "succeeded" in ln]
-    assert len(rows) == 2, proc.stdout
-    summaries = [json.loads(p.read_text()) for p in tmp_path.glob("lr-batch-*/result.json")]
-    assert sorted((s["config"]["train"]["params"]["learning_rate"], len(s["tasks"])) for s in summaries) == [
-        (0.003, 1), (0.003, 2)], [s.get("config") for s in summaries]
-    assert all(s["status"] == "succeeded" and s["final_metrics"].get("loss") is not None for s in summaries)
