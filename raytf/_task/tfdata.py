@@ -16,12 +16,12 @@ machine); 10-30 s in longer CI runs.
 raytf cannot fix the race, but it can keep the wait off the training thread: an iterator's resource handle is
 dropped by a short-lived daemon thread instead of the thread that dropped the iterator (TF releases the GIL while it
 deletes a handle, tensorflow/python/eager/pywrap_tensor.cc's EagerTensor_dealloc: that thread waits alone). A task
-actor's process is ended by `ray.kill`; a script's process waits for those threads (`wait`) after the script and its
-final checkpoint sync, before the interpreter's shutdown (which a thread still inside TF's destructor could crash):
-the wait moves past the script's training. The pipeline's buffers are freed at once either way (the prefetch threads
-are joined before the model thread); only the idle model thread waits. The symbol used is in
-raytf/_core/private_apis.py (ITERATOR_TEARDOWN); without it, the stall stays. No upstream issue was found for this
-race (searched: TF's issues on iterator teardown and autotuning); reproducer: `python -m benchmarks.fit_stall`.
+actor's process is ended by `ray.kill`; a script's process, after its script, its final checkpoint sync and its exit
+handlers, waits for those threads half a second (`wait`) and then leaves without the interpreter's shutdown, which a
+thread still inside TF's destructor could crash (script/leaving.py). The pipeline's buffers are freed at once either
+way (the prefetch threads are joined before the model thread); only the idle model thread waits. The symbol used
+is in raytf/_core/private_apis.py (ITERATOR_TEARDOWN); without it, the stall stays. No upstream issue was found for
+this race (searched: TF's issues on iterator teardown and autotuning); reproducer: `python -m benchmarks.fit_stall`.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ and the environment it runs in, so the script starts as a training function does
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import gc
 import importlib
@@ -28,7 +29,7 @@ import traceback
 
 from raytf._core import tracebacks
 from raytf._task import keras_guard
-from raytf._task.script import patches, protocol
+from raytf._task.script import leaving, patches, protocol
 from raytf._task.script.protocol import ChildSpec
 
 _PR_SET_PDEATHSIG = 1
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     # -> 0.14 s with a Keras fit), which the host, and the run's end, wait for. The script's own objects, made after
     # this, are collected (and finalized at exit) as they would be anyway.
     gc.freeze()
+    atexit.register(leaving.past_teardowns)  # (before the script's own exit handlers: it runs after them)
     code = 0
     try:
         _run(spec)
@@ -269,9 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         code = code or 1
     if gpus is not None:
         gpus.close()
-    from raytf._task import tfdata
-
-    tfdata.wait()  # iterators torn down beside the script: done before the interpreter shuts down
+    leaving.status = code
     return code
 
 
