@@ -12,7 +12,7 @@ import sys
 # How long the exit waits for tf.data iterators' teardowns before leaving without them (`past_teardowns`): one not
 # hit by TensorFlow's race is done in milliseconds.
 TEARDOWN_GRACE_S = 0.5
-status = 0  # the script's exit status (child.main sets it), for `past_teardowns`
+status = 1  # the script's exit status, for `past_teardowns`: child.main sets it; 1 if an error escapes main
 
 
 def flush_open_files() -> None:
