@@ -26,3 +26,29 @@ def take(count: int, ready: int, warming: int) -> Take:
     from_ready = min(count, ready)
     from_warming = min(count - from_ready, warming)
     return Take(from_ready, from_warming, count - from_ready - from_warming)
+
+
+@dataclass(frozen=True)
+class Released:
+    """What a pool's release ended (StandbyPool.release): how many standbys, and the nodes they were on, each with the
+    pids of those whose pid was known (a standby still importing has told none yet: a sweep there waits for the
+    others only, and removes whatever has lost its owner). Their scratch directories are the caller's to sweep."""
+
+    count: int
+    pids_on: dict[str, tuple[int, ...]]
+
+
+def sweeps(pids_on: dict[str, tuple[int, ...]], local_roots: dict[str, str]
+           ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+    """Where released standbys' scratch is swept: (scratch root -> pids, swept in the caller's own process: the nodes
+    in `local_roots`, whose tasks shared the caller's place and reported that root; node -> pids, swept by a Ray task
+    on the node, which needs a worker process started there first). Pure."""
+    here: dict[str, tuple[int, ...]] = {}
+    there: dict[str, tuple[int, ...]] = {}
+    for node, pids in pids_on.items():
+        root = local_roots.get(node)
+        if root:
+            here[root] = (*here.get(root, ()), *pids)
+        else:
+            there[node] = pids
+    return here, there

@@ -265,6 +265,7 @@ class TaskGroup:
         reachable; bounded, and never a reason to fail (the next task on the node sweeps too)."""
         on = {i.node_id for i in self.infos} - skip - {None, ""}
         local, roots = local_sweeps([i for i in self.infos if i.node_id in on], here())
+        standby.note_local({i.node_id: i.scratch_root for i in self.infos if i.node_id in local})
         if roots:
             try:
                 sweep_roots(roots)

@@ -32,7 +32,7 @@ from raytf._core.plan import Plan, TaskSpec, actor_env, spare_nodes, task_runtim
 from raytf._driver import nodes, placement
 
 # The one task-side module the driver imports: Ray needs the actor's class.
-from raytf._task.actor import TaskActor, sweep_scratch
+from raytf._task.actor import TaskActor, sweep_roots, sweep_scratch
 from raytf.config import Config
 
 log = logging.getLogger("raytf")
@@ -127,12 +127,13 @@ class StandbyPool:
             c["warming"] += len(self._warming.get(where, []))
         return out
 
-    def release(self) -> int:
-        """End every standby; how many."""
+    def release(self) -> standbys.Released:
+        """End every standby: how many, and on which nodes (their scratch directories, which ray.kill leaves, are
+        the caller's to sweep: standby.release)."""
         actors = [a for v in self._ready.values() for a in v] + [a for v in self._warming.values() for a, _ in v]
-        pids_on: dict[str, list[int]] = {node: [] for node, _ in [*self._ready, *self._warming]}
+        pids_on: dict[str, tuple[int, ...]] = {node: () for node, _ in [*self._ready, *self._warming]}
         for (node, _), ready in self._ready.items():  # (a warming one's pid is not known yet)
-            pids_on[node] += [self._pids[id(a)] for a in ready if id(a) in self._pids]
+            pids_on[node] += tuple(self._pids[id(a)] for a in ready if id(a) in self._pids)
         for a in actors:
             try:
                 ray.kill(a, no_restart=True)
@@ -140,14 +141,7 @@ class StandbyPool:
                 log.debug("kill: %s", e)
         _wait_gone(actors)
         self._ready, self._warming, self._pids = {}, {}, {}
-        # Their temporary directories (scratch.own_tempdir), which ray.kill leaves: swept on their nodes once their
-        # processes are gone, bounded.
-        alive = nodes.alive()
-        refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(
-            tuple(pids)) for n, pids in pids_on.items() if n in alive]
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=10)
-        return len(actors)
+        return standbys.Released(len(actors), pids_on)
 
 
 class Slots:
@@ -264,19 +258,49 @@ def wait_ready(count: int, timeout_s: float) -> bool:
 
 
 def release() -> int:
-    """End this job's standby task processes (and their pool) now; how many there were. raytf makes them again
-    when a run wants them (cluster.standby)."""
+    """End this job's standby task processes (and their pool) now, and sweep their scratch; how many there were.
+    raytf makes them again when a run wants them (cluster.standby)."""
     if not ray.is_initialized():
         return 0
     p = pool(create=False)
     if p is None:
         return 0
     try:
-        n = ray.get(p.release.remote(), timeout=30)
+        out = ray.get(p.release.remote(), timeout=30)
     except RayError as e:
         log.debug("standby release: %s", e)
-        n = 0
+        out = standbys.Released(0, {})
     ray.kill(p, no_restart=True)
     _wait_gone([p])
     _made.clear()
-    return n
+    _sweep(out.pids_on)
+    return out.count
+
+
+# The nodes whose tasks shared this process's place (machine, namespaces, user: tasks.local_sweeps, found at a
+# group's teardown), each with the scratch root they reported. A standby there, started by the same raylet as they
+# were, keeps its scratch under the same root: its sweep runs in this process, as the teardown's does, and not as a
+# Ray task, which would first need a worker started on the node (0.57 s of a CLI's exit, measured on 2 cores).
+_local_roots: dict[str, str] = {}
+
+
+def note_local(roots: dict[str, str]) -> None:
+    """Node -> scratch root, for nodes whose tasks share this process's place (a group's teardown)."""
+    _local_roots.update(roots)
+
+
+def _sweep(pids_on: dict[str, tuple[int, ...]], timeout_s: float = 10.0) -> None:
+    """The released standbys' scratch directories, once their processes are gone: in this process where it can
+    (`note_local`), by a Ray task on each other node that is up; bounded, and never a reason to fail (the next task
+    on a node sweeps too)."""
+    here, there = standbys.sweeps(pids_on, _local_roots)
+    if here:
+        try:
+            sweep_roots(here)
+        except OSError as e:
+            log.debug("standby scratch sweep: %s", e)
+    alive = nodes.alive() if there else set()
+    refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(pids)
+            for n, pids in there.items() if n in alive]
+    if refs:
+        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)

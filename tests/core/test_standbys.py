@@ -1,5 +1,6 @@
 """Use, wait for, or skip the standbys (raytf/_core/standbys.py, raytf issue 53). Pure."""
 
+from raytf._core import standbys
 from raytf._core.standbys import Take, take
 
 
@@ -10,3 +11,15 @@ def test_ready_standbys_first_then_those_still_importing_and_new_processes_only_
     assert take(3, ready=1, warming=1) == Take(1, 1, 1)  # a new process only for the task no standby is there for
     assert take(2, ready=0, warming=0) == Take(0, 0, 2)
     assert take(1, ready=3, warming=2) == Take(1, 0, 0)  # (the rest stay the pool's)
+
+
+def test_released_standbys_are_swept_here_on_nodes_that_share_this_place_and_by_a_task_elsewhere():
+    """A node whose tasks shared the driver's place (its root noted at their teardown) is swept in the driver's
+    process, its standbys' known pids waited for under that root; any other node (none noted, or noted without a
+    root) by a Ray task there. Two local nodes under one root (two raylets on one machine) are one sweep of it,
+    waiting for both."""
+    here, there = standbys.sweeps({"a": (11, 12), "b": (), "c": (31,), "d": (41,)},
+                                  {"a": "/tmp/raytf-scratch", "c": "/tmp/raytf-scratch", "d": ""})
+    assert here == {"/tmp/raytf-scratch": (11, 12, 31)}
+    assert there == {"b": (), "d": (41,)}
+    assert standbys.sweeps({}, {"a": "/r"}) == ({}, {})
