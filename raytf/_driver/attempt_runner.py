@@ -27,7 +27,7 @@ from raytf._core.plan import WORKER, Plan, task_table
 from raytf._core.run_machine import Run
 from raytf._core.run_states import AttemptEnd, Placing
 from raytf._core.topology import TaskAddress
-from raytf._driver import nodes, placement, standby
+from raytf._driver import figures, nodes, placement, standby
 from raytf._driver.data import Datasets
 from raytf._driver.dataservice import DataService
 from raytf._driver.group import TaskGroup
@@ -166,6 +166,7 @@ class AttemptRunner:
                   grow=(lambda now: self._grow(now, loop, group)) if elastic.is_elastic(self.cfg) else None,
                   drained=lambda now: self._drained(now, group))
             self.record.timeline.mark(tl.TRAINING_END_SEEN, time.time())
+            figures.prefetch()  # (the curves' drawing, at the run's end: its import beside the teardown)
             if not (isinstance(loop.end, Interrupted) and loop.end.at_once):  # (a second Ctrl-C wants out now)
                 self.dispatch(port.rest())  # the events still on the bus
         except (RayActorError, BusUnresponsive) as e:  # the bus: the group reads the tasks' own outcomes

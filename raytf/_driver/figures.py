@@ -5,6 +5,7 @@ figure, and any of them as PNG bytes."""
 from __future__ import annotations
 
 import sys
+import threading
 
 import pandas as pd
 import pyarrow as pa
@@ -91,6 +92,27 @@ def _panels(curves: pd.DataFrame) -> dict[str, list[str]]:
         if not is_timing(base):
             panels.setdefault(base, []).append(col)
     return panels
+
+
+_prefetch: threading.Thread | None = None
+
+
+def prefetch() -> None:
+    """matplotlib.pyplot imported in a background thread, from now: for a run's learning curves, drawn at its end,
+    whose 0.3 s of pyplot's import (of 0.5 s, the whole drawing) then runs while the attempt's teardown waits on Ray
+    (raytf issue 53: the cold CLI's own share). Once; not in a notebook, whose kernel sets its backend up itself."""
+    global _prefetch
+    if _prefetch is not None or "ipykernel" in sys.modules or "matplotlib.pyplot" in sys.modules:
+        return
+    _prefetch = threading.Thread(target=_quiet_pyplot, name="raytf-pyplot-import", daemon=True)
+    _prefetch.start()
+
+
+def _quiet_pyplot() -> None:
+    try:
+        _pyplot()
+    except ImportError:  # (the drawing itself meets it again, and says so)
+        pass
 
 
 def _pyplot():

@@ -68,3 +68,31 @@ def test_the_figure_marks_each_size_change_in_every_panel():
 
         plt.close("all")
     assert figures.png_bytes(figures.learning_curves(df), resizes=[(2.1, 2)]).startswith(b"\x89PNG")
+
+
+def test_prefetch_imports_pyplot_in_the_background_once_and_not_in_a_notebook():
+    """The curves' pyplot import starts as an attempt's training ends (figures.prefetch), so that the run's end finds
+    it done; once, on the non-interactive backend, and not where a notebook's kernel owns the backend. A process of
+    its own: this one may have pyplot imported already."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from raytf._driver import figures
+assert "matplotlib.pyplot" not in sys.modules
+figures.prefetch()
+first = figures._prefetch
+figures.prefetch()
+assert figures._prefetch is first and first.daemon
+first.join(60)
+import matplotlib
+print("matplotlib.pyplot" in sys.modules, matplotlib.get_backend())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["True", "Agg"], out.stderr[-2000:]
+    notebook = subprocess.run([sys.executable, "-c", "import sys, types; sys.modules['ipykernel'] = types.ModuleType("
+                               "'ipykernel'); from raytf._driver import figures; figures.prefetch(); "
+                               "print(figures._prefetch, 'matplotlib.pyplot' in sys.modules)"],
+                              capture_output=True, text=True, timeout=120)
+    assert notebook.returncode == 0 and notebook.stdout.split() == ["None", "False"], notebook.stderr[-2000:]
