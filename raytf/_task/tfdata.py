@@ -18,10 +18,11 @@ dropped by a short-lived daemon thread instead of the thread that dropped the it
 deletes a handle, tensorflow/python/eager/pywrap_tensor.cc's EagerTensor_dealloc: that thread waits alone). A task
 actor's process is ended by `ray.kill`; a script's process, after its script, its final checkpoint sync and its exit
 handlers, waits for those threads a tenth of a second (`wait`) and then leaves without the interpreter's shutdown,
-which a thread still inside TF's destructor could crash (script/leaving.py). The pipeline's buffers are freed at once either
-way (the prefetch threads are joined before the model thread); only the idle model thread waits. The symbol used
-is in raytf/_core/private_apis.py (ITERATOR_TEARDOWN); without it, the stall stays. No upstream issue was found for
-this race (searched: TF's issues on iterator teardown and autotuning); reproducer: `python -m benchmarks.fit_stall`.
+which a thread still inside TF's destructor could crash (script/leaving.py). The pipeline's buffers are freed at
+once either way (the prefetch threads are joined before the model thread); only the idle model thread waits. The
+symbol used is in raytf/_core/private_apis.py (ITERATOR_TEARDOWN); without it, the stall stays. No upstream issue
+was found for this race (searched: TF's issues on iterator teardown and autotuning); reproducer: `python -m
+benchmarks.fit_stall`.
 """
 
 from __future__ import annotations
