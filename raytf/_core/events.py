@@ -109,6 +109,7 @@ class EventBuffer:
         self._who: dict[int, tuple[str, int]] = {}  # rank -> (role, attempt), for its DROPPED events
         self._cond = threading.Condition()
         self._stop = threading.Event()
+        self._awake = False  # the driver's last drains: none waits for an event any more (`wake_drains`)
         # The save-now protocol (see request_save): one request at a time, numbered.
         self._control = SaveRequest()
         self._reports: dict[int, int] = {}
@@ -154,11 +155,20 @@ class EventBuffer:
             self._events.append(e)
         self._dropped[e.rank] = dropped
 
+    def wake_drains(self) -> None:
+        """The attempt is over (the driver takes the events still on the bus, RayPort.rest): a drain waiting for its
+        first event returns now with what there is, and no later drain waits. Its wait, the driver's poll interval
+        (0.5 s) for events that no longer come, held every attempt's end (raytf issue 53). Sticky: it may run before
+        the drain it is meant for does (a threaded actor's calls keep no order)."""
+        with self._cond:
+            self._awake = True
+            self._cond.notify_all()
+
     def drain(self, timeout: float) -> list[Event]:
         """Everything buffered, and a DROPPED event for each rank that lost events since the last one; waits up
-        to `timeout` seconds for the first event when empty."""
+        to `timeout` seconds for the first event when empty (unless woken: `wake_drains`)."""
         with self._cond:
-            if not self._events and timeout > 0:
+            if not self._events and timeout > 0 and not self._awake:
                 self._cond.wait(timeout)
             out, self._events, self._held = self._events, [], {}
             for rank, counts in self._dropped.items():

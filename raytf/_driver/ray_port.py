@@ -88,10 +88,11 @@ class RayPort:
         self._get(self.bus.request_stop.remote())
 
     def rest(self) -> list[ev.Event]:
-        """The events still on the bus (the outstanding drain returns within poll_s). May be called again (after
+        """The events still on the bus (the outstanding drain woken: it returns at once). May be called again (after
         also_failed's grace): the outstanding drain's events are taken once."""
         events = []
         if self._drain is not None:
+            self.bus.wake_drains.remote()  # (nothing more is waited for: the drain returns now, not in poll_s)
             events, self._drain = self._get(self._drain, self.poll_s), None
         return events + self._get(self.bus.drain.remote(0))
 

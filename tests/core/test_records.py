@@ -100,6 +100,30 @@ def test_event_buffer_drain_waits_and_returns_in_order():
     assert buf.drain(5.0) == [e1, e2]
 
 
+def test_woken_drains_return_at_once_and_none_waits_after():
+    """The attempt's last drains (RayPort.rest): a drain waiting for its first event returns when woken, with what
+    there is, and a drain that starts after the wake (a threaded actor's calls keep no order) does not wait at all."""
+    import threading
+    import time
+
+    buf = ev.EventBuffer()
+    out: list = []
+    waiting = threading.Thread(target=lambda: out.append(buf.drain(30.0)))
+    t0 = time.monotonic()
+    waiting.start()
+    while not buf._cond._waiters:  # (the drain is inside its wait: only then is the wake's notify the one it gets)
+        time.sleep(0.001)
+    buf.wake_drains()
+    waiting.join(30)
+    assert out == [[]] and time.monotonic() - t0 < 10
+    e = ev.Event(ev.STEP, "worker", 0, 1)
+    t1 = time.monotonic()
+    assert buf.drain(30.0) == []  # woken for good: no wait
+    buf.push([e])
+    assert buf.drain(30.0) == [e]
+    assert time.monotonic() - t1 < 10
+
+
 def test_attempt_observes_progress_and_accounts_loss():
     previous = Attempt(1, 1, ended=100.0)
     a = Attempt(2, 2, resumed_from="ckpt")
