@@ -1,10 +1,11 @@
-"""Whether a group's tasks start in standby processes (raytf issue 53), pure: a run right after another (a notebook's
-loop, a sweep's next trial) finds the standbys the last one asked for, ready or still importing TensorFlow. It takes
-the ready ones, then those still importing: a task given to one of those starts the moment its import is done (a
-standby answers its calls in order), which is never later than a new process would (Ray's worker start, then the
-same import); a new process beside them would import TensorFlow on the same cores at once, and made every second
-run of such a loop slower than with no standbys at all (9.6, 13.2, 4.5, 12.3 s). New processes start only for the
-tasks no standby is there for."""
+"""The standbys' decisions, pure (raytf issue 53): whether a group's tasks start in standby processes (`take`), and
+where released standbys' scratch is swept (`sweeps`). A run right after another (a notebook's loop, a sweep's next
+trial) finds the standbys the last one asked for, ready or still importing TensorFlow. It takes the ready ones, then
+those still importing: a task given to one of those starts the moment its import is done (a standby answers its
+calls in order), which is never later than a new process would (Ray's worker start, then the same import); a new
+process beside them would import TensorFlow on the same cores at once, and made every second run of such a loop
+slower than with no standbys at all (9.6, 13.2, 4.5, 12.3 s). New processes start only for the tasks no standby is
+there for."""
 
 from __future__ import annotations
 
