@@ -111,8 +111,11 @@ def test_woken_drains_return_at_once_and_none_waits_after():
     waiting = threading.Thread(target=lambda: out.append(buf.drain(30.0)))
     t0 = time.monotonic()
     waiting.start()
-    while not buf._cond._waiters:  # (the drain is inside its wait: only then is the wake's notify the one it gets)
+    # Until the drain is inside its wait (then the wake's notify is the one it gets; before, the sticky flag alone
+    # would let it return), bounded: a drain that never waits fails below, not here.
+    while not buf._cond._waiters and waiting.is_alive() and time.monotonic() - t0 < 10:
         time.sleep(0.001)
+    assert buf._cond._waiters, "the drain never waited for its first event"
     buf.wake_drains()
     waiting.join(30)
     assert out == [[]] and time.monotonic() - t0 < 10
