@@ -26,7 +26,7 @@ from raytf._driver.usercode import CodePlan
 from raytf._storage import RunDir
 
 # The one task-side module the driver imports: Ray needs the class (and the sweep's functions).
-from raytf._task.actor import TaskActor, here, sweep_roots, sweep_scratch
+from raytf._task.actor import TaskActor, here, sweep_after
 from raytf.config import SINGLE_TASK_STRATEGIES, Config, script_mode, task_view
 from raytf.config.redact import secret_runtime_env
 from raytf.errors import ConfigError, StorageError, WorkerError
@@ -266,24 +266,10 @@ class TaskGroup:
         on = {i.node_id for i in self.infos} - skip - {None, ""}
         local, roots = local_sweeps([i for i in self.infos if i.node_id in on], here())
         standby.note_local({i.node_id: i.scratch_root for i in self.infos if i.node_id in local})
-        if roots:
-            try:
-                sweep_roots(roots)
-            except OSError as e:
-                log.debug("scratch sweep: %s", e)
-        on -= local
-        if not on:
-            return
-        alive = nodes.alive()
-        pids = {n: tuple(i.pid for i in self.infos if i.node_id == n and i.pid) for n in on}
-        refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(pids[n])
-                for n in on & alive]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
-        for ref in ready:
-            try:
-                ray.get(ref)
-            except RayError as e:
-                log.debug("scratch sweep: %s", e)
+        rest = on - local
+        elsewhere = rest & nodes.alive() if rest else set()  # (nodes Ray knows alive: no sweep sent to a lost one)
+        sweep_after(roots, {n: tuple(i.pid for i in self.infos if i.node_id == n and i.pid) for n in elsewhere},
+                    timeout_s)
 
 
 @dataclass(frozen=True)

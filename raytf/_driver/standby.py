@@ -31,8 +31,8 @@ from raytf._core import standbys
 from raytf._core.plan import Plan, TaskSpec, actor_env, spare_nodes, task_runtime_env
 from raytf._driver import nodes, placement
 
-# The one task-side module the driver imports: Ray needs the actor's class.
-from raytf._task.actor import TaskActor, sweep_roots, sweep_scratch
+# The one task-side module the driver imports: Ray needs the actor's class (and the sweep's function).
+from raytf._task.actor import TaskActor, sweep_after
 from raytf.config import Config
 
 log = logging.getLogger("raytf")
@@ -294,13 +294,5 @@ def _sweep(pids_on: dict[str, tuple[int, ...]], timeout_s: float = 10.0) -> None
     (`note_local`), by a Ray task on each other node that is up; bounded, and never a reason to fail (the next task
     on a node sweeps too)."""
     here, there = standbys.sweeps(pids_on, _local_roots)
-    if here:
-        try:
-            sweep_roots(here)
-        except OSError as e:
-            log.debug("standby scratch sweep: %s", e)
     alive = nodes.alive() if there else set()
-    refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(pids)
-            for n, pids in there.items() if n in alive]
-    if refs:
-        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    sweep_after(here, {n: pids for n, pids in there.items() if n in alive}, timeout_s)

@@ -13,6 +13,8 @@ import socket
 from typing import Any
 
 import ray
+from ray.exceptions import RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raytf._core import events as ev
 from raytf._core import failure, limits, tf_ports
@@ -84,6 +86,26 @@ def sweep_roots(roots: dict[str, tuple[int, ...]]) -> list[str]:
     soak benchmark sets them apart; a notebook may change it after `ray.init`)."""
     scratch.wait_gone({p for pids in roots.values() for p in pids})
     return [path for root in roots for path in scratch.sweep(root, drop_root=True)]
+
+
+def sweep_after(roots: dict[str, tuple[int, ...]], on_nodes: dict[str, tuple[int, ...]], timeout_s: float) -> None:
+    """The driver's sweep of killed task processes' scratch (an attempt's teardown, the standbys' release): the
+    `roots` of the nodes that share its place in its own process (`sweep_roots`), and each of `on_nodes` (node ->
+    pids; nodes that are up) by a Ray task there (`sweep_scratch`). Bounded by `timeout_s`, and never a reason to
+    fail: the next task on a node sweeps too."""
+    if roots:
+        try:
+            sweep_roots(roots)
+        except OSError as e:
+            log.debug("scratch sweep: %s", e)
+    refs = [sweep_scratch.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(pids)
+            for n, pids in on_nodes.items()]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
+    for ref in ready:
+        try:
+            ray.get(ref)
+        except RayError as e:
+            log.debug("scratch sweep: %s", e)
 
 
 def here() -> str:
