@@ -235,7 +235,7 @@ def test_preempted_worker_saves_first_and_nothing_is_lost(fast_cfg, no_leaks, mo
 
     from ray.util.state import list_actors
 
-    from raytf._driver import group
+    from raytf._task import actor as task_actor
 
     sent = []
 
@@ -248,11 +248,12 @@ def test_preempted_worker_saves_first_and_nothing_is_lost(fast_cfg, no_leaks, mo
 
     # The teardown sweeps the tasks' scratch in this (the driver's) process, which shares their machine: no Ray
     # task for it (each would start a worker process, ~0.7 s a teardown: raytf issue 38).
+    # (The teardown's sweep, task_actor.sweep_after, calls these two of its module.)
     swept, sent_sweeps = [], []
-    sweep = group.sweep_roots
-    monkeypatch.setattr(group, "sweep_roots", lambda roots: (swept.append(roots), sweep(roots)))
+    sweep = task_actor.sweep_roots
+    monkeypatch.setattr(task_actor, "sweep_roots", lambda roots: (swept.append(roots), sweep(roots)))
     no_ray_task = type("NoRayTask", (), {"options": lambda *a, **k: sent_sweeps.append(k)})
-    monkeypatch.setattr(group, "sweep_scratch", no_ray_task)
+    monkeypatch.setattr(task_actor, "sweep_scratch", no_ray_task)
     cfg = fast_cfg("run.name=preempt", "train.epochs=3", "train.entrypoint=examples.custom_loop:train",
                    "metrics.every_steps=1", "failure.max_failures=0")  # preemptions have their own budget
     result = raytf.fit(cfg, quiet=True, on_event=preempt_rank1)
