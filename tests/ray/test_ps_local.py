@@ -67,10 +67,13 @@ def test_lost_worker_is_tolerated(ps_cfg, no_leaks):
 
 
 @pytest.mark.slow  # step 2: a variant of the tolerated loss above (~40 s)
-def test_elastic_ps_grows_back_at_the_next_checkpoint_after_a_tolerated_loss(ps_cfg, no_leaks):
+def test_elastic_ps_grows_back_at_the_next_checkpoint_after_a_tolerated_loss(ps_cfg, no_leaks, tmp_path):
     """Elastic: the coordinator goes on without a lost worker (its host is up); at the chief's next checkpoint
-    the group restarts at full size, a resize, not a failure."""
+    the group restarts at full size, a resize, not a failure. The chief (paced_ps) holds after its 5th step until
+    the worker is killed: the driver sees a step late under load, and Keras's PS fit ran all 40 steps in ~1 s, so
+    the kill once came after the last checkpoint (CI, stop 65)."""
     killed = threading.Event()
+    go = tmp_path / "go"
 
     def kill_worker_1(e: ev.Event) -> None:
         if e.kind == ev.STEP and e.role == "chief" and e.payload["step"] >= 5 and not killed.is_set():
@@ -78,9 +81,12 @@ def test_elastic_ps_grows_back_at_the_next_checkpoint_after_a_tolerated_loss(ps_
             import ray
 
             ray.kill(ray.get_actor("raytf:psgrow:worker:2"), no_restart=True)
+            go.touch()
 
     result = raytf.fit(ps_cfg("run.name=psgrow", "train.epochs=4", "cluster.min_workers=1",
-                              "cluster.elastic.grow_check_s=0.5", "failure.max_failures=0"),
+                              "cluster.elastic.grow_check_s=0.5", "failure.max_failures=0",
+                              "train.entrypoint=tests.train_fns:paced_ps", "train.params.step_s=0.02",
+                              f"train.params.hold_file={go}", "train.params.hold_step=5"),
                        quiet=True, on_event=kill_worker_1)
     assert killed.is_set()
     assert result.status == "succeeded", result.error
