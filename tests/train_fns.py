@@ -146,6 +146,30 @@ def _paced(ctx: raytf.TrainContext, step, *, end_epoch=None) -> None:
         ctx.epoch_end({"weights": weights, **(end_epoch() if end_epoch else {})})
 
 
+def ps_keras_held(ctx: raytf.TrainContext) -> None:
+    """examples.ps_keras's Model.fit (ParameterServerStrategy), whose chief holds as _paced's does: in attempt 1,
+    after its step train.params.hold_step, until the file train.params.hold_file exists."""
+    import tensorflow as tf
+
+    from examples import ps_keras
+
+    hold_step, own = int(ctx.params["hold_step"]), ctx.keras_callbacks
+
+    class Hold(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.steps = 0
+            self._supports_tf_logs = True  # (tf-keras's PS fit refuses batch callbacks without it; raytf's sets it)
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps += 1
+            if ctx.attempt == 1 and self.steps == hold_step:
+                _wait_for(ctx.params["hold_file"], timeout_s=120.0)
+
+    ctx.keras_callbacks = lambda: [*own(), Hold()]  # after raytf's callback: the step's row is sent first
+    ps_keras.train(ctx)
+
+
 def _wait_for(path: str, timeout_s: float) -> None:
     """Until `path` exists (the test's signal), polled; a TimeoutError after timeout_s (a test that never sends it
     fails, never hangs)."""

@@ -49,8 +49,11 @@ def test_custom_loop_with_partitioned_variables(ps_cfg, no_leaks):
 
 
 @pytest.mark.slow  # step 2: a PS worker lost, as in the elastic PS test below and the PS host beds
-def test_lost_worker_is_tolerated(ps_cfg, no_leaks):
+def test_lost_worker_is_tolerated(ps_cfg, no_leaks, tmp_path):
+    """Keras's PS fit goes on without a lost worker. Its chief holds after its 5th step until the worker is killed
+    (the test below says why)."""
     killed = threading.Event()
+    go = tmp_path / "go"
 
     def kill_worker_1(e: ev.Event) -> None:
         if e.kind == ev.STEP and e.role == "chief" and e.payload["step"] >= 5 and not killed.is_set():
@@ -58,8 +61,11 @@ def test_lost_worker_is_tolerated(ps_cfg, no_leaks):
             import ray  # here, not at the top: collecting this module must not load Ray (tests/core checks)
 
             ray.kill(ray.get_actor("raytf:pskill:worker:2"), no_restart=True)
+            go.touch()
 
-    result = raytf.fit(ps_cfg("run.name=pskill", "train.epochs=4"), quiet=True, on_event=kill_worker_1)
+    result = raytf.fit(ps_cfg("run.name=pskill", "train.epochs=4", "train.entrypoint=tests.train_fns:ps_keras_held",
+                              f"train.params.hold_file={go}", "train.params.hold_step=5"),
+                       quiet=True, on_event=kill_worker_1)
     assert killed.is_set()
     assert result.status == "succeeded", result.error
     assert [(t["role"], t["rank"]) for t in result.summary["lost_tasks"]] == [("worker", 2)]
