@@ -119,36 +119,29 @@ def where_from(ctx: raytf.TrainContext) -> None:
 
 def _paced(ctx: raytf.TrainContext, step, *, end_epoch=None) -> None:
     """Train with `step()` (returns the step's metrics) for the configured epochs, each step taking at least
-    train.params.step_s seconds (a model with real compute), a checkpoint of a `weights` variable each epoch. With
-    train.params.hold_file, attempt 1 holds after its step train.params.hold_step until that file exists (the test
-    creates it once it has done what it does mid-run): the rest of the run comes after, however late the driver
-    saw that step."""
+    train.params.step_s seconds (a model with real compute), a checkpoint of a `weights` variable each epoch."""
     import time
 
     import tensorflow as tf
 
     step_s = float(ctx.params.get("step_s", 0.1))
-    hold = ctx.params.get("hold_file") if ctx.attempt == 1 else None
     with ctx.strategy.scope():
         weights = tf.Variable(0.0)
     ctx.restore(weights=weights)
     run = step(weights)
-    steps = 0
     for _ in ctx.epoch_range():
         for _ in range(ctx.steps_per_epoch or 1):
             started = time.monotonic()
             metrics = run()
             time.sleep(max(0.0, step_s - (time.monotonic() - started)))  # the model's compute
             ctx.step_end(metrics)
-            steps += 1
-            if hold and steps == int(ctx.params["hold_step"]):
-                _wait_for(hold, timeout_s=120.0)
         ctx.epoch_end({"weights": weights, **(end_epoch() if end_epoch else {})})
 
 
 def ps_keras_held(ctx: raytf.TrainContext) -> None:
-    """examples.ps_keras's Model.fit (ParameterServerStrategy), whose chief holds as _paced's does: in attempt 1,
-    after its step train.params.hold_step, until the file train.params.hold_file exists."""
+    """examples.ps_keras's Model.fit (ParameterServerStrategy) whose chief, in attempt 1, holds after its step
+    train.params.hold_step until the file train.params.hold_file exists (the test makes it once it has killed a
+    worker): the kill lands mid-run, however late the driver sees that step."""
     import tensorflow as tf
 
     from examples import ps_keras
