@@ -1,15 +1,30 @@
-"""The standbys' decisions, pure (raytf issue 53): whether a group's tasks start in standby processes (`take`), and
-where released standbys' scratch is swept (`sweeps`). A run right after another (a notebook's loop, a sweep's next
-trial) finds the standbys the last one asked for, ready or still importing TensorFlow. It takes the ready ones, then
-those still importing: a task given to one of those starts the moment its import is done (a standby answers its
-calls in order), which is never later than a new process would (Ray's worker start, then the same import); a new
-process beside them would import TensorFlow on the same cores at once, and made every second run of such a loop
-slower than with no standbys at all (9.6, 13.2, 4.5, 12.3 s). New processes start only for the tasks no standby is
-there for."""
+"""The standbys' decisions, pure (raytf issue 53): when an attempt asks for them (`refill_after_s`), whether a group's
+tasks start in standby processes (`take`), and where released standbys' scratch is swept (`sweeps`). A run right after
+another (a notebook's loop, a sweep's next trial) finds the standbys the last one asked for, ready or still importing
+TensorFlow. It takes the ready ones, then those still importing: a task given to one of those starts the moment its
+import is done (a standby answers its calls in order), which is never later than a new process would (Ray's worker
+start, then the same import); a new process beside them would import TensorFlow on the same cores at once, and made
+every second run of such a loop slower than with no standbys at all (9.6, 13.2, 4.5, 12.3 s). New processes start only
+for the tasks no standby is there for."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# In a Ray the launch started for itself and stops at its end (the CLI's embedded Ray), standbys can serve nothing but
+# a retry of this one run, and on the machine the run has to itself their import takes CPU from its training: asked
+# for at the first step, the cold CLI's steps were 1.41x the hand launch's against 1.02x without them, its own share
+# 1.37-2.55 s against -0.26-0.28 s (benchmarks/RESULTS.md, "A run's end, shortened"). There they are asked for once
+# the attempt has trained this long, when their import is a small part of the run (as every run did before issue 53);
+# a failure before that restarts in new processes (~3 s more of `recovery_s`).
+ONE_RUN_REFILL_AFTER_S = 20.0
+
+
+def refill_after_s(at_first_step_s: float, ray_ends_with_run: bool) -> float:
+    """How long an attempt trains before it asks for standbys: `at_first_step_s` (the driver's, 0: at its first step)
+    where Ray outlives the run, at least ONE_RUN_REFILL_AFTER_S in a Ray the launch started and stops at its end
+    (`ray_ends_with_run`), where they can serve only a retry of this run."""
+    return max(at_first_step_s, ONE_RUN_REFILL_AFTER_S) if ray_ends_with_run else at_first_step_s
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ POOL_NAME = "raytf:standby-pool"
 # checkpoint recovered in 7.4-8.1 s when they were asked for only after 20 s). Their import runs at the lowest CPU
 # priority (_task/warm.py) beside the training; what it costs the training is measured in benchmarks/RESULTS.md
 # (benchmarks.recovery). A run's end asks too (Driver's `refill_at_end`: not a CLI command's, whose session is its
-# one run), for the session's next run.
+# one run), for the session's next run. In a Ray that ends with the run, later (_core/standbys.refill_after_s).
 REFILL_AFTER_S = 0.0
 
 

@@ -7,11 +7,15 @@ import io
 import json
 import logging
 import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
 import raytf
 from raytf._core.plan import TaskSpec
+from raytf._task.script import spawn
 from raytf._task.script.host import ScriptHost, child_env
 from raytf._task.script.spawn import WarmChild
 from tests.conftest import ROOT
@@ -86,7 +90,7 @@ def test_a_warm_child_that_could_not_import_tensorflow_gives_way_to_a_cold_one(t
     with caplog.at_level(logging.WARNING, logger="raytf._task.script.host"):
         out = _probe(tmp_path, "fallback", warm=child)
     assert out["warm"] is False and out["keras"] == "tf_keras"
-    assert child.child.proc.returncode not in (None, 0)
+    assert child.child.proc.wait(timeout=30) != 0  # (reaped on a thread of its own: spawn.reap_later)
     (record,) = [r for r in caplog.records if "starting the script in a new process" in r.getMessage()]
     assert "ended before its script was given" in record.getMessage()
     assert _leftovers() == []
@@ -96,6 +100,32 @@ def test_a_warm_child_that_could_not_import_tensorflow_gives_way_to_a_cold_one(t
 def test_a_warm_child_let_go_leaves_no_process(tmp_path):
     child = WarmChild(cwd=str(tmp_path))
     child.close()  # mid-import
-    assert child.child.proc.returncode is not None
+    child.child.proc.wait(timeout=30)  # (reaped on a thread of its own: spawn.reap_later)
     child.close()  # once only: a second close touches nothing
     assert _leftovers() == []
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (Linux /proc/<pid>/stat: Z for a zombie)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("argv", "signal_it", "code"), [
+    (["-c", "raise SystemExit(3)"], False, 3),
+    (["-c", "import time; print(flush=True); time.sleep(60)"], True, -9),
+])
+def test_a_scripts_exit_is_known_without_reaping_it_and_the_reap_holds_nothing_up(argv, signal_it, code):
+    # (spawn.wait_exit: the kernel's release of a TensorFlow process took a run's end tens of seconds)
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, start_new_session=True)
+    if signal_it:
+        proc.stdout.readline()  # (running)
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert spawn.wait_exit(proc) == code
+    assert _state(proc.pid) == "Z" and proc.returncode is None  # exited, not reaped: its pid, its group still held
+    assert spawn.wait_exit(proc) == code  # (asked again: the same)
+    spawn.reap_later(proc)
+    assert proc.wait(timeout=30) == code
+    assert not os.path.exists(f"/proc/{proc.pid}") or _state(proc.pid) != "Z"
+    proc.stdout.close()

@@ -149,13 +149,14 @@ class ScriptHost:
         for t in [*threads, ticker, *watch, summary_watch]:
             t.start()
         try:
-            code = self.proc.wait()
+            code = spawn.wait_exit(self.proc)
         finally:
             # The script is done (or the host is being torn down): nothing it started outlives it, and
             # nothing left holding its pipes keeps the readers (and so this task) waiting.
             os.close(alive_w)  # the sentinel kills the group too; it is not left waiting either way
-            self._kill_group()
-            self.proc.wait()
+            self._kill_group()  # (its zombie still holds the group's id: reaped only below)
+            code = spawn.wait_exit(self.proc)
+            spawn.reap_later(self.proc)  # (the kernel's release can take long: spawn.wait_exit)
             deadline = time.monotonic() + _READER_GRACE_S
             for t in threads:
                 t.join(max(0.0, deadline - time.monotonic()))
@@ -166,7 +167,7 @@ class ScriptHost:
                 self._summaries.relay(final=True)
             except Exception as e:  # (never in the way of the script's own end, told below)
                 log.warning("the script's last tf.summary scalars were not relayed: %s: %s", type(e).__name__, e)
-            self.output.end(ok=self.proc.returncode == 0)
+            self.output.end(ok=code == 0)
             role, index = self.spec.role, self.spec.index
             upload_outputs(self.run_dir, self.log_dir, task_log_dir(role, index, self.attempt), "$RAYTF_LOG_DIR")
             upload_outputs(self.run_dir, self.work_dir, task_workdir(role, index), "the script's working directory")

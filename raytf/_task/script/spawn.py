@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 
 from raytf._task.script import protocol
@@ -50,6 +51,31 @@ def _popen(argv: list[str], env: dict[str, str], cwd: str | None, pass_fds: tupl
     # child's process group, and goes with it.
     return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             pass_fds=pass_fds, start_new_session=True, cwd=cwd)
+
+
+def wait_exit(proc: subprocess.Popen) -> int:
+    """Until `proc` has exited; its exit code as Popen writes it (-N: killed by signal N). The process is left a
+    zombie, for `reap_later`: its pid stays taken, so its group can still be signalled by it.
+
+    Not `proc.wait()`: reaping a TensorFlow process has taken a task's thread tens of seconds at a run's end, and
+    the run waited for it. The kernel's stack throughout (kernel 6.18): wait4 -> release_task ->
+    proc_invalidate_siblings_dcache -> d_invalidate -> shrink_dcache_parent, the child already gone, its pipes
+    closed: in 1 run of ~50 alone (37.6 s) and 5 of ~110 beside a process that kept a core busy (12-162 s), on 2
+    cores. (Ray's workers, and so their threads doing that, run at niceness 15: Ray's worker_niceness.) Nothing about
+    the run needs the reap: its exit status is known without it (waitid's WNOWAIT)."""
+    if proc.returncode is not None or not hasattr(os, "waitid"):
+        return proc.wait()
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    except ChildProcessError:  # reaped already (Popen's own poll)
+        return proc.wait()
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def reap_later(proc: subprocess.Popen) -> None:
+    """Reap `proc` (exited: `wait_exit`) on a thread of its own, so that whatever the kernel takes to release it
+    holds nothing up (`wait_exit` says why). A daemon thread: a process leaving meanwhile leaves the zombie to init."""
+    threading.Thread(target=proc.wait, daemon=True, name=f"raytf-reap-{proc.pid}").start()
 
 
 def start_cold(spec: ChildSpec, env: dict[str, str], cwd: str) -> Child:
@@ -115,7 +141,7 @@ class WarmChild:
         while not line.endswith(b"\n") and len(line) < _READY_LINE_BYTES:
             more = self._control.recv(_READY_LINE_BYTES - len(line))
             if not more:
-                code = self.child.proc.wait()
+                code = wait_exit(self.child.proc)
                 raise WarmChildLost(f"the warm child (pid {self.pid}) ended before its script was given (exit code "
                                     f"{code}) while importing TensorFlow")
             line += more
@@ -159,4 +185,5 @@ class WarmChild:
         for pipe in (self.child.proc.stdout, self.child.proc.stderr):
             if pipe is not None:
                 pipe.close()
-        self.child.proc.wait()
+        wait_exit(self.child.proc)
+        reap_later(self.child.proc)
