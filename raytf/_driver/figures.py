@@ -108,6 +108,16 @@ def prefetch() -> None:
     _prefetch.start()
 
 
+def prefetched() -> None:
+    """Until `prefetch`'s import is done, if one runs: before any other thread imports matplotlib. Its modules import
+    each other, and two threads importing them at once can meet one half-initialised: "cannot import name
+    'NullFormatter' from partially initialized module 'matplotlib.ticker'" failed a CLI run at its end in a rehearsal
+    (the main thread drawing the curves, `figure`'s first import, while the prefetch still ran)."""
+    t = _prefetch
+    if t is not None and t is not threading.current_thread():
+        t.join()
+
+
 def _quiet_pyplot() -> None:
     try:
         _pyplot()
@@ -117,6 +127,7 @@ def _quiet_pyplot() -> None:
 
 def _pyplot():
     """matplotlib.pyplot, imported on first use (it is slow to import)."""
+    prefetched()
     import matplotlib
 
     if "ipykernel" not in sys.modules:  # a notebook keeps its inline backend; elsewhere no display is needed
@@ -129,9 +140,8 @@ def _pyplot():
 def figure(curves: pd.DataFrame, title: str = "", resizes: list[tuple[float, int]] = ()):
     """A matplotlib Figure with one panel per metric (train, validation and evaluator curves); each of
     `resizes` (`size_changes`) a dotted vertical line labelled with the workers trained from there."""
+    plt = _pyplot()  # (first: it waits for the prefetch's import)
     from matplotlib.ticker import MaxNLocator
-
-    plt = _pyplot()
 
     panels = _panels(curves)
     n = max(1, len(panels))

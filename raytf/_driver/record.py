@@ -183,8 +183,8 @@ class RunRecord:
             if not curves.empty:
                 self.run_dir.write_bytes(figures.CURVES_FILE, figures.png_bytes(
                     curves, title=self.cfg.run.name, resizes=figures.size_changes(table)))
-        except (RaytfError, OSError, ValueError) as e:
-            log.warning("learning curves not plotted: %s", e)
+        except (RaytfError, OSError, ValueError, ImportError) as e:  # (ImportError: matplotlib's, broken or racing)
+            log.warning("learning curves not plotted: %s: %s", type(e).__name__, e)
 
     def write_metrics(self, retry: bool = True) -> None:
         """metrics.parquet whole (the parts written so far folded in): at the run's end (a lost head's too)."""

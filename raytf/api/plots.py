@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raytf._driver.figures import figure, learning_curves, ranks_figure, size_changes
+from raytf._driver.figures import figure, learning_curves, prefetched, ranks_figure, size_changes
 from raytf._driver.ranks import no_breakdown, rank_step_times
 
 
@@ -21,6 +21,7 @@ def plot(run: Any, out: str | None = None, *, ranks: bool = False):
     from raytf.api.result import Result, load_result
 
     result = run if isinstance(run, Result) else load_result(str(run))
+    prefetched()  # (a run's end may still be importing it in the background: figures.prefetch)
     import matplotlib.pyplot as plt
 
     title = result.summary.get("run", "")

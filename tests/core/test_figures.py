@@ -96,3 +96,22 @@ print("matplotlib.pyplot" in sys.modules, matplotlib.get_backend())
                                "print(figures._prefetch, 'matplotlib.pyplot' in sys.modules)"],
                               capture_output=True, text=True, timeout=120)
     assert notebook.returncode == 0 and notebook.stdout.split() == ["None", "False"], notebook.stderr[-2000:]
+
+
+def test_curves_drawn_while_the_background_import_still_runs_wait_for_it():
+    """A run's end draws its curves while `prefetch`'s import may still run (a loaded machine: CI's rehearsal). Two
+    threads importing matplotlib at once met a half-initialised module ("cannot import name 'NullFormatter' from
+    partially initialized module 'matplotlib.ticker'"), which failed the run: drawing right after the prefetch began
+    did so 12 times in 12 here. A process of its own: this one may have matplotlib imported already."""
+    import subprocess
+    import sys
+
+    code = """
+import pandas as pd
+from raytf._driver import figures
+figures.prefetch()
+png = figures.png_bytes(pd.DataFrame({"loss": [1.0, 0.5, 0.3], "val_loss": [1.1, 0.7, 0.6]}, index=[1, 2, 3]))
+print(png.startswith(b"\\x89PNG"), figures._prefetch.is_alive())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["True", "False"], out.stderr[-2000:]

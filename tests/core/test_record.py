@@ -38,3 +38,21 @@ def test_a_failed_write_after_a_success_is_raised_once_all_were_tried():
     with pytest.raises(StorageError, match="no space left"):
         r.end("succeeded", ended_by=None)
     assert r.calls == ["curves", ("result", "succeeded")]
+
+
+def test_a_plot_that_cannot_be_drawn_is_a_warning_not_the_runs_failure(monkeypatch, caplog):
+    # (matplotlib broken, or two threads importing it at once: "partially initialized module 'matplotlib.ticker'")
+    from raytf._driver import figures
+
+    def broken(*a, **k):
+        raise ImportError("cannot import name 'NullFormatter' from partially initialized module 'matplotlib.ticker'")
+
+    monkeypatch.setattr(figures, "png_bytes", broken)
+    r = RunRecord.__new__(RunRecord)
+    r.cfg = SimpleNamespace(run=SimpleNamespace(name="r"))
+    r.metrics = SimpleNamespace(to_arrow=lambda: None)
+    r.run_dir = SimpleNamespace(write_bytes=lambda name, data: pytest.fail("nothing to write"))
+    monkeypatch.setattr(figures, "learning_curves", lambda table: SimpleNamespace(empty=False))
+    monkeypatch.setattr(figures, "size_changes", lambda table: [])
+    r.write_curves()
+    assert "learning curves not plotted: ImportError: cannot import name 'NullFormatter'" in caplog.text
