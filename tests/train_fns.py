@@ -141,12 +141,16 @@ def _paced(ctx: raytf.TrainContext, step, *, end_epoch=None) -> None:
 def ps_keras_held(ctx: raytf.TrainContext) -> None:
     """examples.ps_keras's Model.fit (ParameterServerStrategy) whose chief, in attempt 1, holds after its step
     train.params.hold_step until the file train.params.hold_file exists (the test makes it once it has killed a
-    worker): the kill lands mid-run, however late the driver sees that step."""
+    worker): the kill lands mid-run, however late the driver sees that step. With train.params.hold_epoch, it also
+    holds at that epoch's end (its checkpoint saved) until the driver stops the attempt, which it does at that commit
+    when it has decided to restart the group (a resize): a fast fit would otherwise end before the driver sees the
+    commit. A driver that never stops it fails the attempt (_wait_for's TimeoutError)."""
     import tensorflow as tf
 
     from examples import ps_keras
 
     hold_step, own = int(ctx.params["hold_step"]), ctx.keras_callbacks
+    hold_epoch = int(ctx.params.get("hold_epoch", 0))
 
     class Hold(tf.keras.callbacks.Callback):
         def __init__(self):
@@ -158,6 +162,10 @@ def ps_keras_held(ctx: raytf.TrainContext) -> None:
             self.steps += 1
             if ctx.attempt == 1 and self.steps == hold_step:
                 _wait_for(ctx.params["hold_file"], timeout_s=120.0)
+
+        def on_epoch_end(self, epoch, logs=None):
+            if ctx.attempt == 1 and epoch + 1 == hold_epoch:
+                _wait_for(ctx.params["hold_file"] + ".never", timeout_s=120.0)  # (the driver's stop ends it)
 
     ctx.keras_callbacks = lambda: [*own(), Hold()]  # after raytf's callback: the step's row is sent first
     ps_keras.train(ctx)
