@@ -11,7 +11,7 @@ function back-to-back, script back-to-back, function with `--pause` seconds betw
 trials (a grid over train.params.tag, which changes nothing of the job). Per run: its wall time (the `raytf.fit`
 call), wall / the hand-launched median, how many tasks started in standbys; per sweep trial: the gap from the
 previous trial's end to this one's first step. Nothing waits for the standbys between back-to-back runs: a run that
-finds them still importing TensorFlow takes them (standby.StandbyPool.take), as a notebook's loop would.
+finds them still importing TensorFlow takes them (standby_pool.StandbyPool.take), as a notebook's loop would.
 """
 
 from __future__ import annotations

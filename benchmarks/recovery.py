@@ -1,6 +1,6 @@
 """Recovery time with and without standby task processes (cluster.standby), side by side on one running Ray.
 
-Run:  python -m benchmarks.recovery [--rounds 3] [--script]
+Run:  python -m benchmarks.recovery [--rounds 3] [--script] [--early] [--session]
       python -m benchmarks.recovery --smoke      (one short round with standbys: the CI check that it runs)
 
 The benchmark job (benchmarks/workload.py's CNN, 2 MWMS workers, a checkpoint every epoch) is launched with
@@ -11,7 +11,10 @@ pool holds them ready), rank 1 SIGKILLs itself. The table gives, per setting, th
 attempt's first step, the issue's "failure detected -> next first step"), that recovery split at the moment the
 retry's training code began (the workload's own mark: raytf's part before it, the program's after) and the run's
 wall time. Rounds interleave the settings (standby 0, 2, 0, 2, ...); the pool is released between runs, so each run
-with standbys starts from none.
+with standbys starts from none. `--session`: it is not (as in a notebook's loop of runs): a run with standbys then
+starts in those the previous one asked for as it ended, and for a script its standbys fork from the node's script
+template that the session's first one made (raytf/_task/script/template.py); the table adds the rounds after the
+first.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def one(scratch: Path, n: int, standby_n: int, steps: int, after_s: float = 12.0, script: bool = False,
-        early: bool = False) -> dict:
+        early: bool = False, release: bool = True) -> dict:
     import raytf
     from raytf._driver import standby
 
@@ -75,11 +78,12 @@ def one(scratch: Path, n: int, standby_n: int, steps: int, after_s: float = 12.0
     killed_at = time.time()
     kill_file.write_text("now")
     thread.join(600)
-    raytf.release_standbys()
+    if release:
+        raytf.release_standbys()
     result = done["result"]
     attempts = result.summary["attempts"]
-    row = {"standby": standby_n, "ok": result.status == "succeeded" and len(attempts) == 2, "ready": ready,
-           "wall_s": done["wall_s"]}
+    row = {"round": n + 1, "standby": standby_n, "ok": result.status == "succeeded" and len(attempts) == 2,
+           "ready": ready, "wall_s": done["wall_s"]}
     if len(attempts) >= 2:
         row.update(detect_s=attempts[0]["ended_at"] - killed_at, recovery_s=attempts[1]["recovery_s"],
                    standby_tasks=attempts[1]["standby_tasks"])
@@ -104,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=300, help="per epoch")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--script", action="store_true", help="the program as a script (train.script)")
+    ap.add_argument("--session", action="store_true",
+                    help="keep the session's standby pool between runs, as a notebook's loop does (default: released)")
     ap.add_argument("--early", action="store_true",
                     help="the kill right after the first committed checkpoint (--script: the first step; it saves "
                          "none), the standbys in whatever state they are (raytf issue 53); by default once they are "
@@ -123,11 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n in range(a.rounds):
             for standby_n in arms:
-                row = one(scratch, n, standby_n, a.steps, after_s, a.script, a.early)
+                row = one(scratch, n, standby_n, a.steps, after_s, a.script, a.early, release=not a.session)
                 rows.append(row)
                 print(f"round {n + 1}/{a.rounds} cluster.standby={standby_n}: " + " ".join(
                     f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
     finally:
+        if a.session:
+            import raytf
+
+            raytf.release_standbys()
         ray.shutdown()
         shutil.rmtree(scratch, ignore_errors=True)
     # Recovery split at the program's start: before it, raytf's part (after the failed attempt's teardown: the new
@@ -136,14 +146,16 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| cluster.standby | runs ok | tasks in standbys (retry) | detection s | recovery s (median) "
           "| of it to the program's start s | of it the program's s | wall s |")
     print("|---|---|---|---|---|---|---|---|")
-    for standby_n in arms:
-        mine = [r for r in rows if r["standby"] == standby_n and r["ok"]]
+    later = [(f"{n}, rounds 2+ of the session", n, 2) for n in arms if n and a.session and a.rounds > 1]
+    for label, standby_n, first_round in [(str(n), n, 1) for n in arms] + later:
+        of = [r for r in rows if r["standby"] == standby_n and r["round"] >= first_round]
+        mine = [r for r in of if r["ok"]]
 
         def med(key, rows=mine):
             values = [r[key] for r in rows if r.get(key) is not None]
             return f"{statistics.median(values):.2f}" if values else "—"
 
-        print(f"| {standby_n} | {len(mine)}/{sum(r['standby'] == standby_n for r in rows)} | "
+        print(f"| {label} | {len(mine)}/{len(of)} | "
               f"{med('standby_tasks')} | {med('detect_s')} | {med('recovery_s')} | {med('to_program_s')} | "
               f"{med('program_s')} | {med('wall_s')} |")
     return 0 if all(r["ok"] for r in rows) else 1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.conftest import SESSION_ENV
 
-MARKS = (b"raytf._task.script.child", b"raytf-test-helper")
+MARKS = (b"raytf._task.script.child", b"raytf._task.script.template", b"raytf-test-helper")
 
 
 def _children() -> list[int]:

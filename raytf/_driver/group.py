@@ -88,7 +88,9 @@ class TaskGroup:
                          if cfg.cluster.standby > 0 and self.servers is None
                          and not secret_runtime_env(cfg.ray.runtime_env) else None)
         taken = self.standbys.take() if self.standbys is not None else {}
-        self.actors = [self._start_task(t, i, taken.get(i)) for i, t in enumerate(self.plan.tasks)]
+        templates = self.standbys.templates() if self.standbys is not None else {}
+        self.actors = [self._start_task(t, i, taken.get(i), template=templates.get(i))
+                       for i, t in enumerate(self.plan.tasks)]
 
     def refill(self) -> None:
         """Ask for standbys in place of this attempt's tasks (standby.Slots.refill): also after the teardown."""
@@ -100,8 +102,10 @@ class TaskGroup:
         if self.standbys is not None:
             self.standbys.refill_off(node, draining)
 
-    def _start_task(self, t: TaskSpec, i: int, standby_actor=None, port: int | None = None):
-        """The task `t`, the plan's i-th, in its bundle (`port`: its predecessor's, held again: replace)."""
+    def _start_task(self, t: TaskSpec, i: int, standby_actor=None, port: int | None = None,
+                    template: list | None = None):
+        """The task `t`, the plan's i-th, in its bundle (`port`: its predecessor's, held again: replace; `template`:
+        its node's script template, standby.Slots.templates)."""
         cfg = self.cfg
         runtime_env, env = actor_env(self.servers.runtime_env(cfg, t) if self.servers is not None else
                                      task_runtime_env(cfg, t))
@@ -119,7 +123,8 @@ class TaskGroup:
             options["runtime_env"] = runtime_env
         if t.memory_bytes:
             options["memory"] = t.memory_bytes
-        return self._remote.options(**options).remote(t, advertise, env, script=self._runs_script(t), port=port)
+        return self._remote.options(**options).remote(t, advertise, env, script=self._runs_script(t), port=port,
+                                                      template=template)
 
     def _runs_script(self, t: TaskSpec) -> bool:
         """Whether `t` runs the user's script (run_script): every task of a script's run but a server."""

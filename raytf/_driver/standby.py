@@ -8,11 +8,12 @@ once) and never touches a GPU (tasks with GPUs always start afresh: Ray gives a 
 reserves it). A task a standby takes still has its placement-group bundle reserved (the standby itself reserves
 nothing: `num_cpus=0`), so the cluster's accounting is the same as for a fresh actor.
 
-The standbys belong to one pool actor per Ray job (`raytf:standby-pool`), made by the driver's process: Ray ends
-an actor with its owner, so the pool and its standbys go when the session that made them does (a notebook's
-kernel, a CLI run), and `release()` ends them at once. A sweep's trials, in processes of their own, use the
-driver's pool. Each attempt, once its first step is in, asks the pool to refill what it took: at most
-`cluster.standby` per node and runtime_env.
+The standbys belong to one pool actor per Ray job (`raytf:standby-pool`, its code in standby_pool.py), made by the
+driver's process: Ray ends an actor with its owner, so the pool and its standbys go when the session that made them
+does (a notebook's kernel, a CLI run), and `release()` ends them at once. The pool keeps each node's script template
+too (_task/script/template.py): a script task's child is forked from it, TensorFlow imported once per node. A
+sweep's trials, in processes of their own, use the driver's pool. Each attempt, once its first step is in, asks the
+pool to refill what it took: at most `cluster.standby` per node and runtime_env.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ from typing import Any
 
 import ray
 from ray.exceptions import RayError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raytf._core import standbys
-from raytf._core.plan import Plan, TaskSpec, actor_env, spare_nodes, task_runtime_env
+from raytf._core.plan import Plan, TaskSpec, spare_nodes, task_runtime_env
 from raytf._driver import nodes, placement
+from raytf._driver.standby_pool import StandbyPool, wait_gone
 
 # The one task-side module the driver imports: Ray needs the actor's class (and the sweep's function).
-from raytf._task.actor import TaskActor, sweep_after
+from raytf._task.actor import sweep_after
 from raytf.config import Config
 
 log = logging.getLogger("raytf")
@@ -52,96 +53,6 @@ def env_key(runtime_env: dict[str, Any], script: bool = False) -> str:
     script's task only one made for a script (TensorFlow imported in the child process its script will run in)."""
     key = hashlib.sha256(json.dumps(runtime_env, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return f"{key}-script" if script else key
-
-
-class StandbyPool:
-    """The standbys of one Ray job, by (node, runtime_env key): those still importing TensorFlow and those ready."""
-
-    def __init__(self) -> None:
-        self._task = ray.remote(TaskActor)
-        self._warming: dict[tuple[str, str], list[tuple[Any, Any]]] = {}  # (node, key) -> [(actor, warm ref)]
-        self._ready: dict[tuple[str, str], list[Any]] = {}
-        self._pids: dict[int, int] = {}  # id(a ready standby's handle) -> its pid (warm()'s): waited for at release
-
-    def _harvest(self, where: tuple[str, str]) -> None:
-        pending = self._warming.get(where, [])
-        if not pending:
-            return
-        refs = [ref for _, ref in pending]
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        done = set(done)
-        still = []
-        for actor, ref in pending:
-            if ref not in done:
-                still.append((actor, ref))
-                continue
-            try:
-                self._pids[id(actor)] = ray.get(ref)["pid"]
-                self._ready.setdefault(where, []).append(actor)
-            except RayError as e:  # a standby that could not import TensorFlow is no standby
-                log.warning("a standby on node %s failed to start: %s", where[0][:12], e)
-                ray.kill(actor, no_restart=True)
-        self._warming[where] = still
-
-    def fill(self, node_id: str, key: str, runtime_env: dict[str, Any], count: int, script: bool = False) -> int:
-        """Start standbys on `node_id` until `count` are ready or warming there for `key` (for a script's tasks:
-        `script`); how many it started."""
-        where = (node_id, key)
-        self._harvest(where)
-        have = len(self._ready.get(where, [])) + len(self._warming.get(where, []))
-        started = 0
-        option, env = actor_env(runtime_env)  # (as a task's: its variables set before warm() imports TensorFlow)
-        for _ in range(max(0, count - have)):
-            actor = self._task.options(
-                num_cpus=0, max_restarts=0, **({"runtime_env": option} if option else {}),
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(None, None, env)
-            self._warming.setdefault(where, []).append((actor, actor.warm.remote(script=script)))
-            started += 1
-        return started
-
-    def take(self, node_id: str, key: str, count: int) -> list[Any]:
-        """Up to `count` standbys of `key` on `node_id`, no longer the pool's (the caller kills them): the ready
-        ones first, then those still importing TensorFlow (_core/standbys.py says why)."""
-        where = (node_id, key)
-        self._harvest(where)
-        ready, warming = self._ready.get(where, []), self._warming.get(where, [])
-        plan = standbys.take(count, len(ready), len(warming))
-        taken, self._ready[where] = ready[:plan.ready], ready[plan.ready:]
-        for a in taken:
-            self._pids.pop(id(a), None)
-        taken += [actor for actor, _ in warming[:plan.warming]]
-        self._warming[where] = warming[plan.warming:]
-        return taken
-
-    def warming(self) -> list[Any]:
-        """The warm-up calls of the standbys still importing TensorFlow: a caller may wait on them."""
-        return [ref for pending in self._warming.values() for _, ref in pending]
-
-    def counts(self) -> dict[str, dict[str, int]]:
-        """{node: {"ready": n, "warming": n}} (every key): what the pool holds."""
-        out: dict[str, dict[str, int]] = {}
-        for where in {*self._ready, *self._warming}:
-            self._harvest(where)
-            c = out.setdefault(where[0], {"ready": 0, "warming": 0})
-            c["ready"] += len(self._ready.get(where, []))
-            c["warming"] += len(self._warming.get(where, []))
-        return out
-
-    def release(self) -> standbys.Released:
-        """End every standby: how many, and on which nodes (their scratch directories, which ray.kill leaves, are
-        the caller's to sweep: standby.release)."""
-        actors = [a for v in self._ready.values() for a in v] + [a for v in self._warming.values() for a, _ in v]
-        pids_on: dict[str, tuple[int, ...]] = {node: () for node, _ in [*self._ready, *self._warming]}
-        for (node, _), ready in self._ready.items():  # (a warming one's pid is not known yet)
-            pids_on[node] += tuple(self._pids[id(a)] for a in ready if id(a) in self._pids)
-        for a in actors:
-            try:
-                ray.kill(a, no_restart=True)
-            except RayError as e:
-                log.debug("kill: %s", e)
-        _wait_gone(actors)
-        self._ready, self._warming, self._pids = {}, {}, {}
-        return standbys.Released(len(actors), pids_on)
 
 
 class Slots:
@@ -174,6 +85,31 @@ class Slots:
                 out.update(zip(self.slots[where], ray.get(ref, timeout=10)))
             except RayError as e:  # no standby, then: the task starts afresh
                 log.debug("standby take: %s", e)
+        return out
+
+    def templates(self) -> dict[int, list]:
+        """Bundle index -> [the keeper of its node's script template], for the group's script tasks where the
+        session's pool has one that has imported TensorFlow (a fill made it): their children fork from it. Where it
+        has none, a task's child imports TensorFlow itself.
+
+        Not made here, for this group: measured on 2 cores (benchmarks/RESULTS.md, issue 53), a template made as a
+        session's first group starts, its keeper's and the pool's processes starting beside the tasks' own imports,
+        delayed that run's first step by ~4 s; the tasks waiting for it instead, by ~2 s."""
+        scripts = {where: bundles for where, bundles in self.slots.items()
+                   if self._runs_script(self.plan.tasks[bundles[0]])}
+        p = pool(create=False) if scripts else None
+        if p is None:
+            return {}
+        refs = {where: p.template.remote(*where) for where in scripts}
+        out: dict[int, list] = {}
+        for where, ref in refs.items():
+            try:
+                keeper = ray.get(ref, timeout=10)
+            except RayError as e:  # (as take: the task's child imports TensorFlow itself)
+                log.debug("script template: %s", e)
+                continue
+            if keeper is not None:
+                out.update((b, [keeper]) for b in scripts[where])
         return out
 
     def refill(self) -> None:
@@ -209,13 +145,6 @@ class Slots:
                     p.fill.remote(spare, key, task_runtime_env(self.cfg, task), 1, script=self._runs_script(task))
         except Exception as e:  # (as refill: a faster next attempt is a bonus)
             log.warning("cluster.standby: no standby processes made off the drained node (%s)", e)
-
-
-def _wait_gone(actors: list, timeout_s: float = 10.0) -> None:
-    """Until Ray knows the killed `actors` dead (a call to one fails), at most `timeout_s` in all: whoever looks
-    next (a leak check, the next run) sees them gone."""
-    refs = [a.__ray_ready__.remote() for a in actors]
-    ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
 
 
 _RemotePool = ray.remote(num_cpus=0)(StandbyPool)
@@ -271,7 +200,7 @@ def release() -> int:
         log.debug("standby release: %s", e)
         out = standbys.Released(0, {})
     ray.kill(p, no_restart=True)
-    _wait_gone([p])
+    wait_gone([p])
     _made.clear()
     _sweep(out.pids_on)
     return out.count

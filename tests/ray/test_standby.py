@@ -61,17 +61,24 @@ def test_a_scripts_retry_and_next_run_start_in_standbys_warm_children(script_cfg
     pids = _pids(result)
     assert {pids[(2, 0)], pids[(2, 1)]}.isdisjoint({pids[(1, 0)], pids[(1, 1)]})
     steps = result.metrics[result.metrics["kind"] == "step"]
-    # Every script ran in a warm child: attempt 1's started beside their tasks' start, attempt 2's in the standbys.
+    # Every script ran in a warm child: attempt 1's started beside their tasks' start (the session had no script
+    # template yet: each imported TensorFlow itself), attempt 2's in the standbys, forked by the node's template
+    # (template.py), which the pool made for them and which imported TensorFlow once.
     assert set(steps["warm"]) == {1.0}, steps.groupby(["attempt", "rank"])["warm"].first()
+    forked = steps.groupby("attempt")["forked"].agg(set).to_dict()
+    assert forked == {1: {0.0}, 2: {1.0}}, forked
     retry_recovery = second["recovery_s"]
 
-    # The next run of the session: its scripts start in the standbys the first run asked for as it ended.
+    # The next run of the session: two of its scripts start in the standbys the first run asked for as it ended;
+    # the third, with no standby left, in a child the node's template forks as the task starts.
     _wait_ready(2)
     again = raytf.fit(script_cfg("run.name=warm2", "train.script=tests/scripts/fail_when_told.py",
-                                 "cluster.standby=2", f"train.args=[--fail-file, '{tmp_path / 'never'}']"),
-                      quiet=True)
+                                 "cluster.standby=2", "cluster.num_workers=3", "cluster.worker.cpus=0.5",
+                                 f"train.args=[--fail-file, '{tmp_path / 'never'}']"), quiet=True)
     assert again.status == "succeeded", again.error
     assert again.summary["attempts"][0]["standby_tasks"] == 2
+    again_steps = again.metrics[again.metrics["kind"] == "step"]
+    assert set(again_steps["forked"]) == {1.0} and again_steps["rank"].nunique() == 3
     print(f"recovery_s of the retry in standbys: {retry_recovery}; first step of the warm run: "
           f"{again.summary['first_step_s']}s")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import dataclasses
 import gc
 import importlib
 import json
@@ -29,13 +30,13 @@ import traceback
 
 from raytf._core import tracebacks
 from raytf._task import keras_guard
-from raytf._task.script import leaving, patches, protocol
+from raytf._task.script import leaving, patches, protocol, template
 from raytf._task.script.protocol import ChildSpec
 
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
     """SIGKILL this process when its host dies (ray.kill, a lost node): Linux's parent-death signal. Set
     here rather than in Popen(preexec_fn=...), which is unsafe in the threaded actor process."""
     try:
@@ -167,18 +168,41 @@ def _guard_tf_config() -> None:
 
 def _warm_start() -> ChildSpec | None:
     """`--warm` (spawn.WarmChild): what a cold child does before TensorFlow's import (die with the host, the
-    sentinel), then the import, on idle CPU (warm.import_tensorflow), then wait for the script: its Handoff takes
-    this process to where a cold child for it would have started (its environment, directory and sys.path). None
-    when the host lets it go unused (the control socket closed)."""
+    sentinel), then the import, on idle CPU (warm.import_tensorflow), then wait for the script (`_await_script`).
+    None when the host lets it go unused (the control socket closed)."""
     start = protocol.WarmStart.from_env()
-    _die_with_parent(start.parent_pid)
+    die_with_parent(start.parent_pid)
     _start_sentinel(start.alive_fd)
     os.set_inheritable(start.control_fd, False)  # the script's processes hold no end of it
     from raytf._task import warm
 
     before = dict(os.environ)
-    with socket.socket(fileno=start.control_fd) as control:
-        control.sendall(json.dumps({"import_s": warm.import_tensorflow(idle=start.idle)}).encode() + b"\n")
+    spec = _await_script(start.control_fd, before, warm.import_tensorflow(idle=start.idle))
+    return spec and dataclasses.replace(spec, events_fd=start.events_fd, alive_fd=start.alive_fd)
+
+
+def _forked_start(forked: template.Forked) -> ChildSpec | None:
+    """A child the node's template forked (template.py), TensorFlow imported already: its stdio on the host's
+    pipes, the sentinel, then wait for the script (`_await_script`). None when the host lets it go unused."""
+    fds = forked.fds
+    null = os.open(os.devnull, os.O_RDONLY)
+    for fd, to in ((null, 0), (fds["stdout"], 1), (fds["stderr"], 2)):
+        os.dup2(fd, to)
+        os.close(fd)
+    os.chdir(forked.request.cwd)
+    _start_sentinel(fds["alive"])
+    os.set_inheritable(fds["control"], False)
+    spec = _await_script(fds["control"], forked.before, forked.import_s)
+    # The host names its own numbers for these fds; this process holds them by the numbers the template got.
+    return spec and dataclasses.replace(spec, events_fd=fds["events"], alive_fd=fds["alive"])
+
+
+def _await_script(control_fd: int, before: dict[str, str], import_s: float) -> ChildSpec | None:
+    """Say TensorFlow is imported (`import_s`) on the control socket, then wait there for the script: its Handoff
+    takes this process to where a cold child for it would have started (its environment, directory and sys.path).
+    `before`: the environment before TensorFlow's import. None when the host closes the socket instead."""
+    with socket.socket(fileno=control_fd) as control:
+        control.sendall(json.dumps({"import_s": import_s}).encode() + b"\n")
         with control.makefile("rb") as f:
             line = f.readline()
     if not line:
@@ -206,8 +230,19 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     else:
         spec = ChildSpec.from_env()
-        _die_with_parent(spec.parent_pid)
+        die_with_parent(spec.parent_pid)
         _start_sentinel(spec.alive_fd)
+    return _run_spec(spec)
+
+
+def main_forked(forked: template.Forked) -> int:
+    """A child the node's template forked (template.main, in the child)."""
+    _own_logging()
+    spec = _forked_start(forked)
+    return 0 if spec is None else _run_spec(spec)
+
+
+def _run_spec(spec: ChildSpec) -> int:
     # The events pipe is ours: a process the script starts (os.system, a TensorBoard) must not hold it open.
     os.set_inheritable(spec.events_fd, False)
     from raytf._task import report

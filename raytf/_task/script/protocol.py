@@ -97,6 +97,32 @@ class Handoff:
         return cls(spec=ChildSpec(**obj["spec"]), env=dict(obj["env"]), cwd=str(obj["cwd"]))
 
 
+# A node's script template (template.py): the fds a host's request carries, in this order (SCM_RIGHTS), and the
+# lines the template writes to its keeper (keeper.py) once it listens and once it has imported TensorFlow.
+TEMPLATE_FDS = ("stdout", "stderr", "events", "alive", "control")
+TEMPLATE_LISTENING = b"listening\n"
+TEMPLATE_IMPORTED = b"imported\n"
+
+
+def template_address(name: str) -> str:
+    """A template's socket: Linux's abstract namespace (no file to sweep; a network namespace of its own per host,
+    as tests/hosts.py makes them)."""
+    return "\0" + name
+
+
+@dataclass(frozen=True)
+class ForkRequest:
+    """A host's request to a node's template for a warm child (one JSON line, with TEMPLATE_FDS): the host (its pid,
+    for the logs) and the directory the child waits in. The template answers `{"pid": N}` once it forked the child,
+    then `{"exit": code}` once the child exited (-N: killed by signal N)."""
+
+    host_pid: int
+    cwd: str
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self)).encode() + b"\n"
+
+
 def rebased_path(path: list[str], *, was_cwd: str, cwd: str, was_pythonpath: str, pythonpath: str) -> list[str]:
     """A warm child's sys.path once it has its script's place: what `python -m ...` started in `cwd` with
     `pythonpath` would have had. Python's start put the start's directory first (`-m`: the current directory)
