@@ -57,8 +57,8 @@ def env_key(runtime_env: dict[str, Any], script: bool = False) -> str:
 
 class Slots:
     """Where standbys could take one task group's tasks: (node, runtime_env key) -> the plan's indexes of the tasks
-    (bundles) there, those without GPUs. `take` at the group's start, `refill` once it trains (and after its
-    teardown), `refill_off` at a drain notice."""
+    (bundles) there, those without GPUs. `take` and `templates` at the group's start, `refill` once it trains (and
+    after its teardown), `refill_off` at a drain notice."""
 
     def __init__(self, cfg: Config, plan: Plan, slots: dict[tuple[str, str], list[int]],
                  runs_script: Callable[[TaskSpec], bool]) -> None:

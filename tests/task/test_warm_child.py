@@ -3,11 +3,13 @@ known. The script must not be able to tell it from a cold child: the same argv, 
 flags, tf-keras, thread caps and frozen import-time objects. A child that cannot be used gives way to a cold one;
 one let go leaves nothing."""
 
+import array
 import io
 import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,7 +18,7 @@ import pytest
 
 import raytf
 from raytf._core.plan import TaskSpec
-from raytf._task.script import keeper, spawn
+from raytf._task.script import keeper, protocol, spawn
 from raytf._task.script.host import ScriptHost, child_env
 from raytf._task.script.spawn import WarmChild
 from tests.conftest import ROOT
@@ -124,6 +126,42 @@ def test_a_script_cannot_tell_a_child_the_nodes_template_forked_from_a_cold_one(
     assert forked == cold
     assert str(tmp_path / "template-only") not in forked["path"] and "RAYTF_TEST_TEMPLATE_ONLY" not in forked["env"]
     assert _leftovers() == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="connecting as another user needs root")
+@pytest.mark.timeout(120)
+def test_the_template_forks_for_its_own_user_only():
+    """An abstract socket has no permissions: the template checks who connects (SO_PEERCRED). Another user's
+    request (here a fork of this process turned `nobody`) gets no child: the connection closes unanswered."""
+    name = f"raytf-test-template-user-{os.getpid()}"
+    proc = keeper.start(name)
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:  # (socket calls only: no exec, so nothing needs to be readable by nobody)
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                conn.settimeout(60)
+                conn.connect(protocol.template_address(name))
+                pipes = [fd for _ in range(3) for fd in os.pipe()][:len(protocol.TEMPLATE_FDS)]
+                conn.sendmsg([protocol.ForkRequest(host_pid=os.getpid(), cwd="/").encode()],
+                             [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", pipes))])
+                os.write(write_end, b"answer:" + conn.recv(100))
+            except BaseException as e:
+                os.write(write_end, f"error: {e!r}".encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as f:
+            said = f.read()
+        os.waitpid(pid, 0)
+    finally:
+        proc.kill()
+        proc.wait()
+    # Closed unanswered (reset: the request was left unread), never a {"pid": ...}.
+    assert said in (b"answer:", b"error: ConnectionResetError(104, 'Connection reset by peer')"), said
 
 
 @pytest.mark.timeout(180)

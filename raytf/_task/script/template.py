@@ -32,6 +32,7 @@ import json
 import os
 import selectors
 import socket
+import struct
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -85,6 +86,9 @@ class _Template:
                     try:
                         conn, _ = self.listener.accept()
                     except OSError:
+                        continue
+                    if not _same_user(conn):
+                        conn.close()
                         continue
                     self.sel.register(conn, selectors.EVENT_READ, ("request", conn))
                 elif what == "request":
@@ -176,6 +180,17 @@ class _Template:
             kid.conn.sendall(json.dumps(obj).encode() + b"\n")
         except OSError:  # the host is gone: its child's sentinel ends the child's group
             pass
+
+
+def _same_user(conn: socket.socket) -> bool:
+    """Whether the process at the other end of `conn` runs as this one's user (SO_PEERCRED). An abstract socket has
+    no file permissions, and anyone on the host can list its name (/proc/net/unix): a child forked for another user
+    would run the script that user hands it as this one."""
+    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    if uid != os.getuid():
+        print(f"raytf: the script template refused a request from user {uid}", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def _receive(conn: socket.socket) -> tuple[ForkRequest | None, dict[str, int]]:
