@@ -103,7 +103,7 @@ class TaskGroup:
             self.standbys.refill_off(node, draining)
 
     def _start_task(self, t: TaskSpec, i: int, standby_actor=None, port: int | None = None,
-                    template: list | None = None):
+                    template: Any = None):
         """The task `t`, the plan's i-th, in its bundle (`port`: its predecessor's, held again: replace; `template`:
         its node's script template, standby.Slots.templates)."""
         cfg = self.cfg

@@ -87,8 +87,8 @@ class Slots:
                 log.debug("standby take: %s", e)
         return out
 
-    def templates(self) -> dict[int, list]:
-        """Bundle index -> [the keeper of its node's script template], for the group's script tasks where the
+    def templates(self) -> dict[int, Any]:
+        """Bundle index -> the keeper of its node's script template, for the group's script tasks where the
         session's pool has one that has imported TensorFlow (a fill made it): their children fork from it. Where it
         has none, a task's child imports TensorFlow itself.
 
@@ -101,7 +101,7 @@ class Slots:
         if p is None:
             return {}
         refs = {where: p.template.remote(*where) for where in scripts}
-        out: dict[int, list] = {}
+        out: dict[int, Any] = {}
         for where, ref in refs.items():
             try:
                 keeper = ray.get(ref, timeout=10)
@@ -109,7 +109,7 @@ class Slots:
                 log.debug("script template: %s", e)
                 continue
             if keeper is not None:
-                out.update((b, [keeper]) for b in scripts[where])
+                out.update((b, keeper) for b in scripts[where])
         return out
 
     def refill(self) -> None:

@@ -60,11 +60,11 @@ class StandbyPool:
         have = len(self._ready.get(where, [])) + len(self._warming.get(where, []))
         started = 0
         option, env = actor_env(runtime_env)  # (as a task's: its variables set before warm() imports TensorFlow)
+        template = self._template(node_id, key, runtime_env) if script and count > have else None
         for _ in range(max(0, count - have)):
             actor = self._task.options(
                 num_cpus=0, max_restarts=0, **({"runtime_env": option} if option else {}),
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(None, None, env)
-            template = [self._template(node_id, key, runtime_env)] if script else None
             self._warming.setdefault(where, []).append((actor, actor.warm.remote(script=script, template=template)))
             started += 1
         return started

@@ -161,7 +161,7 @@ class TaskActor:
 
     def __init__(self, spec: TaskSpec | None, advertise_address: str | None,
                  env: dict[str, str] | None = None, script: bool = False, port: int | None = None,
-                 template: list | None = None) -> None:
+                 template: Any = None) -> None:
         # First, before TensorFlow's import: raytf's variables when its runtime_env did not bring them (a worker
         # Ray pre-started: plan.actor_env), over whatever the worker had (Ray's own OMP_NUM_THREADS among them).
         os.environ.update(env or {})
@@ -177,7 +177,7 @@ class TaskActor:
         if script:  # its TensorFlow import runs beside the addressing, the other tasks' start, the driver's setup
             self._start_child(idle=False, template=template)  # (normal priority: this task's first step waits)
 
-    def warm(self, script: bool = False, template: list | None = None) -> dict[str, Any]:
+    def warm(self, script: bool = False, template: Any = None) -> dict[str, Any]:
         """A standby's start: TensorFlow and tf-keras imported (raytf/_task/warm.py); for a script's task, in the
         child process its script will run in (script/spawn.py), forked by the node's `template` where there is one."""
         if script:
@@ -186,16 +186,16 @@ class TaskActor:
 
         return {"pid": os.getpid(), "import_s": warm.import_tensorflow()}
 
-    def _start_child(self, idle: bool, template: list | None = None):
-        """The script's warm child. `template`: [the keeper of the node's script template (script/template.py)]; the
+    def _start_child(self, idle: bool, template: Any = None):
+        """The script's warm child. `template`: the keeper of the node's script template (script/template.py); the
         child is then forked from it, on a thread of its own (the keeper may still be starting: a standby's does
         not wait for it here, and this actor's start never does)."""
         from raytf._task.script.spawn import WarmChild
 
         # In this process's own temporary directory (scratch.own_tempdir): the script's is its scratch's work/.
         cwd = scratch.own_tempdir()
-        self._child = (WarmChild(cwd=cwd, idle=idle) if not template else
-                       _ChildToCome(lambda: WarmChild(cwd=cwd, idle=idle, template=_template_name(template[0]))))
+        self._child = (WarmChild(cwd=cwd, idle=idle) if template is None else
+                       _ChildToCome(lambda: WarmChild(cwd=cwd, idle=idle, template=_template_name(template))))
         return self._child
 
     def _take_child(self):

@@ -27,11 +27,15 @@ import signal
 import socket
 import sys
 import traceback
+from typing import TYPE_CHECKING
 
 from raytf._core import tracebacks
 from raytf._task import keras_guard
-from raytf._task.script import leaving, patches, protocol, template
+from raytf._task.script import leaving, patches, protocol
 from raytf._task.script.protocol import ChildSpec
+
+if TYPE_CHECKING:  # (template.py imports this module: it runs this module's main_forked in its children)
+    from raytf._task.script import template
 
 _PR_SET_PDEATHSIG = 1
 
@@ -142,7 +146,7 @@ def _run(spec: ChildSpec) -> None:
         runpy.run_path(script, run_name="__main__")
 
 
-def _own_logging() -> None:
+def own_logging() -> None:
     """raytf's own warnings in this process (an optional feature turned off, say) on the script's stderr as
     `raytf: ...`, which the host tells apart from the script's lines and shows from every rank."""
     logger = logging.getLogger("raytf")
@@ -223,7 +227,7 @@ def _await_script(control_fd: int, before: dict[str, str], import_s: float) -> C
 
 
 def main(argv: list[str] | None = None) -> int:
-    _own_logging()
+    own_logging()
     if "--warm" in (sys.argv[1:] if argv is None else argv):
         spec = _warm_start()
         if spec is None:
@@ -237,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def main_forked(forked: template.Forked) -> int:
     """A child the node's template forked (template.main, in the child)."""
-    _own_logging()
-    spec = _forked_start(forked)
+    spec = _forked_start(forked)  # (raytf's logging is the template's: own_logging)
     return 0 if spec is None else _run_spec(spec)
 
 

@@ -61,8 +61,7 @@ class ChildSpec:
 class WarmStart:
     """What a warm child (`python -m raytf._task.script.child --warm`) knows from its start: its host, and the fds
     it holds from then on. It imports TensorFlow, says so on `control_fd` (a socket), then waits there for its
-    `Handoff`. The fds keep their numbers across the spawn (pass_fds), so the ChildSpec that comes later names the
-    same `events_fd` and `alive_fd`."""
+    `Handoff`, whose ChildSpec it gives these `events_fd` and `alive_fd` (the host's numbers for them are its own)."""
 
     parent_pid: int
     control_fd: int

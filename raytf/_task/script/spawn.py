@@ -166,7 +166,6 @@ class WarmChild:
 
     def __init__(self, cwd: str | None = None, idle: bool = True, template: str | None = None) -> None:
         self._control: socket.socket | None = None
-        self._child_fds: dict[str, int] = {}  # (the numbers the child holds its fds by, where the host knows them)
         self._closed = False
         self.import_s: float | None = None
         self.forked = False
@@ -192,12 +191,11 @@ class WarmChild:
             host_end.close()
             raise
         finally:
-            # The fd numbers stay in `start` (the child's are the same: pass_fds); the host's copies go.
+            # The child holds its fds by the numbers in `start` (pass_fds keeps them); the host's copies go.
             os.close(events_w)
             os.close(alive_r)
             child_end.close()
         self.child = Child(proc, events_r, alive_w)
-        self._child_fds = {"events_fd": events_w, "alive_fd": alive_r}
         self._control = host_end
 
     @property
@@ -226,12 +224,11 @@ class WarmChild:
         return self.import_s
 
     def hand(self, spec: ChildSpec, env: dict[str, str], cwd: str) -> Child:
-        """Give it its script (`spec`, its fds filled in here), to run with environment `env` in `cwd`, once it has
-        imported TensorFlow; the child is the caller's from now on. Raises WarmChildLost (and cleans up) if it is
-        gone: the caller starts a cold child instead."""
+        """Give it its script (`spec`: the child names its own fds in it), to run with environment `env` in `cwd`,
+        once it has imported TensorFlow; the child is the caller's from now on. Raises WarmChildLost (and cleans up)
+        if it is gone: the caller starts a cold child instead."""
         try:
             self.ready()
-            spec = dataclasses.replace(spec, **self._child_fds)
             self._control.sendall(protocol.Handoff(spec=spec, env=env, cwd=cwd).encode())
         except WarmChildLost:
             self.close()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import array
 import json
+import logging
 import os
 import selectors
 import socket
@@ -37,6 +38,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from raytf._task.script import child
 from raytf._task.script.protocol import (
     TEMPLATE_FDS,
     TEMPLATE_IMPORTED,
@@ -46,6 +48,9 @@ from raytf._task.script.protocol import (
 )
 
 _MAX_REQUEST = 4096
+
+# On this process's stderr (its keeper's Ray worker log), as a script's child says raytf's things: child.own_logging.
+log = logging.getLogger("raytf")
 
 
 @dataclass
@@ -105,7 +110,7 @@ class _Template:
         try:
             request, fds = _receive(conn)
         except (OSError, ValueError, TypeError) as e:
-            print(f"raytf: the script template refused a request: {e}", file=sys.stderr, flush=True)
+            log.warning("the script template refused a request: %s", e)
             conn.close()
             return None
         if request is None:  # the host closed before asking
@@ -114,7 +119,7 @@ class _Template:
         try:
             pid = os.fork()
         except OSError as e:  # (out of memory or processes: the host starts a cold child instead)
-            print(f"raytf: the script template could not fork: {e}", file=sys.stderr, flush=True)
+            log.warning("the script template could not fork: %s", e)
             for fd in fds.values():
                 os.close(fd)
             conn.close()
@@ -135,7 +140,7 @@ class _Template:
         """In the forked child: a session of its own (whatever its script starts is in its group), gone with the
         template, and none of the template's sockets held."""
         os.setsid()
-        _die_with_parent(os.getppid())
+        child.die_with_parent(os.getppid())
         self.sel.close()
         self.listener.close()
         conn.close()
@@ -188,7 +193,7 @@ def _same_user(conn: socket.socket) -> bool:
     would run the script that user hands it as this one."""
     _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
     if uid != os.getuid():
-        print(f"raytf: the script template refused a request from user {uid}", file=sys.stderr, flush=True)
+        log.warning("the script template refused a request from user %s", uid)
         return False
     return True
 
@@ -210,15 +215,10 @@ def _receive(conn: socket.socket) -> tuple[ForkRequest | None, dict[str, int]]:
     return ForkRequest(**json.loads(msg)), dict(zip(TEMPLATE_FDS, fds))
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    from raytf._task.script import child  # (it imports this module: child.main_forked)
-
-    child.die_with_parent(parent_pid)
-
-
 def main(argv: list[str]) -> int:
     name, parent_pid = argv[0], int(argv[1])
-    _die_with_parent(parent_pid)
+    child.die_with_parent(parent_pid)
+    child.own_logging()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(template_address(name))
     listener.listen(64)
@@ -234,8 +234,6 @@ def main(argv: list[str]) -> int:
     os.dup2(null, 1)
     os.close(null)
     forked = _Template(listener, before, import_s).serve()
-    from raytf._task.script import child
-
     return child.main_forked(forked)
 
 
