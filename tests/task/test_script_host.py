@@ -8,6 +8,7 @@ import pytest
 
 import raytf
 from raytf._core.plan import TaskSpec
+from raytf._task.script import spawn
 from raytf._task.script.host import ScriptHost, child_env
 from tests.conftest import ROOT
 from tests.processes import leftover_script_processes as _leftovers
@@ -62,7 +63,8 @@ def test_failed_checkpoint_upload_stops_the_script(tmp_path):
     with pytest.raises(OSError, match="upload of step 1 failed"):
         host.run(env)
     assert storage.tries == 1  # stopped at the first failure, the second sync not uploaded
-    assert host.proc.returncode < 0  # killed, not exited
+    # (its exit status as the host read it: Popen's returncode is set only by the reap, on a thread of its own)
+    assert spawn.wait_exit(host.proc) < 0  # killed, not exited
     assert _leftovers() == []
 
 
@@ -179,7 +181,7 @@ def test_a_checkpoint_that_cannot_be_copied_whole_is_raytfs_storage_error_not_th
     with pytest.raises(StorageError, match=r"could not be copied whole for upload: its checkpoint file names ckpt-7, "
                                            r"but ckpt-7.index, ckpt-7.data-00000-of-00001 is not there"):
         host.run(env)
-    assert storage.uploads == [] and host.proc.returncode < 0
+    assert storage.uploads == [] and spawn.wait_exit(host.proc) < 0
     assert list((tmp_path / "scratch").glob("snapshot-*")) == []  # (the copies that were not whole are gone)
     assert _leftovers() == []
 
