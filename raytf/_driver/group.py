@@ -87,9 +87,8 @@ class TaskGroup:
         self.standbys = (standby.Slots.of(cfg, self.plan, self.pg, self._runs_script)
                          if cfg.cluster.standby > 0 and self.servers is None
                          and not secret_runtime_env(cfg.ray.runtime_env) else None)
-        taken = self.standbys.take() if self.standbys is not None else {}
-        templates = self.standbys.templates() if self.standbys is not None else {}
-        self.actors = [self._start_task(t, i, taken.get(i), template=templates.get(i))
+        taken = self.standbys.take() if self.standbys is not None else standby.Taken({}, {})
+        self.actors = [self._start_task(t, i, taken.standbys.get(i), template=taken.templates.get(i))
                        for i, t in enumerate(self.plan.tasks)]
 
     def refill(self) -> None:
@@ -105,7 +104,7 @@ class TaskGroup:
     def _start_task(self, t: TaskSpec, i: int, standby_actor=None, port: int | None = None,
                     template: Any = None):
         """The task `t`, the plan's i-th, in its bundle (`port`: its predecessor's, held again: replace; `template`:
-        its node's script template, standby.Slots.templates)."""
+        its node's script template, standby.Taken)."""
         cfg = self.cfg
         runtime_env, env = actor_env(self.servers.runtime_env(cfg, t) if self.servers is not None else
                                      task_runtime_env(cfg, t))

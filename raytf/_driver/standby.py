@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -55,10 +56,24 @@ def env_key(runtime_env: dict[str, Any], script: bool = False) -> str:
     return f"{key}-script" if script else key
 
 
+@dataclass(frozen=True)
+class Taken:
+    """What a task group's start takes from the session's pool (Slots.take), by bundle index: `standbys`, a standby
+    that takes its task; `templates`, for a script task, the keeper of its node's script template once that has
+    imported TensorFlow (its child forks from it; a task never waits for a template's import).
+
+    Not made for a group where the pool has none: measured on 2 cores (benchmarks/RESULTS.md, issue 53), a template
+    made as a session's first group starts, its keeper's and the pool's processes starting beside the tasks' own
+    imports, delayed that run's first step by ~4 s; the tasks waiting for it instead, by ~2 s."""
+
+    standbys: dict[int, Any]
+    templates: dict[int, Any]
+
+
 class Slots:
     """Where standbys could take one task group's tasks: (node, runtime_env key) -> the plan's indexes of the tasks
-    (bundles) there, those without GPUs. `take` and `templates` at the group's start, `refill` once it trains (and
-    after its teardown), `refill_off` at a drain notice."""
+    (bundles) there, those without GPUs. `take` at the group's start, `refill` once it trains (and after its
+    teardown), `refill_off` at a drain notice."""
 
     def __init__(self, cfg: Config, plan: Plan, slots: dict[tuple[str, str], list[int]],
                  runs_script: Callable[[TaskSpec], bool]) -> None:
@@ -73,44 +88,31 @@ class Slots:
                 slots.setdefault((on[i], env_key(task_runtime_env(cfg, t), runs_script(t))), []).append(i)
         return cls(cfg, plan, slots, runs_script)
 
-    def take(self) -> dict[int, Any]:
-        """Bundle index -> a standby that takes its task: none while the session has no pool."""
+    def take(self) -> Taken:
+        """The standbys that take the group's tasks, and the templates its script tasks' children fork from where no
+        standby takes them: none while the session has no pool. Both asked of the pool before either is awaited
+        (one round trip at a group's start, not two)."""
         p = pool(create=False) if self.slots else None
         if p is None:
-            return {}
-        refs = {where: p.take.remote(where[0], where[1], len(bundles)) for where, bundles in self.slots.items()}
-        out: dict[int, Any] = {}
-        for where, ref in refs.items():
+            return Taken({}, {})
+        scripts = [where for where, bundles in self.slots.items() if self._runs_script(self.plan.tasks[bundles[0]])]
+        takes = {where: p.take.remote(where[0], where[1], len(bundles)) for where, bundles in self.slots.items()}
+        keepers = {where: p.template.remote(*where) for where in scripts}
+        taken = Taken({}, {})
+        for where, ref in takes.items():
             try:
-                out.update(zip(self.slots[where], ray.get(ref, timeout=10)))
+                taken.standbys.update(zip(self.slots[where], ray.get(ref, timeout=10)))
             except RayError as e:  # no standby, then: the task starts afresh
                 log.debug("standby take: %s", e)
-        return out
-
-    def templates(self) -> dict[int, Any]:
-        """Bundle index -> the keeper of its node's script template, for the group's script tasks where the
-        session's pool has one that has imported TensorFlow (a fill made it): their children fork from it. Where it
-        has none, a task's child imports TensorFlow itself.
-
-        Not made here, for this group: measured on 2 cores (benchmarks/RESULTS.md, issue 53), a template made as a
-        session's first group starts, its keeper's and the pool's processes starting beside the tasks' own imports,
-        delayed that run's first step by ~4 s; the tasks waiting for it instead, by ~2 s."""
-        scripts = {where: bundles for where, bundles in self.slots.items()
-                   if self._runs_script(self.plan.tasks[bundles[0]])}
-        p = pool(create=False) if scripts else None
-        if p is None:
-            return {}
-        refs = {where: p.template.remote(*where) for where in scripts}
-        out: dict[int, Any] = {}
-        for where, ref in refs.items():
+        for where, ref in keepers.items():
             try:
                 keeper = ray.get(ref, timeout=10)
-            except RayError as e:  # (as take: the task's child imports TensorFlow itself)
+            except RayError as e:  # (as above: the task's child imports TensorFlow itself)
                 log.debug("script template: %s", e)
                 continue
             if keeper is not None:
-                out.update((b, keeper) for b in scripts[where])
-        return out
+                taken.templates.update((b, keeper) for b in self.slots[where])
+        return taken
 
     def refill(self) -> None:
         """Ask the pool (made now if the session has none) for standbys in place of the group's tasks (on the nodes
