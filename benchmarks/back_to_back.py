@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.run import _LEAN, ROOT, WORKLOAD, Setup, hand
+from benchmarks.run import _LEAN, ROOT, WORKLOAD, Setup, _measure, hand
 
 
 def _cfg(s: Setup, out: Path, name: str, script: bool):
@@ -59,11 +59,16 @@ def series(s: Setup, label: str, runs: int, *, script: bool = False, pause_s: fl
         attempt = result.summary["attempts"][0] if result.summary.get("attempts") else {}
         rows.append({"series": label, "run": i + 1, "wall_s": wall, "ok": result.status == "succeeded",
                      "standby_tasks": attempt.get("standby_tasks", 0),
-                     "first_step_s": (attempt.get("first_step_at") or t) - t})
+                     "first_step_s": (attempt.get("first_step_at") or t) - t,
+                     "step_ms": _measure(label, t, wall, out, s.batch * s.workers).step_ms})
         print(f"{label} run {i + 1}/{runs}: wall {wall:.1f}s, {rows[-1]['standby_tasks']} task(s) in standbys, "
-              f"first step {rows[-1]['first_step_s']:.1f}s", flush=True)
+              f"first step {rows[-1]['first_step_s']:.1f}s, median step {_ms(rows[-1]['step_ms'])}", flush=True)
     raytf.release_standbys()
     return rows
+
+
+def _ms(step_ms: float | None) -> str:
+    return "-" if step_ms is None else f"{step_ms:.0f}ms"
 
 
 def sweep(s: Setup, trials: int) -> list[dict]:
@@ -107,11 +112,12 @@ def main(argv: list[str] | None = None) -> int:
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        floor = []
+        floor, floor_steps = [], []
         for i in range(a.hand):
             trial = hand(s, scratch / f"hand-{i}")
             floor.append(trial.wall_s)
-            print(f"hand-launched run {i + 1}/{a.hand}: wall {trial.wall_s:.1f}s" +
+            floor_steps.append(trial.step_ms)
+            print(f"hand-launched run {i + 1}/{a.hand}: wall {trial.wall_s:.1f}s, median step {_ms(trial.step_ms)}" +
                   (f" ERROR {trial.error}" if trial.error else ""), flush=True)
         rows = [*series(s, "function", a.runs), *series(s, "script", a.runs, script=True),
                 *series(s, f"function, {a.pause:g}s pause", a.runs, pause_s=a.pause)]
@@ -120,10 +126,14 @@ def main(argv: list[str] | None = None) -> int:
         ray.shutdown()
         shutil.rmtree(scratch, ignore_errors=True)
     base = statistics.median(floor)
-    print(f"\nhand-launched: {base:.1f}s (median of {len(floor)}); {a.workers} workers, {a.epochs} epochs x {a.steps} "
+    steps = [x for x in floor_steps if x is not None]
+    print(f"\nhand-launched: {base:.1f}s (median of {len(floor)}), its median step "
+          f"{_ms(statistics.median(steps) if steps else None)}; {a.workers} workers, {a.epochs} epochs x {a.steps} "
           f"steps, batch {a.batch} per replica; {os.cpu_count()} CPUs\n")
-    print("| series | run walls s | ÷ hand | tasks in standbys | runs 2+: max ÷ hand |")
-    print("|---|---|---|---|---|")
+    # The median step (after epoch 1) says what the standbys asked for at a run's first step cost its training:
+    # they import TensorFlow beside it (_driver/standby.py's REFILL_AFTER_S).
+    print("| series | run walls s | ÷ hand | tasks in standbys | median step | runs 2+: max ÷ hand |")
+    print("|---|---|---|---|---|---|")
     ok = all(r["ok"] for r in rows) and all(t["ok"] for t in trials)
     for label in dict.fromkeys(r["series"] for r in rows):
         mine = [r for r in rows if r["series"] == label]
@@ -131,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         walls = ", ".join(f"{r['wall_s']:.1f}" for r in mine)
         ratios = ", ".join(f"{r['wall_s'] / base:.2f}" for r in mine)
         took = ", ".join(str(r["standby_tasks"]) for r in mine)
-        print(f"| {label} | {walls} | {ratios} | {took} | {worst:.2f} |")
+        step = ", ".join(_ms(r["step_ms"]) for r in mine)
+        print(f"| {label} | {walls} | {ratios} | {took} | {step} | {worst:.2f} |")
     gaps = [t["gap_s"] for t in trials if "gap_s" in t]
     took = ", ".join(str(t["standby_tasks"]) for t in trials)
     print(f"\nsweep of {len(trials)} trials: previous trial's end -> this trial's first step: "
