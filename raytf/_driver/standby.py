@@ -62,9 +62,10 @@ class Taken:
     that takes its task; `templates`, for a script task, the keeper of its node's script template once that has
     imported TensorFlow (its child forks from it; a task never waits for a template's import).
 
-    Not made for a group where the pool has none: measured on 2 cores (benchmarks/RESULTS.md, issue 53), a template
-    made as a session's first group starts, its keeper's and the pool's processes starting beside the tasks' own
-    imports, delayed that run's first step by ~4 s; the tasks waiting for it instead, by ~2 s."""
+    A group's start makes no template where the pool has none (a fill does): measured on 2 cores
+    (benchmarks/RESULTS.md, issue 53), a template made as a session's first group starts, its keeper's and the
+    pool's processes starting beside the tasks' own imports, delayed that run's first step by ~4 s; the tasks
+    waiting for it instead, by ~2 s."""
 
     standbys: dict[int, Any]
     templates: dict[int, Any]
@@ -98,12 +99,13 @@ class Slots:
         scripts = [where for where, bundles in self.slots.items() if self._runs_script(self.plan.tasks[bundles[0]])]
         takes = {where: p.take.remote(where[0], where[1], len(bundles)) for where, bundles in self.slots.items()}
         keepers = {where: p.template.remote(*where) for where in scripts}
-        taken = Taken({}, {})
+        standbys_of: dict[int, Any] = {}
         for where, ref in takes.items():
             try:
-                taken.standbys.update(zip(self.slots[where], ray.get(ref, timeout=10)))
+                standbys_of.update(zip(self.slots[where], ray.get(ref, timeout=10)))
             except RayError as e:  # no standby, then: the task starts afresh
                 log.debug("standby take: %s", e)
+        templates_of: dict[int, Any] = {}
         for where, ref in keepers.items():
             try:
                 keeper = ray.get(ref, timeout=10)
@@ -111,8 +113,8 @@ class Slots:
                 log.debug("script template: %s", e)
                 continue
             if keeper is not None:
-                taken.templates.update((b, keeper) for b in self.slots[where])
-        return taken
+                templates_of.update((b, keeper) for b in self.slots[where])
+        return Taken(standbys_of, templates_of)
 
     def refill(self) -> None:
         """Ask the pool (made now if the session has none) for standbys in place of the group's tasks (on the nodes
