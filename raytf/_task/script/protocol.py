@@ -96,6 +96,12 @@ class Handoff:
         return cls(spec=ChildSpec(**obj["spec"]), env=dict(obj["env"]), cwd=str(obj["cwd"]))
 
 
+def exit_code(info: os.waitid_result) -> int:
+    """A waited-for child's exit code as Popen writes it (-N: killed by signal N), from its `os.waitid` result (the
+    host's for its own children: spawn.wait_exit; a node's template's for the children it forked)."""
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
 # A node's script template (template.py): the fds a host's request carries, in this order (SCM_RIGHTS), and the
 # lines the template writes to its keeper (keeper.py) once it listens and once it has imported TensorFlow.
 TEMPLATE_FDS = ("stdout", "stderr", "events", "alive", "control")

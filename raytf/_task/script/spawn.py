@@ -67,8 +67,11 @@ class ForkedProc:
 
     @property
     def pid(self) -> int:
-        """Its pid, once the template has forked it (until then, this waits). Raises WarmChildLost when the
-        template ended first."""
+        """Its pid, once the template has forked it (until then, this waits: `forked`)."""
+        return self.forked()
+
+    def forked(self) -> int:
+        """Until the template has forked it; its pid. Raises WarmChildLost when the template ended first."""
         if self.known_pid is None:
             try:
                 self.known_pid = self._read("pid")
@@ -128,7 +131,7 @@ def wait_exit(proc: subprocess.Popen | ForkedProc) -> int:
         info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
     except ChildProcessError:  # reaped already (Popen's own poll)
         return proc.wait()
-    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+    return protocol.exit_code(info)
 
 
 def reap_later(proc: subprocess.Popen | ForkedProc) -> None:
@@ -219,7 +222,8 @@ class WarmChild:
                 raise WarmChildLost(f"the warm child (pid {self.pid}) ended before its script was given (exit code "
                                     f"{code}) while importing TensorFlow")
             line += more
-        _ = self.child.proc.pid  # (a forked one's: the template sent it before the child could say it is ready)
+        if isinstance(self.child.proc, ForkedProc):  # (the template sent its pid before the child could say this)
+            self.child.proc.forked()
         self.import_s = float(json.loads(line)["import_s"])
         return self.import_s
 

@@ -44,6 +44,7 @@ from raytf._task.script.protocol import (
     TEMPLATE_IMPORTED,
     TEMPLATE_LISTENING,
     ForkRequest,
+    exit_code,
     template_address,
 )
 
@@ -153,7 +154,7 @@ class _Template:
         self.sel.unregister(kid.pidfd)
         os.close(kid.pidfd)
         info = os.waitid(os.P_PID, kid.pid, os.WEXITED | os.WNOWAIT)  # (reaped once the host is done with it)
-        kid.code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+        kid.code = exit_code(info)
         self._send(kid, {"exit": kid.code})
         if kid.host_gone:
             self._reap(kid)
