@@ -4,7 +4,8 @@ unmodified tf.distribute script, a config) is on the head alone, one directory i
 installed on every host. Function mode, `train.module` and `train.script`, each launched plainly (raytf ships the
 launch directory) and through `ray job submit --working-dir .`, and a script at a path every node has (an image's,
 nothing shipped), train on both worker hosts, each task from its own host's copy, with their checkpoints on the
-shared directory; a host without the program, or without a package it imports, is refused in one line."""
+shared directory; a host without the program, or without a package it imports, is refused in one line, and so is a
+run directory on the driver's host alone."""
 
 import ast
 import json
@@ -244,3 +245,18 @@ def test_a_host_without_the_program_is_refused_in_one_line(bed, project):
     print(errors)
     assert len(errors) == 1 and "have no module 'headonlypkg' (imported by needs_headonly.py)" in errors[0], out
     assert w0 in errors[0] and w1 in errors[0] and "install headonlypkg on every node" in errors[0]
+
+
+def test_storage_on_the_drivers_host_only_is_refused_before_training(bed, project):
+    """A run directory on the driver's host alone (the head's `head_only` directory, as a local path is on separate
+    machines): refused before any training, in one line, with the shared-storage message. (On this module's bed: a
+    bed of its own was ~13 s of CI's second step to start, for one launch.)"""
+    storage = Path(bed.head_only) / "runs"
+    code, out = _finish(_launch(bed, project, "local-only", [f"storage.path={storage}"], submit=False))
+    assert code == 1, out[-4000:]
+    errors = [line for line in out.splitlines() if line.startswith("raytf: ")]
+    assert len(errors) == 1 and "is not visible from worker 0" in errors[0] and "use shared storage" in errors[0], out
+    result = json.loads((storage / "local-only" / "result.json").read_text())
+    assert result["status"] == "failed" and result["attempts"][0]["first_step_at"] is None
+    assert result["error"]["message"] and "Traceback" not in out
+    assert not (storage / "local-only" / "checkpoints").exists()

@@ -20,6 +20,7 @@ TensorFlow (the dry runs are in this process)."""
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from dataclasses import dataclass
@@ -263,3 +264,28 @@ def test_launch_commands_pass_a_dry_run(block, cli, monkeypatch):
         if block.marker == "slow":
             assert all(c.embedded for c in planned), (
                 f"{block.where}: `{shlex.join(argv)}` needs a Ray cluster: mark the block `<!-- snippet: cluster -->`")
+
+
+def _documented_calls(tree: ast.Module, name: str) -> set[str]:
+    """The commands `documented.config(...)` or `documented.argv(...)` is given, as a literal, in the module function
+    `name` or a module function it calls."""
+    functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    body = [functions[name], *(functions[n.func.id] for n in ast.walk(functions[name])
+                                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in functions)]
+    return {ast.literal_eval(c.args[0]) for f in body for c in ast.walk(f)
+            if isinstance(c, ast.Call) and ast.unparse(c.func) in ("documented.config", "documented.argv") and c.args}
+
+
+def test_a_launch_counted_as_trained_by_another_test_is_trained_there_as_written():
+    """tests/documented.py's TRAINED_BY: each command is a slow block's launch (the docs test would otherwise train
+    it), and the test named takes its config from that command (`documented.config`), so an edit of the page reaches
+    the test that stands in for it."""
+    from tests import documented
+
+    launches = documented.launches()
+    for command, test in documented.TRAINED_BY.items():
+        assert command in launches, f"{command!r}: no slow block of the documentation launches it"
+        path, name = test.split("::")
+        tree = ast.parse((ROOT / path).read_text())
+        assert name in {f.name for f in tree.body if isinstance(f, ast.FunctionDef)}, f"{test}: no such test"
+        assert command in _documented_calls(tree, name), f"{test} does not train {command!r} (tests/documented.py)"

@@ -11,6 +11,7 @@ import pytest
 import raytf
 from raytf._core import timeline as tl
 from raytf.errors import PlacementError
+from tests import documented
 from tests.conftest import ROOT, copy_run, state_address
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -248,10 +249,11 @@ def test_events_from_every_rank(fast_cfg, no_leaks):
 
 
 def test_cli_runs_conf_local_end_to_end(tmp_path):
-    """The README's main command (shortened): embedded Ray, exit 0, run dir complete."""
+    """The README's main command (shortened; tests/documented.py), on a Ray of its own as the README runs it: exit 0,
+    run dir complete."""
     proc = subprocess.run(
-        [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", "run.name=cli",
-         f"storage.path={tmp_path}", "train.epochs=2", "train.steps_per_epoch=5", "ray.num_cpus=2"],
+        documented.argv("python -m raytf.launch conf/local.yaml", "--quiet", "run.name=cli",
+                        f"storage.path={tmp_path}", "train.epochs=2", "train.steps_per_epoch=5", "ray.num_cpus=2"),
         cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "raytf: succeeded" in proc.stdout

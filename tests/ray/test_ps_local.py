@@ -7,6 +7,8 @@ import pytest
 
 import raytf
 from raytf._core import events as ev
+from tests import documented
+from tests.conftest import PS, _quick
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
@@ -45,11 +47,14 @@ def test_keras_fit_with_evaluator_ends_by_itself(ps_run, no_leaks):
 
 
 @pytest.mark.slow  # ~30 s (default-run budget); ParameterServerStrategy training runs by default in other tests
-def test_custom_loop_with_partitioned_variables(ps_cfg, no_leaks):
-    result = raytf.fit(ps_cfg("run.name=psloop", "train.entrypoint=examples.ps_custom_loop:train",
-                              "cluster.num_ps=2", "cluster.ps.cpus=0.25",
-                              "cluster.ps.variable_partitioner=min_size_max_shards",
-                              "cluster.ps.min_shard_bytes=4096"), quiet=True)
+def test_custom_loop_with_partitioned_variables(tmp_path, no_leaks):
+    """docs/parameter-server.md's custom loop (examples.ps_custom_loop: coordinator.schedule), as that page launches
+    it (tests/documented.py), with its variables sharded over two ps."""
+    cfg = documented.config("python -m raytf.launch conf/ps_local.yaml train.entrypoint=examples.ps_custom_loop:train",
+                            *_quick(tmp_path, PS, ["run.name=psloop", "cluster.num_ps=2", "cluster.ps.cpus=0.25",
+                                                   "cluster.ps.variable_partitioner=min_size_max_shards",
+                                                   "cluster.ps.min_shard_bytes=4096"]))
+    result = raytf.fit(cfg, quiet=True)
     assert result.status == "succeeded", result.error
     assert result.summary["roles"] == {"chief": 1, "worker": 2, "ps": 2}
     loss = list(_chief_epochs(result.metrics)["loss"])

@@ -1,27 +1,48 @@
-"""The scaling report (raytf.scaling / --scaling) and the benchmark's smoke mode."""
+"""The scaling report (--scaling, as docs/performance.md runs it; raytf.scaling is its API) and the benchmark's smoke
+mode."""
 
-from pathlib import Path
+import subprocess
+import warnings
 
 import pandas as pd
 import pytest
 
 import raytf
-from tests.conftest import benchmark_smoke
+from tests import documented
+from tests.conftest import FAST, ROOT, _quick, benchmark_smoke, state_address
 
 
 @pytest.mark.slow  # step 2: three runs (~35 s)
 @pytest.mark.ray
 @pytest.mark.timeout(400)
-def test_scaling_report_runs_each_count(fast_cfg, no_leaks):
-    cfg = fast_cfg("run.name=scale", "cluster.worker.cpus=0.5", "checkpoint.every_epochs=0",
-                   "checkpoint.export_model=false")
-    table = raytf.scaling(cfg, workers=[1, 2, 8], quiet=True)  # 8 x 0.5 CPUs cannot be placed on 2 CPUs
+def test_scaling_report_runs_each_count(tmp_path, no_leaks):
+    """docs/performance.md's command (tests/documented.py) joining the session's Ray, its counts 1, 2 and 8: 8 x 0.5
+    CPUs cannot be placed on 2 CPUs, so the table says so, the others still run, and the command exits 1."""
+    proc = subprocess.run(documented.argv(
+        "python -m raytf.launch conf/local.yaml --scaling 1,2,4 cluster.worker.cpus=0.5", "--scaling", "1,2,8",
+        "--quiet", "run.name=scale", *_quick(tmp_path, FAST, ["checkpoint.every_epochs=0"]),
+        f"--address={state_address()}"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run = tmp_path / "runs" / "scale"
+    table = pd.read_csv(run / "scaling.csv")
     assert list(table["workers"]) == [1, 2, 8]
     assert list(table["status"]) == ["succeeded", "succeeded", "infeasible"]
     assert list(table["replicas"][:2]) == [1, 2] and list(table["global_batch"][:2]) == [16, 32]
     assert (table["examples_per_s"][:2] > 0).all() and table["speedup"][0] == 1.0
-    assert Path(table.attrs["plot"]).stat().st_size > 1000
-    assert list(pd.read_csv(table.attrs["csv"])["workers"]) == [1, 2, 8]
+    assert (run / "scaling.png").stat().st_size > 1000 and f"raytf: scaling plot: {run / 'scaling.png'}" in proc.stdout
+    assert "infeasible" in proc.stdout and "Traceback" not in proc.stderr
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(120)
+def test_the_api_reports_a_count_the_cluster_cannot_hold_without_training(fast_cfg, no_leaks):
+    """raytf.scaling, the notebook's way to the report above: 8 x 0.5 CPUs on the session's 2 is infeasible (in a
+    second: nothing trains), and the table and its files say so."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (its figure too: no line drawn, no legend to warn about)
+        table = raytf.scaling(fast_cfg("run.name=scale-api", "cluster.worker.cpus=0.5"), workers=[8], quiet=True)
+    assert list(table["workers"]) == [8] and list(table["status"]) == ["infeasible"]
+    assert list(pd.read_csv(table.attrs["csv"])["status"]) == ["infeasible"]
 
 
 # A benchmark's smoke (`-m bench`): every code path, cold and warm (SMOKE_LEAVES_OUT's contenders aside; ~2 min alone).

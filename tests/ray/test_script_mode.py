@@ -7,6 +7,8 @@ import pytest
 
 import raytf
 from raytf._core import events as ev
+from tests import documented
+from tests.conftest import _quick
 from tests.processes import leftover_script_processes as _leftovers
 
 
@@ -70,11 +72,14 @@ def test_script_exiting_3_on_rank_1_fails_the_run(script_cfg, no_leaks):
 @pytest.mark.slow  # step 2 (issue 50: the README's tests' budget): ParameterServerStrategy trains in step 1 (ps_run)
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_parameter_server_script(script_cfg, no_leaks):
-    cfg = script_cfg("run.name=ps-script", "cluster.strategy=parameter_server", "cluster.num_ps=1",
-                     "cluster.chief.cpus=0.5", "cluster.worker.cpus=0.5", "cluster.ps.cpus=0.5",
-                     "train.script=examples/ps_script.py", "metrics.every_steps=5",
-                     "train.args=[--epochs,'2',--steps-per-epoch,'10',--working-dir,'{checkpoint_dir}']")
+def test_parameter_server_script(tmp_path, no_leaks):
+    """docs/scripts.md's ParameterServerStrategy coordinator program (examples/ps_script.py on conf/ps_local.yaml's
+    chief, 2 workers and 1 ps), as that page launches it (tests/documented.py), for 2 epochs of 10 steps."""
+    cfg = documented.config(
+        "python -m raytf.launch conf/ps_local.yaml train.entrypoint= train.script=examples/ps_script.py "
+        "'train.args=[--working-dir,\"{checkpoint_dir}\"]'",
+        *_quick(tmp_path, [], ["run.name=ps-script", "metrics.every_steps=5",
+                               "train.args=[--epochs,'2',--steps-per-epoch,'10',--working-dir,'{checkpoint_dir}']"]))
     seen = []
     result = raytf.fit(cfg, quiet=True, on_event=seen.append)
     assert result.status == "succeeded", result.error

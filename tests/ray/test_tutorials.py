@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import raytf
-from tests.conftest import ROOT
+from tests import documented
 
 
 def _rows(result, column):
@@ -111,10 +111,11 @@ def test_tensorflow_used_before_the_strategy_is_explained(script_cfg, no_leaks):
 
 
 def _tutorial_keras(tmp_path, epochs):
-    return raytf.load_config(ROOT / "conf/tutorial_keras.yaml", [
-        f"storage.path={tmp_path / 'runs'}", "run.name=tutorial", "metrics.flush_interval_s=0",
+    return documented.config(
+        "python -m raytf.launch conf/tutorial_keras.yaml", f"storage.path={tmp_path / 'runs'}", "run.name=tutorial",
+        "metrics.flush_interval_s=0",
         f"train.args=[--epochs,'{epochs}',--steps-per-epoch,'10',--checkpoint-dir,'{{checkpoint_dir}}/ckpt',"
-        "--backup-dir,'{checkpoint_dir}/backup',--log-dir,'{log_dir}']"])
+        "--backup-dir,'{checkpoint_dir}/backup',--log-dir,'{log_dir}']")
 
 
 def _check_tutorial_keras_run(result):
@@ -156,9 +157,10 @@ def test_the_custom_loop_tutorial_commits_its_checkpoint_manager_saves(tmp_path,
     into a temporary one it deletes) and reports nothing to raytf: each save on the chief is committed all the same,
     as a checkpoint a resume restores (its state file naming it). Every worker resuming from the last commit after
     a relaunch: the orbit-style loop's test below (the same CheckpointManager path, ~15 s of CI's second step)."""
-    cfg = raytf.load_config(ROOT / "conf/tutorial_ctl.yaml", [
-        f"storage.path={tmp_path / 'runs'}", "run.name=ctl", "metrics.flush_interval_s=0",
-        "train.args=[--epochs,'2',--steps-per-epoch,'5',--checkpoint-dir,'{checkpoint_dir}']"])
+    cfg = documented.config(
+        "python -m raytf.launch conf/tutorial_ctl.yaml", f"storage.path={tmp_path / 'runs'}", "run.name=ctl",
+        "metrics.flush_interval_s=0",
+        "train.args=[--epochs,'2',--steps-per-epoch,'5',--checkpoint-dir,'{checkpoint_dir}']")
     first = raytf.fit(cfg, quiet=True)
     assert first.status == "succeeded", first.error
     assert len(first.checkpoints) == 2  # one per epoch's CheckpointManager.save
@@ -176,8 +178,8 @@ def test_an_orbit_style_loop_is_committed_by_its_global_step_and_its_summaries_a
     asynchronous CheckpointManager saves numbered by the global step, tf.summary scalars, no Keras fit and no
     raytf.report. Each committed checkpoint is named by its step and holds that checkpoint; every worker's scalars
     are its rows at their steps; a relaunch resumes every worker from the last one (raytf issue 55)."""
-    cfg = raytf.load_config(ROOT / "conf/orbit_style.yaml", [
-        f"storage.path={tmp_path / 'runs'}", "run.name=orbit", "metrics.flush_interval_s=0"])
+    cfg = documented.config("python -m raytf.launch conf/orbit_style.yaml", f"storage.path={tmp_path / 'runs'}",
+                            "run.name=orbit", "metrics.flush_interval_s=0")
     first = raytf.fit(cfg, quiet=True)
     assert first.status == "succeeded", first.error
     # Saves at steps 10 (the first), 30, 50 (every 20 after it) and 60 (at the end); storage.keep_last=3.
