@@ -16,7 +16,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError, RuntimeEnvSetupError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from raytf._core import brief, failure, shipping, topology
+from raytf._core import brief, failure, shipping, standbys, topology
 from raytf._core import events as ev
 from raytf._core.function import Functions
 from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_env, actor_name, is_server, streamed, task_runtime_env
@@ -102,9 +102,10 @@ class TaskGroup:
             self.standbys.refill_off(node, draining)
 
     def _start_task(self, t: TaskSpec, i: int, standby_actor=None, port: int | None = None,
-                    template: Any = None):
+                    template: standby.Template | None = None):
         """The task `t`, the plan's i-th, in its bundle (`port`: its predecessor's, held again: replace; `template`:
-        its node's script template, standby.Taken)."""
+        its node's template, standby.Taken: a script task's child forks from it, a training function's task's
+        process is one it forks)."""
         cfg = self.cfg
         runtime_env, env = actor_env(self.servers.runtime_env(cfg, t) if self.servers is not None else
                                      task_runtime_env(cfg, t))
@@ -118,12 +119,16 @@ class TaskGroup:
             resources=t.custom or None, max_restarts=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=self._bundle[i]),
         )
-        if runtime_env:  # (none: a worker Ray pre-started can take it; `env` then goes to the process itself)
+        script = self._runs_script(t)
+        forked = standbys.forked_option(runtime_env, template.worker_command) if template and not script else None
+        if forked is not None:  # TensorFlow imported already, in the process the template forks for it (issue 53)
+            options["runtime_env"] = forked
+        elif runtime_env:  # (none: a worker Ray pre-started can take it; `env` then goes to the process itself)
             options["runtime_env"] = runtime_env
         if t.memory_bytes:
             options["memory"] = t.memory_bytes
-        return self._remote.options(**options).remote(t, advertise, env, script=self._runs_script(t), port=port,
-                                                      template=template)
+        return self._remote.options(**options).remote(t, advertise, env, script=script, port=port,
+                                                      template=template.keeper if template and script else None)
 
     def _runs_script(self, t: TaskSpec) -> bool:
         """Whether `t` runs the user's script (run_script): every task of a script's run but a server."""

@@ -35,6 +35,7 @@ from raytf._driver.standby_pool import StandbyPool, wait_gone
 
 # The one task-side module the driver imports: Ray needs the actor's class (and the sweep's function).
 from raytf._task.actor import sweep_after
+from raytf._task.script.keeper import Template
 from raytf.config import Config
 
 log = logging.getLogger("raytf")
@@ -59,8 +60,9 @@ def env_key(runtime_env: dict[str, Any], script: bool = False) -> str:
 @dataclass(frozen=True)
 class Taken:
     """What a task group's start takes from the session's pool (Slots.take), by bundle index: `standbys`, a standby
-    that takes its task; `templates`, for a script task, the keeper of its node's script template once that has
-    imported TensorFlow (its child forks from it; a task never waits for a template's import).
+    that takes its task; `templates`, for a task no standby takes, its node's template once that has imported
+    TensorFlow (a script task's child forks from it, a function task's process is one it forks; a task never waits
+    for a template's import).
 
     A group's start makes no template where the pool has none (a fill does): measured on 2 cores
     (benchmarks/RESULTS.md, issue 53), a template made as a session's first group starts, its keeper's and the
@@ -68,7 +70,7 @@ class Taken:
     waiting for it instead, by ~2 s."""
 
     standbys: dict[int, Any]
-    templates: dict[int, Any]
+    templates: dict[int, Template]
 
 
 class Slots:
@@ -96,24 +98,23 @@ class Slots:
         p = pool(create=False) if self.slots else None
         if p is None:
             return Taken({}, {})
-        scripts = [where for where, bundles in self.slots.items() if self._runs_script(self.plan.tasks[bundles[0]])]
         takes = {where: p.take.remote(where[0], where[1], len(bundles)) for where, bundles in self.slots.items()}
-        keepers = {where: p.template.remote(*where) for where in scripts}
+        keepers = {where: p.template.remote(*where) for where in self.slots}
         standbys_of: dict[int, Any] = {}
         for where, ref in takes.items():
             try:
                 standbys_of.update(zip(self.slots[where], ray.get(ref, timeout=10)))
             except RayError as e:  # no standby, then: the task starts afresh
                 log.debug("standby take: %s", e)
-        templates_of: dict[int, Any] = {}
+        templates_of: dict[int, Template] = {}
         for where, ref in keepers.items():
             try:
-                keeper = ray.get(ref, timeout=10)
-            except RayError as e:  # (as above: the task's child imports TensorFlow itself)
-                log.debug("script template: %s", e)
+                template = ray.get(ref, timeout=10)
+            except RayError as e:  # (as above: the task imports TensorFlow itself)
+                log.debug("template: %s", e)
                 continue
-            if keeper is not None:
-                templates_of.update((b, keeper) for b in self.slots[where])
+            if template is not None:
+                templates_of.update((b, template) for b in self.slots[where] if b not in standbys_of)
         return Taken(standbys_of, templates_of)
 
     def refill(self) -> None:

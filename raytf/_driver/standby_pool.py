@@ -1,6 +1,6 @@
 """The standby pool actor's own code (`raytf:standby-pool`, raytf/_driver/standby.py made it and says what it is
 for): it runs in that actor's process, on the driver's node, and starts, hands out and ends a Ray job's standby
-task processes, and the nodes' script templates (raytf/_task/script/template.py)."""
+task processes, and the nodes' templates (raytf/_task/script/template.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raytf._core import standbys
 from raytf._core.plan import actor_env
 from raytf._task.actor import TaskActor
-from raytf._task.script.keeper import TemplateKeeper
+from raytf._task.script.keeper import Template, TemplateKeeper
 
 log = logging.getLogger("raytf")
+
+_KEEPER_START_S = 60.0  # a keeper's start: a Ray worker, then the template's interpreter (~1 s here)
 
 
 class StandbyPool:
@@ -29,8 +31,9 @@ class StandbyPool:
         self._warming: dict[tuple[str, str], list[tuple[Any, Any]]] = {}  # (node, key) -> [(actor, warm ref)]
         self._ready: dict[tuple[str, str], list[Any]] = {}
         self._pids: dict[int, int] = {}  # id(a ready standby's handle) -> its pid (warm()'s): waited for at release
-        self._templates: dict[tuple[str, str], Any] = {}  # (node, a script's key) -> its template's keeper
+        self._templates: dict[tuple[str, str], Any] = {}  # (node, key) -> its template's keeper
         self._imported: dict[tuple[str, str], Any] = {}  # the same -> the keeper's imported() call
+        self._commands: dict[tuple[str, str], str] = {}  # the same -> the keeper's worker_command()
 
     def _harvest(self, where: tuple[str, str]) -> None:
         pending = self._warming.get(where, [])
@@ -60,18 +63,23 @@ class StandbyPool:
         have = len(self._ready.get(where, [])) + len(self._warming.get(where, []))
         started = 0
         option, env = actor_env(runtime_env)  # (as a task's: its variables set before warm() imports TensorFlow)
-        template = self._template(node_id, key, runtime_env) if script and count > have else None
+        template = self._template(node_id, key, runtime_env) if count > have else None
+        if template is not None and not script:  # a function's standby: a process the template forks (its shim waits
+            option = standbys.forked_option(option, self._commands.get(where)) or option  # for the template's import)
         for _ in range(max(0, count - have)):
             actor = self._task.options(
                 num_cpus=0, max_restarts=0, **({"runtime_env": option} if option else {}),
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(None, None, env)
-            self._warming.setdefault(where, []).append((actor, actor.warm.remote(script=script, template=template)))
+            self._warming.setdefault(where, []).append(
+                (actor, actor.warm.remote(script=script, template=template if script else None)))
             started += 1
         return started
 
     def _template(self, node_id: str, key: str, runtime_env: dict[str, Any]) -> Any:
-        """The keeper of the script template for `key` on `node_id` (_task/script/template.py), made now if there is
-        none: a script's standbys fork their children from it, TensorFlow imported once per node (on idle CPU)."""
+        """The keeper of the template for `key` on `node_id` (_task/script/template.py), made now if there is none:
+        TensorFlow imported once per node (on idle CPU), a script's standbys fork their children from it and a
+        function's standbys are processes it forks. Waits for the keeper's start (a second or so; a standby asked
+        for is worth it), for its `worker_command`."""
         where = (node_id, key)
         if where not in self._templates:
             option, env = actor_env(runtime_env)
@@ -80,12 +88,17 @@ class StandbyPool:
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             ).remote(f"raytf-template-{uuid.uuid4().hex[:16]}", env)
             self._templates[where], self._imported[where] = keeper, keeper.imported.remote()
+            try:
+                self._commands[where] = ray.get(keeper.worker_command.remote(), timeout=_KEEPER_START_S)
+            except (RayError, TimeoutError) as e:  # (GetTimeoutError is both) its forks serve scripts only, then
+                log.warning("the template on node %s did not start (%s): standbys import TensorFlow themselves",
+                            node_id[:12], e)
         return self._templates[where]
 
-    def template(self, node_id: str, key: str) -> Any | None:
-        """The keeper of the script template for `key` on `node_id` once it has imported TensorFlow: a new task's
-        child forks from it at once. None before (the task's child imports TensorFlow itself, rather than wait for
-        a template's import on idle CPU), or without one (`fill` makes it)."""
+    def template(self, node_id: str, key: str) -> Template | None:
+        """The template for `key` on `node_id` once it has imported TensorFlow: a new script task's child forks from
+        it at once, and a new function task's process is one it forks. None before (the task imports TensorFlow
+        itself, rather than wait for a template's import on idle CPU), or without one (`fill` makes it)."""
         where = (node_id, key)
         ref = self._imported.get(where)
         if ref is None or not ray.wait([ref], timeout=0)[0]:
@@ -96,8 +109,9 @@ class StandbyPool:
             log.warning("the script template on node %s failed to start: %s", node_id[:12], e)
             ray.kill(self._templates.pop(where), no_restart=True)
             del self._imported[where]
+            self._commands.pop(where, None)
             return None
-        return self._templates[where]
+        return Template(self._templates[where], self._commands.get(where))
 
     def take(self, node_id: str, key: str, count: int) -> list[Any]:
         """Up to `count` standbys of `key` on `node_id`, no longer the pool's (the caller kills them): the ready
@@ -131,7 +145,9 @@ class StandbyPool:
         """End every standby: how many, and on which nodes (their scratch directories, which ray.kill leaves, are
         the caller's to sweep: standby.release)."""
         actors = [a for v in self._ready.values() for a in v] + [a for v in self._warming.values() for a, _ in v]
-        keepers = list(self._templates.values())  # (its template, and the children it forked, go with it)
+        # (its template goes with it, and so do the script children it forked; the Ray workers it forked are Ray's:
+        # a standby among them is killed here, a task goes with its run)
+        keepers = list(self._templates.values())
         pids_on: dict[str, tuple[int, ...]] = {node: () for node, _ in [*self._ready, *self._warming]}
         for (node, _), ready in self._ready.items():  # (a warming one's pid is not known yet)
             pids_on[node] += tuple(self._pids[id(a)] for a in ready if id(a) in self._pids)
@@ -142,6 +158,7 @@ class StandbyPool:
                 log.debug("kill: %s", e)
         wait_gone([*actors, *keepers])
         self._ready, self._warming, self._pids, self._templates, self._imported = {}, {}, {}, {}, {}
+        self._commands = {}
         return standbys.Released(len(actors), pids_on)
 
 

@@ -95,8 +95,8 @@ def test_a_scripts_retry_and_next_run_start_in_standbys_warm_children(script_cfg
 
 
 def test_standbys_end_with_the_session_that_made_them(no_leaks):
-    """A session (another driver process on this cluster) makes standbys and exits without releasing them: Ray
-    ends them with their owner, nothing of them is left."""
+    """A session (another driver process on this cluster) makes standbys, processes its node's template forked, and
+    exits without releasing them: Ray ends them with their owner, nothing of them (or of the template) is left."""
     import subprocess
     import sys
 
@@ -113,8 +113,13 @@ from raytf._driver import standby
 cfg = raytf.load_config("conf/local.yaml")
 env = task_runtime_env(cfg, make_plan(cfg).tasks[0])
 pool = standby.pool()
-ray.get(pool.fill.remote(ray.get_runtime_context().get_node_id(), standby.env_key(env), env, 2))
+node, key = ray.get_runtime_context().get_node_id(), standby.env_key(env)
+ray.get(pool.fill.remote(node, key, env, 2))
 assert standby.wait_ready(2, 90)
+# A function's standbys are processes the node's template forked, TensorFlow imported (raytf issue 53).
+parents = ray.get([a.__ray_call__.remote(lambda self: open(f"/proc/{{__import__('os').getppid()}}/cmdline").read())
+                   for a in ray.get(pool.take.remote(node, key, 2))])
+assert all("raytf._task.script.template" in p for p in parents), parents
 print("ready", flush=True)
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -157,6 +162,9 @@ class _GatedKeeper:
             raise RuntimeError("the template could not import TensorFlow")
         return 3.5
 
+    async def worker_command(self) -> str:
+        return "python -m raytf._task.script.worker_shim gated"
+
     async def go(self, ok: bool) -> None:
         self._ok = ok
         self._told.set()
@@ -187,7 +195,8 @@ def test_a_template_is_handed_out_only_once_it_has_imported(no_leaks):
         assert pool.template(node, "other") is None
         ray.get(keeper.go.remote(True))
         ray.wait([pool._imported[(node, "k")]], timeout=30)
-        assert pool.template(node, "k") is keeper
+        template = pool.template(node, "k")
+        assert template.keeper is keeper and template.worker_command.endswith("worker_shim gated")
 
         failing = pool._template(node, "f", {})
         ray.get(failing.go.remote(False))

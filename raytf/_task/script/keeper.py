@@ -1,11 +1,14 @@
-"""The keeper of a node's script template (template.py): the process started, and gone with its keeper. No
-TensorFlow here: the standby pool (raytf/_driver/standby_pool.py) imports this module to make the keeper actor."""
+"""The keeper of a node's template (template.py): the process started, and gone with its keeper. No TensorFlow here:
+the standby pool (raytf/_driver/standby_pool.py) imports this module to make the keeper actor."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 from raytf._task.script.protocol import TEMPLATE_IMPORTED, TEMPLATE_LISTENING
 
@@ -54,3 +57,23 @@ class TemplateKeeper:
         """Until the template has imported TensorFlow (a fork is immediate from then on); its name."""
         imported(self._proc)
         return self.name
+
+    def worker_command(self) -> str:
+        """The `py_executable` (a runtime_env's) of a Ray actor whose process this template forks, TensorFlow
+        imported (worker_shim.py): this node's interpreter, as a shell command."""
+        return worker_command(self.name)
+
+
+@dataclass(frozen=True)
+class Template:
+    """A node's template, once it has imported TensorFlow (the standby pool's, for a task group's start): its `keeper`,
+    which a script task's child forks from (TaskActor's `template`), and `worker_command`, the `py_executable` of a
+    training function's task actor that it forks (None: its keeper did not say)."""
+
+    keeper: Any
+    worker_command: str | None
+
+
+def worker_command(name: str) -> str:
+    """The shell command that makes a Ray worker of the template `name` (worker_shim.py), with this interpreter."""
+    return shlex.join([sys.executable, "-m", "raytf._task.script.worker_shim", name])

@@ -102,9 +102,12 @@ def exit_code(info: os.waitid_result) -> int:
     return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
-# A node's script template (template.py): the fds a host's request carries, in this order (SCM_RIGHTS), and the
-# lines the template writes to its keeper (keeper.py) once it listens and once it has imported TensorFlow.
+# A node's script template (template.py): the fds a host's request carries, in this order (SCM_RIGHTS): a script's
+# warm child's, or a Ray worker's (WORKER: worker_shim.py's own standard streams); and the lines the template writes
+# to its keeper (keeper.py) once it listens and once it has imported TensorFlow.
 TEMPLATE_FDS = ("stdout", "stderr", "events", "alive", "control")
+WORKER_FDS = ("stdin", "stdout", "stderr")
+SCRIPT, WORKER = "script", "worker"  # ForkRequest.kind
 TEMPLATE_LISTENING = b"listening\n"
 TEMPLATE_IMPORTED = b"imported\n"
 
@@ -117,15 +120,27 @@ def template_address(name: str) -> str:
 
 @dataclass(frozen=True)
 class ForkRequest:
-    """A host's request to a node's template for a warm child (one JSON line, with TEMPLATE_FDS): the host (its pid,
-    for the logs) and the directory the child waits in. The template answers `{"pid": N}` once it forked the child,
-    then `{"exit": code}` once the child exited (-N: killed by signal N)."""
+    """A host's request to a node's template (one JSON line, with its kind's fds): the host (its pid, for the logs)
+    and the directory the child starts in. The template answers `{"pid": N}` once it forked the child, then
+    `{"exit": code}` once the child exited (-N: killed by signal N).
+
+    `kind` SCRIPT (spawn.py's host, TEMPLATE_FDS): a script's warm child, which waits for its script. WORKER
+    (worker_shim.py, WORKER_FDS): a Ray worker process, run as `argv` (default_worker.py's) with the environment
+    `env`, which Ray started the shim with (raytf issue 53: a function's task starts with TensorFlow imported)."""
 
     host_pid: int
     cwd: str
+    kind: str = SCRIPT
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] | None = None
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self)).encode() + b"\n"
+
+    @property
+    def fds(self) -> tuple[str, ...]:
+        """The names of the fds the request carries, in order."""
+        return WORKER_FDS if self.kind == WORKER else TEMPLATE_FDS
 
 
 def rebased_path(path: list[str], *, was_cwd: str, cwd: str, was_pythonpath: str, pythonpath: str) -> list[str]:

@@ -1,6 +1,7 @@
-"""A node's script template (raytf issue 53): one process per node and runtime_env that imported TensorFlow and
-tf-keras once, and forks the warm children (spawn.WarmChild) the node's script tasks and standbys ask it for. A
-forked child has TensorFlow imported the moment it exists: no task's child imports it again.
+"""A node's template (raytf issue 53): one process per node and runtime_env that imported TensorFlow and tf-keras
+once, and forks the warm children (spawn.WarmChild) the node's script tasks and standbys ask it for, and the Ray
+worker processes of a training function's tasks and standbys (worker_shim.py asks; worker.py runs in the child). A
+forked child has TensorFlow imported the moment it exists: no task imports it again.
 
 Why: each import is ~3.5 s of CPU. Two tasks' children importing on 2 cores took as long as one; but a standby's
 import beside a run's training slowed its steps (repeat runs 0.83-0.94x the hand launch against the 0.8 target)
@@ -19,10 +20,11 @@ copies a lock another thread holds (but for the reaps' threads, which hold none:
 and dies with it (the parent-death signal); its children die with it too, and each with its host besides (child.py's
 sentinel).
 
-The wire (protocol.py): a host connects to the template's abstract Unix socket and sends a `ForkRequest` with the
-TEMPLATE_FDS (SCM_RIGHTS); the template forks and answers `{"pid": N}`, then `{"exit": code}` once the child has
+The wire (protocol.py): a host connects to the template's abstract Unix socket and sends a `ForkRequest` with its
+kind's fds (SCM_RIGHTS); the template forks and answers `{"pid": N}`, then `{"exit": code}` once the child has
 exited. It reaps the child once the host has closed the connection (spawn.ForkedProc): until then the child's pid,
-and so its process group, stays the host's to signal (spawn.wait_exit says why).
+and so its process group, stays the host's to signal (spawn.wait_exit says why). A Ray worker's host is its shim:
+the worker goes when the shim does, and not with the template (Ray ends it).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import json
 import logging
 import os
 import selectors
+import signal
 import socket
 import struct
 import sys
@@ -40,15 +43,20 @@ from dataclasses import dataclass, field
 
 from raytf._task.script import child
 from raytf._task.script.protocol import (
+    SCRIPT,
     TEMPLATE_FDS,
     TEMPLATE_IMPORTED,
     TEMPLATE_LISTENING,
+    WORKER,
+    WORKER_FDS,
     ForkRequest,
     exit_code,
     template_address,
 )
 
-_MAX_REQUEST = 4096
+_MAX_REQUEST = 1 << 20  # a request's JSON line, at most (a Ray worker's: its whole environment)
+_CHUNK = 65536
+_READ_S = 10.0  # a request's bytes come in one write: a host that stalls mid-request is not waited for longer
 
 # On this process's stderr (its keeper's Ray worker log), as a script's child says raytf's things: child.own_logging.
 log = logging.getLogger("raytf")
@@ -70,6 +78,7 @@ class _Kid:
     pid: int
     conn: socket.socket
     pidfd: int
+    kind: str = SCRIPT
     code: int | None = None
     host_gone: bool = False
 
@@ -126,22 +135,24 @@ class _Template:
             conn.close()
             return None
         if pid == 0:
-            self._leave_to_child(conn)
+            self._leave_to_child(conn, request.kind)
             return Forked(request, fds, self.before, self.import_s)
         for fd in fds.values():
             os.close(fd)
-        kid = _Kid(pid, conn, os.pidfd_open(pid))
+        kid = _Kid(pid, conn, os.pidfd_open(pid), request.kind)
         self.kids[pid] = kid
         self.sel.register(kid.pidfd, selectors.EVENT_READ, ("exit", kid))
         self.sel.register(conn, selectors.EVENT_READ, ("host", kid))
         self._send(kid, {"pid": pid})
         return None
 
-    def _leave_to_child(self, conn: socket.socket) -> None:
-        """In the forked child: a session of its own (whatever its script starts is in its group), gone with the
-        template, and none of the template's sockets held."""
+    def _leave_to_child(self, conn: socket.socket, kind: str) -> None:
+        """In the forked child: a session of its own (whatever its script starts is in its group; a Ray worker's
+        group is its own, as Ray's process-group cleanup expects), a script's child gone with the template (a Ray
+        worker is Ray's to end: its shim's going ends it, `_host_closed`), and none of the template's sockets held."""
         os.setsid()
-        child.die_with_parent(os.getppid())
+        if kind == SCRIPT:
+            child.die_with_parent(os.getppid())
         self.sel.close()
         self.listener.close()
         conn.close()
@@ -171,6 +182,11 @@ class _Template:
         kid.host_gone = True
         if kid.code is not None:
             self._reap(kid)
+        elif kid.kind == WORKER:  # its shim went (killed by Ray: the worker did not register in time): so does it
+            try:
+                os.kill(kid.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def _reap(self, kid: _Kid) -> None:
         """On a thread of its own: a kernel slow to release an exited TensorFlow process (spawn.wait_exit: tens of
@@ -200,20 +216,35 @@ def _same_user(conn: socket.socket) -> bool:
 
 
 def _receive(conn: socket.socket) -> tuple[ForkRequest | None, dict[str, int]]:
+    """A request and its fds by name (None: the host closed first). A script's request is a few hundred bytes; a Ray
+    worker's carries its environment, read to its end (at most _MAX_REQUEST, each read at most _READ_S apart)."""
     fds = array.array("i")
-    msg, ancdata, _, _ = conn.recvmsg(_MAX_REQUEST, socket.CMSG_LEN(len(TEMPLATE_FDS) * fds.itemsize))
-    for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[:len(data) - (len(data) % fds.itemsize)])
-    if not msg:
+    conn.settimeout(_READ_S)
+    try:
+        msg, ancdata, _, _ = conn.recvmsg(_CHUNK, socket.CMSG_LEN(max(len(TEMPLATE_FDS), len(WORKER_FDS)) *
+                                                                   fds.itemsize))
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[:len(data) - (len(data) % fds.itemsize)])
+        while msg and not msg.endswith(b"\n") and len(msg) < _MAX_REQUEST:
+            more = conn.recv(_CHUNK)
+            if not more:
+                break
+            msg += more
+        if not msg:
+            for fd in fds:
+                os.close(fd)
+            return None, {}
+        request = ForkRequest(**json.loads(msg))
+        if len(fds) != len(request.fds):
+            raise ValueError(f"{len(fds)} fds, not {len(request.fds)}")
+    except BaseException:
         for fd in fds:
             os.close(fd)
-        return None, {}
-    if len(fds) != len(TEMPLATE_FDS):
-        for fd in fds:
-            os.close(fd)
-        raise ValueError(f"{len(fds)} fds, not {len(TEMPLATE_FDS)}")
-    return ForkRequest(**json.loads(msg)), dict(zip(TEMPLATE_FDS, fds))
+        raise
+    finally:
+        conn.settimeout(None)
+    return request, dict(zip(request.fds, fds))
 
 
 def main(argv: list[str]) -> int:
@@ -235,6 +266,10 @@ def main(argv: list[str]) -> int:
     os.dup2(null, 1)
     os.close(null)
     forked = _Template(listener, before, import_s).serve()
+    if forked.request.kind == WORKER:
+        from raytf._task.script import worker
+
+        return worker.main_forked(forked)
     return child.main_forked(forked)
 
 
