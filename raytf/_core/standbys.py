@@ -28,6 +28,16 @@ def refill_after_s(at_first_step_s: float, ray_ends_with_run: bool) -> float:
     return max(at_first_step_s, ONE_RUN_REFILL_AFTER_S) if ray_ends_with_run else at_first_step_s
 
 
+# A script's standbys are kept apart from a function's of the same runtime_env (the driver's env_key): the process a
+# script task takes holds a child for its script. The node's template, which both fork from, is one per runtime_env.
+SCRIPT_KEY = "-script"
+
+
+def template_key(key: str) -> str:
+    """The node template's key for standbys of `key` (a runtime_env's, a script's or not): the runtime_env's."""
+    return key.removesuffix(SCRIPT_KEY)
+
+
 # runtime_env fields that choose the worker's interpreter themselves (Ray's pip, uv, conda, container and image_uri
 # plugins set a `py_executable` of their own): a task with one starts in a process of Ray's, never a template's fork.
 OWN_INTERPRETER = frozenset({"pip", "uv", "conda", "container", "image_uri", "py_executable"})

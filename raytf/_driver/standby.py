@@ -54,7 +54,7 @@ def env_key(runtime_env: dict[str, Any], script: bool = False) -> str:
     """Standbys serve tasks of the same runtime_env only (its env vars are set before TensorFlow's import), and a
     script's task only one made for a script (TensorFlow imported in the child process its script will run in)."""
     key = hashlib.sha256(json.dumps(runtime_env, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return f"{key}-script" if script else key
+    return f"{key}{standbys.SCRIPT_KEY}" if script else key
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,9 @@ class StandbyPool:
         self._warming: dict[tuple[str, str], list[tuple[Any, Any]]] = {}  # (node, key) -> [(actor, warm ref)]
         self._ready: dict[tuple[str, str], list[Any]] = {}
         self._pids: dict[int, int] = {}  # id(a ready standby's handle) -> its pid (warm()'s): waited for at release
-        self._templates: dict[tuple[str, str], Any] = {}  # (node, key) -> its template's keeper
+        # (node, a runtime_env's key: standbys.template_key, one for a script's standbys and a function's) -> its
+        # template's keeper
+        self._templates: dict[tuple[str, str], Any] = {}
         self._imported: dict[tuple[str, str], Any] = {}  # the same -> the keeper's imported() call
         self._commands: dict[tuple[str, str], str] = {}  # the same -> the keeper's worker_command()
 
@@ -65,7 +67,7 @@ class StandbyPool:
         option, env = actor_env(runtime_env)  # (as a task's: its variables set before warm() imports TensorFlow)
         template = self._template(node_id, key, runtime_env) if count > have else None
         if template is not None and not script:  # a function's standby: a process the template forks (its shim waits
-            option = standbys.forked_option(option, self._commands.get(where)) or option  # for the template's import)
+            option = standbys.forked_option(option, self._commands.get(_at(node_id, key))) or option  # for its import)
         for _ in range(max(0, count - have)):
             actor = self._task.options(
                 num_cpus=0, max_restarts=0, **({"runtime_env": option} if option else {}),
@@ -80,7 +82,7 @@ class StandbyPool:
         TensorFlow imported once per node (on idle CPU), a script's standbys fork their children from it and a
         function's standbys are processes it forks. Waits for the keeper's start (a second or so; a standby asked
         for is worth it), for its `worker_command`."""
-        where = (node_id, key)
+        where = _at(node_id, key)
         if where not in self._templates:
             option, env = actor_env(runtime_env)
             keeper = self._keeper.options(
@@ -99,14 +101,14 @@ class StandbyPool:
         """The template for `key` on `node_id` once it has imported TensorFlow: a new script task's child forks from
         it at once, and a new function task's process is one it forks. None before (the task imports TensorFlow
         itself, rather than wait for a template's import on idle CPU), or without one (`fill` makes it)."""
-        where = (node_id, key)
+        where = _at(node_id, key)
         ref = self._imported.get(where)
         if ref is None or not ray.wait([ref], timeout=0)[0]:
             return None
         try:
             ray.get(ref)
         except RayError as e:  # (the next fill makes another)
-            log.warning("the script template on node %s failed to start: %s", node_id[:12], e)
+            log.warning("the template on node %s failed to start: %s", node_id[:12], e)
             ray.kill(self._templates.pop(where), no_restart=True)
             del self._imported[where]
             self._commands.pop(where, None)
@@ -160,6 +162,11 @@ class StandbyPool:
         self._ready, self._warming, self._pids, self._templates, self._imported = {}, {}, {}, {}, {}
         self._commands = {}
         return standbys.Released(len(actors), pids_on)
+
+
+def _at(node_id: str, key: str) -> tuple[str, str]:
+    """Where the template of standbys of `key` on `node_id` is kept (one for a script's and a function's)."""
+    return node_id, standbys.template_key(key)
 
 
 def wait_gone(actors: list, timeout_s: float = 10.0) -> None:

@@ -126,3 +126,15 @@ def test_without_a_template_the_shim_starts_python_itself(tmp_path):
     facts = json.loads(out)
     assert facts["pid"] == shim.pid and facts["tf"] is False  # Python exec'd in the shim's place, as Ray would have
     assert "raytf: the node's template did not fork this Ray worker" in err
+
+
+def test_with_interpreter_flags_the_shim_starts_python_itself(template, tmp_path):
+    """Ray passes its own interpreter's -S or -s on to its workers' command line; the template's interpreter was
+    started without them, so a fork would not be the process Ray asked for: Python is exec'd, with them."""
+    argv, kwargs = _shim(template[0], "-s", _program(tmp_path), cwd=tmp_path,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with subprocess.Popen(argv, **kwargs) as shim:
+        out, err = shim.communicate(timeout=60)
+    assert shim.returncode == 3, err[-3000:]
+    facts = json.loads(out)
+    assert facts["pid"] == shim.pid and facts["tf"] is False and "interpreter flags" in err

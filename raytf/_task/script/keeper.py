@@ -35,7 +35,7 @@ def _failed(proc: subprocess.Popen) -> None:
     proc.kill()
     code = proc.wait()
     proc.stdout.close()
-    raise OSError(f"the script template ended (exit code {code}) before it could fork a child")
+    raise OSError(f"the node's template ended (exit code {code}) before it could fork a child")
 
 
 class TemplateKeeper:

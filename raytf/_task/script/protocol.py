@@ -102,7 +102,7 @@ def exit_code(info: os.waitid_result) -> int:
     return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
-# A node's script template (template.py): the fds a host's request carries, in this order (SCM_RIGHTS): a script's
+# A node's template (template.py): the fds a host's request carries, in this order (SCM_RIGHTS): a script's
 # warm child's, or a Ray worker's (WORKER: worker_shim.py's own standard streams); and the lines the template writes
 # to its keeper (keeper.py) once it listens and once it has imported TensorFlow.
 TEMPLATE_FDS = ("stdout", "stderr", "events", "alive", "control")

@@ -120,7 +120,7 @@ class _Template:
         try:
             request, fds = _receive(conn)
         except (OSError, ValueError, TypeError) as e:
-            log.warning("the script template refused a request: %s", e)
+            log.warning("the node's template refused a request: %s", e)
             conn.close()
             return None
         if request is None:  # the host closed before asking
@@ -129,7 +129,7 @@ class _Template:
         try:
             pid = os.fork()
         except OSError as e:  # (out of memory or processes: the host starts a cold child instead)
-            log.warning("the script template could not fork: %s", e)
+            log.warning("the node's template could not fork: %s", e)
             for fd in fds.values():
                 os.close(fd)
             conn.close()

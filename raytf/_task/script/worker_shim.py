@@ -80,6 +80,8 @@ def _forward(pid: int, signum: int) -> None:
 def main(argv: list[str]) -> int:
     name, worker = argv[0], argv[1:]
     try:
+        if not worker or worker[0].startswith("-"):  # the interpreter's own flags (Ray passes on its -S, -s): the
+            raise ValueError(f"interpreter flags {worker[:1]}")  # template's interpreter has none, a fork would differ
         conn, answers, pid = _ask(name, worker)
     except (OSError, ValueError, KeyError) as e:
         print(f"raytf: the node's template did not fork this Ray worker ({e}): starting it afresh", file=sys.stderr,
