@@ -94,9 +94,10 @@ def test_a_scripts_retry_and_next_run_start_in_standbys_warm_children(script_cfg
     assert leftover_script_processes() == []
 
 
-def test_standbys_end_with_the_session_that_made_them(no_leaks):
-    """A session (another driver process on this cluster) makes standbys, processes its node's template forked, and
-    exits without releasing them: Ray ends them with their owner, nothing of them (or of the template) is left."""
+def test_standbys_end_with_the_session_that_made_them(no_leaks, tmp_path):
+    """A session (another driver process on this cluster, its code shipped as the job's working_dir) makes standbys,
+    processes its node's template forked that import the session's code, and exits without releasing them: Ray ends
+    them with their owner, nothing of them (or of the template) is left."""
     import subprocess
     import sys
 
@@ -104,9 +105,11 @@ def test_standbys_end_with_the_session_that_made_them(no_leaks):
 
     from tests.conftest import ROOT, leftovers
 
+    (tmp_path / "shipped_probe.py").write_text("WHERE = __file__\n")
     code = f"""
 import ray
-ray.init(address={ray.get_runtime_context().gcs_address!r}, configure_logging=False, log_to_driver=False)
+ray.init(address={ray.get_runtime_context().gcs_address!r}, configure_logging=False, log_to_driver=False,
+         runtime_env={{"working_dir": {str(tmp_path)!r}}})
 import raytf
 from raytf._core.plan import make_plan, task_runtime_env
 from raytf._driver import standby
@@ -117,9 +120,13 @@ node, key = ray.get_runtime_context().get_node_id(), standby.env_key(env)
 ray.get(pool.fill.remote(node, key, env, 2))
 assert standby.wait_ready(2, 90)
 # A function's standbys are processes the node's template forked, TensorFlow imported (raytf issue 53).
-parents = ray.get([a.__ray_call__.remote(lambda self: open(f"/proc/{{__import__('os').getppid()}}/cmdline").read())
-                   for a in ray.get(pool.take.remote(node, key, 2))])
-assert all("raytf._task.script.template" in p for p in parents), parents
+# They see the job's working_dir as a worker Ray started would: its directory, its modules importable.
+def probe(self):
+    import os
+    import shipped_probe
+    return open(f"/proc/{{os.getppid()}}/cmdline").read(), os.path.dirname(shipped_probe.WHERE) == os.getcwd()
+seen = ray.get([a.__ray_call__.remote(probe) for a in ray.get(pool.take.remote(node, key, 2))])
+assert all("raytf._task.script.template" in parent and here for parent, here in seen), seen
 print("ready", flush=True)
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
