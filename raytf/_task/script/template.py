@@ -17,8 +17,8 @@ over. GPU tasks never come here (their tasks start afresh: raytf/_driver/standby
 The template is single-threaded (a selector over its socket, its requests and each child's pidfd), so a fork never
 copies a lock another thread holds (but for the reaps' threads, which hold none: `_reap`). It is started by a
 `TemplateKeeper` actor (keeper.py; the standby pool makes one per node and runtime_env: raytf/_driver/standby_pool.py)
-and dies with it (the parent-death signal); its children die with it too, and each with its host besides (child.py's
-sentinel).
+and dies with it (the parent-death signal); its script children die with it too, and each with its host besides
+(child.py's sentinel).
 
 The wire (protocol.py): a host connects to the template's abstract Unix socket and sends a `ForkRequest` with its
 kind's fds (SCM_RIGHTS); the template forks and answers `{"pid": N}`, then `{"exit": code}` once the child has
