@@ -15,12 +15,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raytf._core import standbys
 from raytf._core.plan import actor_env
 from raytf._task.actor import TaskActor
+from raytf._task.script.keeper import START_S as KEEPER_START_S
 from raytf._task.script.keeper import Template, TemplateKeeper
 
 log = logging.getLogger("raytf")
-
-_KEEPER_START_S = 60.0  # a keeper's start: a Ray worker, then the template's interpreter (~1 s here)
-
 
 class StandbyPool:
     """The standbys of one Ray job, by (node, runtime_env key): those still importing TensorFlow and those ready."""
@@ -91,7 +89,7 @@ class StandbyPool:
             ).remote(f"raytf-template-{uuid.uuid4().hex[:16]}", env)
             self._templates[where], self._imported[where] = keeper, keeper.imported.remote()
             try:
-                self._commands[where] = ray.get(keeper.worker_command.remote(), timeout=_KEEPER_START_S)
+                self._commands[where] = ray.get(keeper.worker_command.remote(), timeout=KEEPER_START_S)
             except (RayError, TimeoutError) as e:  # (GetTimeoutError is both) its forks serve scripts only, then
                 log.warning("the template on node %s did not start (%s): standbys import TensorFlow themselves",
                             node_id[:12], e)

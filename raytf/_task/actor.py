@@ -27,6 +27,7 @@ from raytf._core.tasks import TaskInfo, TaskOutcome, TaskRun
 from raytf._storage import StorageMarker
 from raytf._task import rss, scratch, usercode
 from raytf._task.call import TaskCall
+from raytf._task.script.keeper import START_S as KEEPER_START_S
 from raytf._task.tee import OutputCapture
 
 log = logging.getLogger(__name__)
@@ -111,14 +112,11 @@ def sweep_after(roots: dict[str, tuple[int, ...]], on_nodes: dict[str, tuple[int
             log.debug("scratch sweep: %s", e)
 
 
-_TEMPLATE_WAIT_S = 60.0  # a keeper's start: a Ray worker, then the template's interpreter (~1 s here)
-
-
 def _template_name(keeper) -> str | None:
     """The name of the template `keeper` keeps, once it listens; None (the child imports TensorFlow itself) when the
     keeper could not start it."""
     try:
-        return ray.get(keeper.address.remote(), timeout=_TEMPLATE_WAIT_S)
+        return ray.get(keeper.address.remote(), timeout=KEEPER_START_S)
     except (RayError, TimeoutError) as e:  # (GetTimeoutError is both)
         log.warning("the node's script template did not start (%s): TensorFlow is imported in a new process", e)
         return None

@@ -3,7 +3,7 @@ others and lists these), run as written, on the session's Ray, shortened: every 
 block loads gets `_short`'s settings last (an epoch or the block's own count, two steps each, storage in the test's
 directory), and a sweep's grid cut to two trials (`two_trials`), so a block that works at full length works here, and
 a key or command the docs misspell fails. A `pip install` of a block is the test environment's already. A launch
-command that another slow test trains as written (tests/documented.py) is counted, not trained a second time."""
+command that another test trains as written (tests/documented.py) is counted, not trained a second time."""
 
 import inspect
 import json

@@ -188,6 +188,7 @@ def test_a_template_is_handed_out_only_once_it_has_imported(no_leaks):
 
     import ray
 
+    from raytf._core.standbys import SCRIPT_KEY
     from raytf._driver.standby_pool import StandbyPool
 
     pool = StandbyPool()
@@ -204,6 +205,9 @@ def test_a_template_is_handed_out_only_once_it_has_imported(no_leaks):
         ray.wait([pool._imported[(node, "k")]], timeout=30)
         template = pool.template(node, "k")
         assert template.keeper is keeper and template.worker_command.endswith("worker_shim gated")
+        # A script's standbys of the same runtime_env fork from the same template (standbys.template_key).
+        assert pool._template(node, "k" + SCRIPT_KEY, {}) is keeper
+        assert pool.template(node, "k" + SCRIPT_KEY) == template
 
         failing = pool._template(node, "f", {})
         ray.get(failing.go.remote(False))

@@ -17,16 +17,17 @@ from raytf._task.script import keeper
 
 pytestmark = [pytest.mark.timeout(120)]
 
+# With `wait`: as a Ray worker does, it runs until it is ended; at the latest when the test closes its stdin (or exits).
 PROGRAM = """
 import json, os, sys
+waits = sys.argv[1:] == ["wait"]
 facts = {"tf": "tensorflow" in sys.modules, "pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(),
-         "argv": sys.argv, "main": __name__, "path": sys.path, "stdin": sys.stdin.read(),
+         "argv": sys.argv, "main": __name__, "path": sys.path, "stdin": "" if waits else sys.stdin.read(),
          "shim_env": os.environ.get("RAYTF_TEST_SHIM"), "template_env": os.environ.get("RAYTF_TEST_TEMPLATE_ONLY"),
          "oom": open("/proc/self/oom_score_adj").read().strip(), "own_session": os.getsid(0) == os.getpid()}
 print(json.dumps(facts), flush=True)
-if sys.argv[1:] == ["wait"]:
-    import time
-    time.sleep(120)
+if waits:
+    sys.stdin.read()
 sys.exit(3)
 """
 
@@ -96,25 +97,31 @@ def test_the_process_the_template_forks_for_ray_is_the_one_ray_would_have_starte
 
 def test_a_forked_worker_and_its_shim_end_together(template, tmp_path):
     name, _ = template
-    program = _program(tmp_path)
-    # The shim killed (Ray kills what it started when a worker does not register in time): the worker goes too.
-    argv, kwargs = _shim(name, program, "wait", cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
-    shim = subprocess.Popen(argv, **kwargs)
-    worker = json.loads(shim.stdout.readline())["pid"]
-    shim.kill()
-    shim.wait(timeout=10)
-    assert _exited(worker)
-    # The worker killed (Ray kills the pid it registered with): its shim exits, with the shell's code for it.
-    shim = subprocess.Popen(argv, **kwargs)
-    worker = json.loads(shim.stdout.readline())["pid"]
-    os.kill(worker, signal.SIGTERM)
-    assert shim.wait(timeout=15) == 128 + signal.SIGTERM
-    # And a signal to the shim reaches the worker.
-    shim = subprocess.Popen(argv, **kwargs)
-    worker = json.loads(shim.stdout.readline())["pid"]
-    shim.send_signal(signal.SIGTERM)
-    assert shim.wait(timeout=15) == 128 + signal.SIGTERM and _exited(worker)
-    shim.stdout.close()
+    argv, kwargs = _shim(name, _program(tmp_path), "wait", cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    shims: list[subprocess.Popen] = []
+
+    def started() -> tuple[subprocess.Popen, int]:
+        shims.append(subprocess.Popen(argv, **kwargs))
+        return shims[-1], json.loads(shims[-1].stdout.readline())["pid"]
+
+    try:
+        # The shim killed (Ray kills what it started when a worker does not register in time): the worker goes too.
+        shim, worker = started()
+        shim.kill()
+        shim.wait(timeout=10)
+        assert _exited(worker)
+        # The worker killed (Ray kills the pid it registered with): its shim exits, with the shell's code for it.
+        shim, worker = started()
+        os.kill(worker, signal.SIGTERM)
+        assert shim.wait(timeout=15) == 128 + signal.SIGTERM
+        # And a signal to the shim reaches the worker.
+        shim, worker = started()
+        shim.send_signal(signal.SIGTERM)
+        assert shim.wait(timeout=15) == 128 + signal.SIGTERM and _exited(worker)
+    finally:  # (a worker left by a failed check ends with its stdin)
+        for s in shims:
+            s.stdin.close()
+            s.stdout.close()
 
 
 def test_without_a_template_the_shim_starts_python_itself(tmp_path):

@@ -12,6 +12,8 @@ from typing import Any
 
 from raytf._task.script.protocol import TEMPLATE_IMPORTED, TEMPLATE_LISTENING
 
+START_S = 60.0  # a keeper's start, waited for at most: a Ray worker, then the template's interpreter (~1 s here)
+
 
 def start(name: str) -> subprocess.Popen:
     """Start the template `name` as this process's child, which dies with this process; returns once it listens (a
