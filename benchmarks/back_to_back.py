@@ -3,15 +3,18 @@
 against the same program launched by hand, side by side in one run.
 
 Run:  python -m benchmarks.back_to_back [--runs 4] [--pause 10] [--trials 4]
+      python -m benchmarks.back_to_back --standby-memory   (what a session's ready standbys hold in memory)
       python -m benchmarks.back_to_back --smoke     (two short runs of each series: the check that it runs)
 
 Every contender runs benchmarks/workload.py's program (benchmarks/run.py's `hand` is the floor: N processes with
 their TF_CONFIG, started by hand). Series, each starting with no standby processes (the pool released):
-function back-to-back, script back-to-back, function with `--pause` seconds between runs; then a sweep of `--trials`
+function and script back-to-back, each with the default cluster.standby and with cluster.standby=0 (no standbys:
+every run's tasks import TensorFlow themselves), function and script with `--pause` seconds between runs; then a
+sweep of `--trials`
 trials (a grid over train.params.tag, which changes nothing of the job). Per run: its wall time (the `raytf.fit`
 call), wall / the hand-launched median, how many tasks started in standbys; per sweep trial: the gap from the
 previous trial's end to this one's first step. Nothing waits for the standbys between back-to-back runs: a run that
-finds them still importing TensorFlow takes them (standby_pool.StandbyPool.take), as a notebook's loop would.
+finds them still importing TensorFlow takes them (standby.StandbyPool.take), as a notebook's loop would.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 from benchmarks.run import _LEAN, ROOT, WORKLOAD, Setup, _measure, hand
 
 
-def _cfg(s: Setup, out: Path, name: str, script: bool):
+def _cfg(s: Setup, out: Path, name: str, script: bool, standby: int | None = None):
     import raytf
 
     program = (["train.entrypoint=", f"train.script={WORKLOAD}", "train.stream_output=none",
@@ -39,11 +42,14 @@ def _cfg(s: Setup, out: Path, name: str, script: bool):
     return raytf.load_config(ROOT / "conf/local.yaml", [
         f"storage.path={s.scratch / 'runs'}", f"run.name={name}", f"train.epochs={s.epochs}",
         f"train.steps_per_epoch={s.steps}", f"train.batch_size={s.batch}", f"cluster.num_workers={s.workers}",
-        "checkpoint.resume=false", *_LEAN, *program])
+        "checkpoint.resume=false", *_LEAN, *program,
+        *([f"cluster.standby={standby}"] if standby is not None else [])])
 
 
-def series(s: Setup, label: str, runs: int, *, script: bool = False, pause_s: float = 0.0) -> list[dict]:
-    """`runs` raytf.fit calls of the job, one after the other (`pause_s` between), from no standbys."""
+def series(s: Setup, label: str, runs: int, *, script: bool = False, pause_s: float = 0.0,
+           standby: int | None = None) -> list[dict]:
+    """`runs` raytf.fit calls of the job, one after the other (`pause_s` between), from no standbys (`standby`:
+    cluster.standby, the default's where None)."""
     import raytf
 
     raytf.release_standbys()
@@ -54,7 +60,7 @@ def series(s: Setup, label: str, runs: int, *, script: bool = False, pause_s: fl
         name = f"{''.join(c if c.isalnum() else '-' for c in label)}-{i}"
         out = s.scratch / name
         t = time.time()
-        result = raytf.fit(_cfg(s, out, name, script), quiet=True, raise_on_failure=False)
+        result = raytf.fit(_cfg(s, out, name, script, standby), quiet=True, raise_on_failure=False)
         wall = time.time() - t
         attempt = result.summary["attempts"][0] if result.summary.get("attempts") else {}
         rows.append({"series": label, "run": i + 1, "wall_s": wall, "ok": result.status == "succeeded",
@@ -91,6 +97,45 @@ def sweep(s: Setup, trials: int) -> list[dict]:
     return rows
 
 
+def _memory_mib(pid: int) -> tuple[float, float]:
+    """(resident, private) MiB of `pid` and its descendants (a script standby's warm child), from smaps_rollup."""
+    from pathlib import Path as P
+
+    rss = private = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = dict(line.split(":", 1) for line in P(f"/proc/{p}/smaps_rollup").read_text().splitlines()[1:])
+            children = P(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        kib = {k: float(v.split()[0]) for k, v in fields.items()}
+        rss += kib.get("Rss", 0) / 1024
+        private += (kib.get("Private_Clean", 0) + kib.get("Private_Dirty", 0)) / 1024
+        todo += [int(c) for c in children]
+    return rss, private
+
+
+def standby_memory(s: Setup) -> list[dict]:
+    """What a session's ready standbys hold, a function's and a script's: one short run of each, its standbys
+    (asked for as it ended) waited for, each one's memory (its process and, for a script's, its warm child)."""
+    import raytf
+    from raytf._driver import standby
+
+    rows = []
+    for label, script in (("function", False), ("script", True)):
+        raytf.release_standbys()
+        name = f"memory-{label}"
+        raytf.fit(_cfg(s, s.scratch / name, name, script), quiet=True, raise_on_failure=False)
+        standby.wait_ready(2, 120)
+        for pid in standby.pool(create=False).pids():
+            rss, private = _memory_mib(pid)
+            rows.append({"kind": label, "pid": pid, "rss_mib": rss, "private_mib": private})
+    raytf.release_standbys()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.back_to_back", description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=4, help="per series")
@@ -102,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=50, help="per epoch")
     ap.add_argument("--batch", type=int, default=64, help="per replica")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--standby-memory", action="store_true",
+                    help="only what a session's ready standbys hold in memory (a function's, a script's)")
     a = ap.parse_args(argv)
     if a.smoke:
         a.runs, a.trials, a.hand, a.pause, a.epochs, a.steps = 2, 2, 1, 1.0, 1, 5
@@ -112,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
+        if a.standby_memory:
+            print("| standby of | pid | resident MiB | of it its own MiB |\n|---|---|---|---|")
+            for r in standby_memory(s):
+                print(f"| {r['kind']} | {r['pid']} | {r['rss_mib']:.0f} | {r['private_mib']:.0f} |")
+            return 0
         floor, floor_steps = [], []
         for i in range(a.hand):
             trial = hand(s, scratch / f"hand-{i}")
@@ -119,8 +171,11 @@ def main(argv: list[str] | None = None) -> int:
             floor_steps.append(trial.step_ms)
             print(f"hand-launched run {i + 1}/{a.hand}: wall {trial.wall_s:.1f}s, median step {_ms(trial.step_ms)}" +
                   (f" ERROR {trial.error}" if trial.error else ""), flush=True)
-        rows = [*series(s, "function", a.runs), *series(s, "script", a.runs, script=True),
-                *series(s, f"function, {a.pause:g}s pause", a.runs, pause_s=a.pause)]
+        rows = [*series(s, "function", a.runs), *series(s, "function, standby=0", a.runs, standby=0),
+                *series(s, "script", a.runs, script=True),
+                *series(s, "script, standby=0", a.runs, script=True, standby=0),
+                *series(s, f"function, {a.pause:g}s pause", a.runs, pause_s=a.pause),
+                *series(s, f"script, {a.pause:g}s pause", a.runs, script=True, pause_s=a.pause)]
         trials = sweep(s, a.trials)
     finally:
         ray.shutdown()

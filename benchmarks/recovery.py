@@ -12,9 +12,7 @@ attempt's first step, the issue's "failure detected -> next first step"), that r
 retry's training code began (the workload's own mark: raytf's part before it, the program's after) and the run's
 wall time. Rounds interleave the settings (standby 0, 2, 0, 2, ...); the pool is released between runs, so each run
 with standbys starts from none. `--session`: it is not (as in a notebook's loop of runs): a run with standbys then
-starts in those the previous one asked for as it ended, and for a script its standbys fork from the node's script
-template that the session's first one made (raytf/_task/script/template.py); the table adds the rounds after the
-first.
+starts in those the previous one asked for as it ended; the table adds the rounds after the first.
 """
 
 from __future__ import annotations

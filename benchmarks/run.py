@@ -164,7 +164,7 @@ def _settle(timeout_s: float = 60.0) -> None:
     from raytf._driver import standby
 
     p = standby.pool(create=False)
-    refs = ray.get(p.warming.remote()) if p is not None else []
+    refs = p.warming() if p is not None else []
     if refs:
         ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
 

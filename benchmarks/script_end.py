@@ -8,10 +8,9 @@ The runs alternate the documentation's two script examples (conf/tutorial_keras.
 as its test of them does (tests/ray/test_docs_snippets_train.py), each through the CLI on the running Ray. Per run:
 its wall time, and from its timeline (result.json) the last step to the driver seeing the training's end. Meanwhile
 /proc is read every 0.1 s for script processes that have exited but are not reaped yet (zombies whose parent is a
-task actor, or a node's script template, which forks them: raytf/_task/script/template.py), and how long each stayed
-so. A task once waited for that reap before its run could end, and the kernel's release of an exited TensorFlow
-process took tens of seconds now and then (raytf/_task/script/spawn.py's `wait_exit`); a task now learns the exit
-without the reap, and it or the template reaps on a thread of its own. So a long reap here with
+task actor), and how long each stayed so. A task once waited for that reap before its run could end, and the
+kernel's release of an exited TensorFlow process took tens of seconds now and then (raytf/_task/script/spawn.py's
+`wait_exit`); a task now learns the exit without the reap and reaps on a thread of its own. So a long reap here with
 no run's end held up by it is the fix working; a long end is a regression.
 """
 
@@ -45,11 +44,10 @@ def _read(path: str) -> str:
 
 
 def zombie_of_a_task(stat: str, parent_cmdline: str) -> bool:
-    """Whether a /proc/<pid>/stat line is an exited, unreaped script process of a task actor or of a node's script
-    template, which forks them (its parent's cmdline: Ray's process title, `ray::TaskActor...`, or the template's
-    `python -u -m raytf._task.script.template ...`). Pure."""
+    """Whether a /proc/<pid>/stat line is an exited, unreaped process of a task actor (its parent's cmdline: Ray's
+    process title, `ray::TaskActor...`). Pure."""
     state = stat.rsplit(")", 1)[-1].split()[:1]
-    return state == ["Z"] and ("TaskActor" in parent_cmdline or "raytf._task.script.template" in parent_cmdline)
+    return state == ["Z"] and "TaskActor" in parent_cmdline
 
 
 @dataclass

@@ -22,7 +22,9 @@ import sys
 import pyarrow as pa
 
 from raytf import _storage as storage
+from raytf._core.attempt_record import RUNNING
 from raytf._core.dataservice import input_line
+from raytf._storage.claim import LOST, launch_alive
 from raytf.errors import RaytfError, StorageError
 
 log = logging.getLogger("raytf")
@@ -75,6 +77,10 @@ def _summary(rd: storage.RunDir, run: str = "") -> dict:
     if not isinstance(summary, dict):
         raise ValueError(f"{rd.uri_of(rel)} is not a run summary ({why}): it was cut short or not written by raytf; "
                          "point RUN at another run")
+    if summary.get("status") == RUNNING:  # a run whose launch is gone (a killed driver) says so, not running for ever
+        run_dir = storage.RunDir(rd.options, posixpath.join(rd.run_name, run)) if run else rd
+        if not launch_alive(run_dir):
+            summary["status"] = LOST
     return summary
 
 
@@ -207,10 +213,11 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             print(f"raytf.runs: {missing}", file=sys.stderr)
             return 2
-        _summary(storage.RunDir.at(run_path))  # a damaged result.json: name the file, not only the decoder's complaint
+        # (a damaged result.json: named, the file, not only the decoder's complaint; a lost launch: said)
+        status = _summary(storage.RunDir.at(run_path)).get("status")
         result = load_result(run_path)
         if args.cmd == "show":
-            s = result.summary
+            s = {**result.summary, "status": status}
             print(f"run        {s.get('run')}   ({result.run_dir})")
             print(f"status     {_or_dash(s.get('status'))}   strategy {_or_dash(s.get('strategy'))}   "
                   f"roles {_or_dash(s.get('roles'))}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.conftest import SESSION_ENV
 
-MARKS = (b"raytf._task.script.child", b"raytf._task.script.template", b"raytf-test-helper")
+MARKS = (b"raytf._task.script.child", b"raytf-test-helper")
 
 
 def _children() -> list[int]:
@@ -48,3 +48,21 @@ def wait_exit(pids: list[int], timeout_s: float) -> list[int]:
         finally:
             os.close(fd)
     return [p for p in pids if os.path.exists(f"/proc/{p}")]
+
+
+def naming(text: str, timeout_s: float = 15.0) -> list[int]:
+    """The processes whose command line holds `text` (a Ray temp directory: the Ray processes a launch started
+    there), once they have had `timeout_s` to go."""
+
+    def find() -> list[int]:
+        pids = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if text.encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:  # exited while we looked
+                continue
+        return pids
+
+    wait_exit(find(), timeout_s)
+    return find()

@@ -482,3 +482,34 @@ def dumps_a_tensor(ctx: raytf.TrainContext) -> None:
         raise ValueError(f"Attempt to convert a value ({tf.random.uniform((16, 28, 28))!r}) with an unsupported "
                          "type to a Tensor.")
     fail_on_rank1(ctx)
+
+
+def random_draws(ctx: raytf.TrainContext) -> None:
+    """One draw from each global generator a program uses unseeded: numpy's, Python's and TensorFlow's (its op seed
+    drawn by the runtime), reported by every rank with each step; `train.params.seed` set: after
+    tf.keras.utils.set_random_seed(seed), which seeds all three (raytf issue 70: forked processes shared numpy's).
+    With train.params.go_file, every rank holds after its first step until that file exists, rank 0 having made
+    train.params.started_file: a run surely training while its test does something to the session."""
+    import os
+    import random
+
+    import numpy as np
+    import tensorflow as tf
+
+    if "seed" in ctx.params:
+        tf.keras.utils.set_random_seed(int(ctx.params["seed"]))
+    draws = {"np": float(np.random.rand()), "py": random.random(), "tf": float(tf.random.uniform([])),
+             "pid": float(os.getpid())}
+
+    @tf.function
+    def step():  # (a collective each step: the ranks train together, as a real run's do)
+        return ctx.strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("sum", tf.constant(1.0)))
+
+    for _ in ctx.epoch_range():
+        for i in range(ctx.steps_per_epoch or 1):
+            step()
+            ctx.step_end(draws)
+            if i == 0 and "go_file" in ctx.params:
+                if ctx.rank == 0:
+                    open(ctx.params["started_file"], "w").close()
+                _wait_for(ctx.params["go_file"], 120)

@@ -11,6 +11,11 @@ import socket
 from collections.abc import Iterable
 
 ESTABLISHED = "01"  # the kernel's state code (include/net/tcp_states.h)
+# A connection that was established once: open, or closing, or closed and kept in TIME_WAIT (~60 s after the side
+# that closed first, the script's, exited). A short script's channels are gone before a twice-a-second look sees
+# them open (raytf issue 71: a correct 10-step script was refused as not spanning its cluster): its closed ones
+# still say it connected. Not SYN_SENT/SYN_RECV (never connected) nor LISTEN (the server's own port).
+WAS_CONNECTED = frozenset({ESTABLISHED, "04", "05", "06", "07", "08", "09", "0B"})
 
 Endpoint = tuple[str, int]  # (ip, port)
 
@@ -27,11 +32,12 @@ def _ip(hex_addr: str) -> str:
 
 
 def connections(table: str) -> list[tuple[Endpoint, Endpoint]]:
-    """The established connections in a /proc/net/tcp (or tcp6) table, as (local, remote) endpoints."""
+    """The connections in a /proc/net/tcp (or tcp6) table that were established (WAS_CONNECTED), as (local, remote)
+    endpoints."""
     out = []
     for line in table.splitlines()[1:]:
         fields = line.split()
-        if len(fields) < 4 or fields[3] != ESTABLISHED:
+        if len(fields) < 4 or fields[3] not in WAS_CONNECTED:
             continue
         try:
             (lip, lport), (rip, rport) = (f.split(":") for f in fields[1:3])

@@ -4,6 +4,7 @@ script's reporter (JSON lines on a pipe), which differ only in where they send."
 
 from __future__ import annotations
 
+import logging
 import numbers
 import time
 from collections.abc import Callable, Mapping
@@ -15,23 +16,34 @@ from raytf._core.limits import MetricNames
 
 
 def scalar(value: Any) -> float | None:
-    """A metric value as a float (tensors and numpy scalars included), or None if not a scalar."""
-    if isinstance(value, numbers.Number):
-        return float(value)
+    """A metric value as a float (tensors and numpy scalars included), or None if not a real scalar a float can
+    hold (a complex number, an int past float's range: raytf issue 71, they failed the training)."""
     try:
+        if isinstance(value, numbers.Number):
+            return float(value)
         if hasattr(value, "fetch"):  # a ParameterServerStrategy RemoteValue: waits for its closure
             value = value.fetch()
         return float(value.numpy() if hasattr(value, "numpy") else value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
+_said: set[str] = set()  # the metric names whose value was dropped, said once per process
+
+
 def scalars(metrics: Mapping[str, Any] | None) -> dict[str, float]:
+    """The metrics that are scalars, as floats. A number that is not one a float holds (complex, a huge int) is
+    dropped, never a reason to fail a step, with one warning per name naming it."""
     out = {}
     for k, v in (metrics or {}).items():
         f = scalar(v)
         if f is not None:
             out[str(k)] = f
+        elif isinstance(v, numbers.Number) and str(k) not in _said:
+            _said.add(str(k))
+            logging.getLogger("raytf").warning(
+                "metric %r: its %s value %.60r is no real number a float can hold: dropped (report a float)",
+                str(k), type(v).__name__, v)
     return out
 
 

@@ -10,7 +10,6 @@ for the tasks no standby is there for."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 # In a Ray the launch started for itself and stops at its end (the CLI's embedded Ray), standbys can serve nothing but
 # a retry of this one run, and on the machine the run has to itself their import takes CPU from its training: asked
@@ -26,31 +25,6 @@ def refill_after_s(at_first_step_s: float, ray_ends_with_run: bool) -> float:
     where Ray outlives the run, at least ONE_RUN_REFILL_AFTER_S in a Ray the launch started and stops at its end
     (`ray_ends_with_run`), where they can serve only a retry of this run."""
     return max(at_first_step_s, ONE_RUN_REFILL_AFTER_S) if ray_ends_with_run else at_first_step_s
-
-
-# A script's standbys are kept apart from a function's of the same runtime_env (the driver's env_key): the process a
-# script task takes holds a child for its script. The node's template, which both fork from, is one per runtime_env.
-SCRIPT_KEY = "-script"
-
-
-def template_key(key: str) -> str:
-    """The node template's key for standbys of `key` (a runtime_env's, a script's or not): the runtime_env's."""
-    return key.removesuffix(SCRIPT_KEY)
-
-
-# runtime_env fields that choose the worker's interpreter themselves (Ray's pip, uv, conda, container and image_uri
-# plugins set a `py_executable` of their own): a task with one starts in a process of Ray's, never a template's fork.
-OWN_INTERPRETER = frozenset({"pip", "uv", "conda", "container", "image_uri", "py_executable"})
-
-
-def forked_option(option: dict[str, Any], worker_command: str | None) -> dict[str, Any] | None:
-    """The runtime_env option of a training function's task actor (or its standby) whose process its node's template
-    forks, TensorFlow imported (`worker_command`: that template's, _task/script/keeper.py; None: no template there):
-    `option`, the actor's runtime_env otherwise, with the template's command as its `py_executable`. None where the
-    runtime_env names an interpreter of its own (OWN_INTERPRETER), or without a template."""
-    if worker_command is None or set(option) & OWN_INTERPRETER:
-        return None
-    return {**option, "py_executable": worker_command}
 
 
 @dataclass(frozen=True)

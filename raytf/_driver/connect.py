@@ -6,7 +6,7 @@ import logging
 import os
 
 import ray
-from ray.exceptions import RuntimeEnvSetupError
+from ray.exceptions import AuthenticationError, RuntimeEnvSetupError
 
 from raytf._core import private_apis as apis
 from raytf._core import shipping
@@ -26,6 +26,37 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
         raise RaytfError(f"ray.address ({address!r}): nothing reachable there ({e}). Fix: start the cluster "
                          "with `ray start --head` and pass its address, or ray.address=null for an embedded "
                          "local Ray") from None
+
+
+# An HTTP/2 client's first bytes (RFC 9113 3.4: the preface, then an empty SETTINGS frame). Ray's GCS is a gRPC
+# server: it answers with a SETTINGS frame of its own (frame type 4) before any call or token is looked at.
+_H2_GREETING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_SETTINGS = 4
+
+
+def not_ray(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why what listens at a host:port address is not Ray's GCS (it answers HTTP/1, as Ray's dashboard port or a
+    web server does; it does not answer an HTTP/2 greeting), or None when it speaks HTTP/2 (or the address has no
+    port to try, or Ray's gRPC uses TLS: RAY_USE_TLS). ray.init would retry such a port for minutes with no line
+    (raytf issue 71: 4-9 minutes)."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit() or os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as sock:
+            sock.sendall(_H2_GREETING)
+            head = sock.recv(9)
+    except TimeoutError:
+        return f"it did not answer a gRPC client's greeting within {timeout_s:g}s"
+    except OSError as e:
+        return f"it closed the connection ({e})"
+    if head and all(32 <= b < 127 or b in b"\t\r\n" for b in head):  # (text: HTTP/1's answer, even HTTP/0.9's)
+        return "an HTTP server answers there (Ray's dashboard port, or a web server), not Ray's GCS"
+    if len(head) < 4 or head[3] != _SETTINGS:
+        return "what answers there does not speak gRPC"
+    return None
 
 
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
@@ -61,9 +92,19 @@ def ensure_ray(cfg: Config) -> bool:
                          log_to_driver=r.log_to_driver, configure_logging=False, runtime_env=runtime_env)
             return True
         check_reachable(address)
+        if (why := not_ray(address)) is not None:
+            raise RaytfError(f"ray.address ({address!r}): not a Ray cluster's address: {why}. Fix: the head's GCS "
+                             "address, host:6379 by default (what `ray start --head` prints, or `ray status` on the "
+                             "head shows), or ray.address=null for an embedded local Ray")
         with usercode.quiet_default_excludes():
             ray.init(address=address, log_to_driver=r.log_to_driver, configure_logging=False, runtime_env=runtime_env)
-    except (ConnectionError, RuntimeError, ValueError, RuntimeEnvSetupError) as e:
+    except (AuthenticationError, ConnectionError, RuntimeError, ValueError, RuntimeEnvSetupError) as e:
+        if address is not None and _refused_token(e):  # (no token, or another cluster's: never `ray start`)
+            ray.shutdown()
+            raise RaytfError(f"ray.address ({address!r}): the cluster refused this driver's Ray token. Fix: the "
+                             "cluster's token in RAY_AUTH_TOKEN (or ~/.ray/auth_token, or a file named by "
+                             "RAY_AUTH_TOKEN_PATH), with RAY_AUTH_MODE=token, as on its nodes (docs/security.md)"
+                             ) from None
         refused = usercode.init_error(e, job)
         # Ray refuses the job's runtime_env after starting an embedded Ray's processes (or connecting): none is left.
         ray.shutdown()
@@ -76,6 +117,13 @@ def ensure_ray(cfg: Config) -> bool:
                     "on every node. Fix: start every node (and this driver) with RAY_AUTH_MODE=token and the "
                     "cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN (docs/security.md)", address)
     return False
+
+
+def _refused_token(e: BaseException) -> bool:
+    """Whether ray.init's `e` is Ray's refusal of this process's token (a missing one: AuthenticationError; another
+    cluster's: its GCS's UNAUTHENTICATED status, InvalidAuthToken, in the message)."""
+    return isinstance(e, AuthenticationError) or any(
+        word in str(e) for word in ("InvalidAuthToken", "UNAUTHENTICATED", "Unauthenticated"))
 
 
 def _reload_ray_config() -> None:

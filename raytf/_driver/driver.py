@@ -60,12 +60,17 @@ class Driver:
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> Outcome:
+        try:
+            return self._run(self.launch.connect())  # (the CLI connected already; a notebook's fit connects here)
+        finally:
+            self.launch.release()  # (its claim on the run directory: preflight.prepare)
+
+    def _run(self, embedded: bool) -> Outcome:
         cfg, launch = self.cfg, self.launch
-        embedded = launch.connect()  # (the CLI connected already; a notebook's raytf.fit connects here)
         previous, table = launch.previous, launch.table
         self._warn(cfg)
         self.run_dir.write_text(storage.CONFIG_FILE, to_yaml(redacted(cfg)))
-        run = self.machine = Run(cfg, previous=len(previous.get("attempts", [])))
+        run = self.machine = Run(cfg, previous=attempts_before(previous, table))
         self.record = record = RunRecord(cfg, self.run_dir, run, self.plan, previous=previous, table=table,
                                          t0=self.t0, tracking=self.tracking, timeline=self.timeline)
         # A script's epochs, steps and batch size are its own: its first Model.fit tells the first two (a Ray Train
@@ -204,6 +209,18 @@ class Driver:
         done = attempt is not None and attempt.status == SUCCEEDED
         message = self.record.head_lost_message(why, done)
         self.record.record_head_lost(run.head_lost(message, time.time()), message)
+
+
+def attempts_before(previous: Mapping[str, Any], table) -> int:
+    """How many attempts earlier launches of the run made: their result.json's, or more where their metrics say so
+    (a launch whose driver was killed recorded none of its attempts; its rows carry their numbers: raytf issue 71,
+    a relaunch's rows said `attempt 1` again)."""
+    recorded = len(previous.get("attempts") or [])
+    if table is None or "attempt" not in table.column_names or table.num_rows == 0:
+        return recorded
+    import pyarrow.compute as pc
+
+    return max(recorded, int(pc.max(table["attempt"]).as_py() or 0))
 
 
 def run(launch: Launch, *, quiet: bool = False, on_event: Callable[[ev.Event], None] | None = None,

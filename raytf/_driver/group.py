@@ -16,7 +16,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError, RuntimeEnvSetupError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from raytf._core import brief, failure, shipping, standbys, topology
+from raytf._core import brief, failure, shipping, topology
 from raytf._core import events as ev
 from raytf._core.function import Functions
 from raytf._core.plan import EVALUATOR, Plan, TaskSpec, actor_env, actor_name, is_server, streamed, task_runtime_env
@@ -87,9 +87,8 @@ class TaskGroup:
         self.standbys = (standby.Slots.of(cfg, self.plan, self.pg, self._runs_script)
                          if cfg.cluster.standby > 0 and self.servers is None
                          and not secret_runtime_env(cfg.ray.runtime_env) else None)
-        taken = self.standbys.take() if self.standbys is not None else standby.Taken({}, {})
-        self.actors = [self._start_task(t, i, taken.standbys.get(i), template=taken.templates.get(i))
-                       for i, t in enumerate(self.plan.tasks)]
+        taken = self.standbys.take() if self.standbys is not None else {}
+        self.actors = [self._start_task(t, i, taken.get(i)) for i, t in enumerate(self.plan.tasks)]
 
     def refill(self) -> None:
         """Ask for standbys in place of this attempt's tasks (standby.Slots.refill): also after the teardown."""
@@ -101,11 +100,8 @@ class TaskGroup:
         if self.standbys is not None:
             self.standbys.refill_off(node, draining)
 
-    def _start_task(self, t: TaskSpec, i: int, standby_actor=None, port: int | None = None,
-                    template: standby.Template | None = None):
-        """The task `t`, the plan's i-th, in its bundle (`port`: its predecessor's, held again: replace; `template`:
-        its node's template, standby.Taken: a script task's child forks from it, a training function's task's
-        process is one it forks)."""
+    def _start_task(self, t: TaskSpec, i: int, standby_actor=None, port: int | None = None):
+        """The task `t`, the plan's i-th, in its bundle (`port`: its predecessor's, held again: replace)."""
         cfg = self.cfg
         runtime_env, env = actor_env(self.servers.runtime_env(cfg, t) if self.servers is not None else
                                      task_runtime_env(cfg, t))
@@ -119,16 +115,11 @@ class TaskGroup:
             resources=t.custom or None, max_restarts=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=self._bundle[i]),
         )
-        script = self._runs_script(t)
-        forked = standbys.forked_option(runtime_env, template.worker_command) if template and not script else None
-        if forked is not None:  # TensorFlow imported already, in the process the template forks for it (issue 53)
-            options["runtime_env"] = forked
-        elif runtime_env:  # (none: a worker Ray pre-started can take it; `env` then goes to the process itself)
+        if runtime_env:  # (none: a worker Ray pre-started can take it; `env` then goes to the process itself)
             options["runtime_env"] = runtime_env
         if t.memory_bytes:
             options["memory"] = t.memory_bytes
-        return self._remote.options(**options).remote(t, advertise, env, script=script, port=port,
-                                                      template=template.keeper if template and script else None)
+        return self._remote.options(**options).remote(t, advertise, env, script=self._runs_script(t), port=port)
 
     def _runs_script(self, t: TaskSpec) -> bool:
         """Whether `t` runs the user's script (run_script): every task of a script's run but a server."""

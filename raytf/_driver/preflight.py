@@ -107,9 +107,16 @@ class Launch:
     tracking: Any  # _driver.tracking.MlflowRun or NoTracking
     timeline: tl.Timeline
     t0: float = field(default_factory=time.time)
+    claim: storage.Claim | None = None  # this launch's claim on the run directory, until `release`
     embedded: bool | None = None  # known once connected: an embedded Ray this process started (one machine)
     started_ray: bool = False  # this launch started that Ray (the CLI stops it again)
     _plans: dict[int, Plan] = field(default_factory=dict)  # by worker count (elastic training's sizes)
+
+    def release(self) -> None:
+        """The launch is over (its run ended, or it never started): its claim on the run directory goes."""
+        if self.claim is not None:
+            self.claim.release()
+            self.claim = None
 
     def plan_for(self, size: int) -> Plan:
         """The plan of the run at `size` workers (elastic training's sizes: each made once per launch)."""
@@ -153,9 +160,17 @@ def prepare(cfg: Config, functions: Functions | None = None, *, timeline: tl.Tim
     check_entrypoint(cfg, paths, functions)
     tracker = tracking.for_run(cfg)  # (MLflow missing: a ConfigError now)
     run_dir = storage.RunDir(cfg.storage, cfg.run.name)
-    resume = Resume(cfg, run_dir)
-    previous, table, resumed_from = resume.earlier()  # (a second lineage refused: a ConfigError)
-    timeline = timeline or launch_timeline.for_process()
-    return Launch(cfg=cfg, functions=functions, run_dir=run_dir, plan=make_plan(cfg), python_path=paths,
-                  resume=resume, previous=previous, table=table, resumed_from=resumed_from, tracking=tracker,
-                  timeline=timeline)
+    # One writer per run directory: a second launch of a running run.name is refused here, before it reads or
+    # changes anything there (raytf issue 71: two launches trained into one, and one's metrics were lost); a killed
+    # launch's claim is taken over. Released by Launch.release (the driver's end, the CLI's).
+    claim = storage.Claim(run_dir)
+    claim.take()
+    try:
+        resume = Resume(cfg, run_dir)
+        previous, table, resumed_from = resume.earlier()  # (a second lineage refused: a ConfigError)
+        return Launch(cfg=cfg, functions=functions, run_dir=run_dir, plan=make_plan(cfg), python_path=paths,
+                      resume=resume, previous=previous, table=table, resumed_from=resumed_from, tracking=tracker,
+                      timeline=timeline or launch_timeline.for_process(), claim=claim)
+    except BaseException:
+        claim.release()
+        raise

@@ -1,19 +1,23 @@
 """Standby task processes: Ray actors with TensorFlow and tf-keras already imported, kept per node, that take the
-next attempt's or the next run's tasks (raytf issue 22: fast recovery and fast repeat runs).
+next attempt's or the next run's tasks (raytf issues 22 and 70: fast recovery and fast repeat runs).
 
 A task process costs ~0.3-1.5 s to start (a worker Ray pre-started when the task needs no runtime_env of its own,
 plan.actor_env; a new worker otherwise: benchmarks/actor_start.py) and ~3 s to import TensorFlow before it can build
-its strategy. A standby has done both. It never builds a strategy (a process can build a collective strategy only
-once) and never touches a GPU (tasks with GPUs always start afresh: Ray gives a GPU's ids only to an actor that
-reserves it). A task a standby takes still has its placement-group bundle reserved (the standby itself reserves
-nothing: `num_cpus=0`), so the cluster's accounting is the same as for a fresh actor.
+its strategy. A standby has done both, in a process of its own that Ray started as it starts any worker (a fresh
+interpreter: nothing forked, no state shared with any other process; raytf issue 70). It never builds a strategy (a
+process can build a collective strategy only once) and never touches a GPU (tasks with GPUs always start afresh: Ray
+gives a GPU's ids only to an actor that reserves it). A task a standby takes still has its placement-group bundle
+reserved (the standby itself reserves nothing: `num_cpus=0`), so the cluster's accounting is the same as for a fresh
+actor. A script's standby also holds the warm child its script will run in (script/spawn.py: spawned and exec'd,
+TensorFlow imported there).
 
-The standbys belong to one pool actor per Ray job (`raytf:standby-pool`, its code in standby_pool.py), made by the
-driver's process: Ray ends an actor with its owner, so the pool and its standbys go when the session that made them
-does (a notebook's kernel, a CLI run), and `release()` ends them at once. The pool keeps each node's script template
-too (_task/script/template.py): a script task's child is forked from it, TensorFlow imported once per node. A
-sweep's trials, in processes of their own, use the driver's pool. Each attempt, once its first step is in, asks the
-pool to refill what it took: at most `cluster.standby` per node and runtime_env.
+The pool is an object of the driver's own process (the session: a notebook's kernel, a CLI run, a sweep trial's
+process), not an actor: every standby is made by that process and so owned by it (Ray ends an actor with its
+owner). A task a run takes from the pool is then owned by the run's own driver session, as a fresh task's actor is,
+and nothing else (`release()`, a standby's loss, any other process's end) can touch it: an actor made by another
+actor (the pool actor this replaced) dies with that actor, and so did the running tasks taken from it. Each attempt,
+once its first step is in, asks for what it took to be made again: at most `cluster.standby` per node and
+runtime_env.
 """
 
 from __future__ import annotations
@@ -21,26 +25,24 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import ray
 from ray.exceptions import RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raytf._core import standbys
-from raytf._core.plan import Plan, TaskSpec, spare_nodes, task_runtime_env
+from raytf._core.plan import Plan, TaskSpec, actor_env, spare_nodes, task_runtime_env
 from raytf._driver import nodes, placement
-from raytf._driver.standby_pool import StandbyPool, wait_gone
 
 # The one task-side module the driver imports: Ray needs the actor's class (and the sweep's function).
-from raytf._task.actor import sweep_after
-from raytf._task.script.keeper import Template
+from raytf._task.actor import TaskActor, sweep_after
 from raytf.config import Config
 
 log = logging.getLogger("raytf")
 
-POOL_NAME = "raytf:standby-pool"
 # An attempt asks for standbys once it has trained this long: at its first step, so that a failure at any point
 # after it restarts in processes that imported TensorFlow already (raytf issue 53: a SIGKILL just after the first
 # checkpoint recovered in 7.4-8.1 s when they were asked for only after 20 s). Their import runs at the lowest CPU
@@ -54,23 +56,110 @@ def env_key(runtime_env: dict[str, Any], script: bool = False) -> str:
     """Standbys serve tasks of the same runtime_env only (its env vars are set before TensorFlow's import), and a
     script's task only one made for a script (TensorFlow imported in the child process its script will run in)."""
     key = hashlib.sha256(json.dumps(runtime_env, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return f"{key}{standbys.SCRIPT_KEY}" if script else key
+    return f"{key}-script" if script else key
 
 
-@dataclass(frozen=True)
-class Taken:
-    """What a task group's start takes from the session's pool (Slots.take), by bundle index: `standbys`, a standby
-    that takes its task; `templates`, for a task no standby takes, its node's template once that has imported
-    TensorFlow (a script task's child forks from it, a function task's process is one it forks; a task never waits
-    for a template's import).
+class StandbyPool:
+    """The standbys of one driver process, by (node, runtime_env key): those still importing TensorFlow and those
+    ready. Its calls start actors and ask Ray how their warm-up goes; none waits for a standby. A run's driver loop,
+    its refill and the caller's `release` may call it from different threads: one lock."""
 
-    A group's start makes no template where the pool has none (a fill does): measured on 2 cores
-    (benchmarks/RESULTS.md, issue 53), a template made as a session's first group starts, its keeper's and the
-    pool's processes starting beside the tasks' own imports, delayed that run's first step by ~4 s; the tasks
-    waiting for it instead, by ~2 s."""
+    def __init__(self) -> None:
+        self._task = ray.remote(TaskActor)
+        self._lock = threading.Lock()
+        self._warming: dict[tuple[str, str], list[tuple[Any, Any]]] = {}  # (node, key) -> [(actor, warm ref)]
+        self._ready: dict[tuple[str, str], list[Any]] = {}
+        self._pids: dict[int, int] = {}  # id(a ready standby's handle) -> its pid (warm()'s): waited for at release
 
-    standbys: dict[int, Any]
-    templates: dict[int, Template]
+    def _harvest(self, where: tuple[str, str]) -> None:
+        pending = self._warming.get(where, [])
+        if not pending:
+            return
+        refs = [ref for _, ref in pending]
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        done = set(done)
+        still = []
+        for actor, ref in pending:
+            if ref not in done:
+                still.append((actor, ref))
+                continue
+            try:
+                self._pids[id(actor)] = ray.get(ref)["pid"]
+                self._ready.setdefault(where, []).append(actor)
+            except RayError as e:  # a standby that could not import TensorFlow is no standby
+                log.warning("a standby on node %s failed to start: %s", where[0][:12], e)
+                ray.kill(actor, no_restart=True)
+        self._warming[where] = still
+
+    def fill(self, node_id: str, key: str, runtime_env: dict[str, Any], count: int, script: bool = False) -> int:
+        """Start standbys on `node_id` until `count` are ready or warming there for `key` (for a script's tasks:
+        `script`); how many it started."""
+        where = (node_id, key)
+        option, env = actor_env(runtime_env)  # (as a task's: its variables set before warm() imports TensorFlow)
+        with self._lock:
+            self._harvest(where)
+            have = len(self._ready.get(where, [])) + len(self._warming.get(where, []))
+            started = 0
+            for _ in range(max(0, count - have)):
+                actor = self._task.options(
+                    num_cpus=0, max_restarts=0, **({"runtime_env": option} if option else {}),
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(None, None, env)
+                self._warming.setdefault(where, []).append((actor, actor.warm.remote(script=script)))
+                started += 1
+        return started
+
+    def take(self, node_id: str, key: str, count: int) -> list[Any]:
+        """Up to `count` standbys of `key` on `node_id`, no longer the pool's (the caller kills them): the ready
+        ones first, then those still importing TensorFlow (_core/standbys.py says why)."""
+        where = (node_id, key)
+        with self._lock:
+            self._harvest(where)
+            ready, warming = self._ready.get(where, []), self._warming.get(where, [])
+            plan = standbys.take(count, len(ready), len(warming))
+            taken, self._ready[where] = ready[:plan.ready], ready[plan.ready:]
+            for a in taken:
+                self._pids.pop(id(a), None)
+            taken += [actor for actor, _ in warming[:plan.warming]]
+            self._warming[where] = warming[plan.warming:]
+        return taken
+
+    def pids(self) -> list[int]:
+        """The process ids of the ready standbys (benchmarks: what they hold in memory)."""
+        with self._lock:
+            return [self._pids[id(a)] for v in self._ready.values() for a in v if id(a) in self._pids]
+
+    def warming(self) -> list[Any]:
+        """The warm-up calls of the standbys still importing TensorFlow: a caller may wait on them."""
+        with self._lock:
+            return [ref for pending in self._warming.values() for _, ref in pending]
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """{node: {"ready": n, "warming": n}} (every key): what the pool holds."""
+        out: dict[str, dict[str, int]] = {}
+        with self._lock:
+            for where in {*self._ready, *self._warming}:
+                self._harvest(where)
+                c = out.setdefault(where[0], {"ready": 0, "warming": 0})
+                c["ready"] += len(self._ready.get(where, []))
+                c["warming"] += len(self._warming.get(where, []))
+        return out
+
+    def release(self) -> standbys.Released:
+        """End every standby the pool holds (never one a run has taken: those are no longer its): how many, and on
+        which nodes (their scratch directories, which ray.kill leaves, are the caller's to sweep: standby.release)."""
+        with self._lock:
+            actors = [a for v in self._ready.values() for a in v] + [a for v in self._warming.values() for a, _ in v]
+            pids_on: dict[str, tuple[int, ...]] = {node: () for node, _ in [*self._ready, *self._warming]}
+            for (node, _), ready in self._ready.items():  # (a warming one's pid is not known yet)
+                pids_on[node] += tuple(self._pids[id(a)] for a in ready if id(a) in self._pids)
+            self._ready, self._warming, self._pids = {}, {}, {}
+        for a in actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except RayError as e:
+                log.debug("kill: %s", e)
+        _wait_gone(actors)
+        return standbys.Released(len(actors), pids_on)
 
 
 class Slots:
@@ -91,31 +180,15 @@ class Slots:
                 slots.setdefault((on[i], env_key(task_runtime_env(cfg, t), runs_script(t))), []).append(i)
         return cls(cfg, plan, slots, runs_script)
 
-    def take(self) -> Taken:
-        """The standbys that take the group's tasks, and the templates its script tasks' children fork from where no
-        standby takes them: none while the session has no pool. Both asked of the pool before either is awaited
-        (one round trip at a group's start, not two)."""
+    def take(self) -> dict[int, Any]:
+        """Bundle index -> a standby that takes its task: none while the session has no pool."""
         p = pool(create=False) if self.slots else None
         if p is None:
-            return Taken({}, {})
-        takes = {where: p.take.remote(where[0], where[1], len(bundles)) for where, bundles in self.slots.items()}
-        keepers = {where: p.template.remote(*where) for where in self.slots}
-        standbys_of: dict[int, Any] = {}
-        for where, ref in takes.items():
-            try:
-                standbys_of.update(zip(self.slots[where], ray.get(ref, timeout=10)))
-            except RayError as e:  # no standby, then: the task starts afresh
-                log.debug("standby take: %s", e)
-        templates_of: dict[int, Template] = {}
-        for where, ref in keepers.items():
-            try:
-                template = ray.get(ref, timeout=10)
-            except RayError as e:  # (as above: the task imports TensorFlow itself)
-                log.debug("template: %s", e)
-                continue
-            if template is not None:
-                templates_of.update((b, template) for b in self.slots[where] if b not in standbys_of)
-        return Taken(standbys_of, templates_of)
+            return {}
+        out: dict[int, Any] = {}
+        for where, bundles in self.slots.items():
+            out.update(zip(bundles, p.take(where[0], where[1], len(bundles))))
+        return out
 
     def refill(self) -> None:
         """Ask the pool (made now if the session has none) for standbys in place of the group's tasks (on the nodes
@@ -127,8 +200,8 @@ class Slots:
             p = pool()
             for (node, key), bundles in self.slots.items():
                 task = self.plan.tasks[bundles[0]]  # (the slot's tasks share its key: runtime_env, script or not)
-                p.fill.remote(node, key, task_runtime_env(self.cfg, task),
-                              min(self.cfg.cluster.standby, len(bundles)), script=self._runs_script(task))
+                p.fill(node, key, task_runtime_env(self.cfg, task), min(self.cfg.cluster.standby, len(bundles)),
+                       script=self._runs_script(task))
         except Exception as e:  # a faster next attempt is a bonus, never a reason to fail (or hide why) a run
             log.warning("cluster.standby: no standby processes made (%s)", e)
 
@@ -147,44 +220,55 @@ class Slots:
             for key, bundles in moving.items():
                 task = self.plan.tasks[bundles[0]]
                 for spare in spare_nodes([self.plan.tasks[b].bundle for b in bundles], have, avoid):
-                    p.fill.remote(spare, key, task_runtime_env(self.cfg, task), 1, script=self._runs_script(task))
+                    p.fill(spare, key, task_runtime_env(self.cfg, task), 1, script=self._runs_script(task))
         except Exception as e:  # (as refill: a faster next attempt is a bonus)
             log.warning("cluster.standby: no standby processes made off the drained node (%s)", e)
 
 
-_RemotePool = ray.remote(num_cpus=0)(StandbyPool)
-# The handle of the pool this process made. Ray ends an actor that is not detached once no handle to it is left,
-# named or not (seen here: made in a run's refill, it was gone when the run returned); this one lives as long as
-# the process (the session) does, or until release().
-_made: list = []
+def _wait_gone(actors: list, timeout_s: float = 10.0) -> None:
+    """Until Ray knows the killed `actors` dead (a call to one fails), at most `timeout_s` in all: whoever looks
+    next (a leak check, the next run) sees them gone."""
+    refs = [a.__ray_ready__.remote() for a in actors]
+    ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
 
 
-def pool(create: bool = True):
-    """This job's pool actor (made, owned by this process, when `create` and there is none); None without one."""
-    try:
-        return ray.get_actor(POOL_NAME)
-    except ValueError:
-        if not create:
-            return None
-    handle = _RemotePool.options(name=POOL_NAME, get_if_exists=True, max_restarts=0).remote()
-    _made[:] = [handle]
-    return handle
+# This process's pool: made at its first refill, ended by release() (and with the process: Ray ends the actors it
+# owns). A pool of a Ray session that was shut down holds handles of nothing: pool() makes a new one for the next.
+_pool: StandbyPool | None = None
+_pool_of: str | None = None  # the Ray session (its GCS address) the pool's actors live in
+_made_lock = threading.Lock()
+
+
+def _session() -> str | None:
+    return ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+
+
+def pool(create: bool = True) -> StandbyPool | None:
+    """This process's standby pool (made when `create` and there is none in the current Ray session); None
+    without one."""
+    global _pool, _pool_of
+    with _made_lock:
+        if _pool is not None and _pool_of != _session():
+            _pool = None  # (its Ray is gone, and its actors with it)
+        if _pool is None and create:
+            _pool, _pool_of = StandbyPool(), _session()
+        return _pool
 
 
 def wait_ready(count: int, timeout_s: float) -> bool:
-    """Whether the session's pool holds `count` ready standbys within `timeout_s`, waiting on their warm-up calls
+    """Whether this process's pool holds `count` ready standbys within `timeout_s`, waiting on their warm-up calls
     (tests and benchmarks: a run asks for them in the background)."""
     import time
 
     deadline = time.monotonic() + timeout_s
     while True:
         p = pool(create=False)
-        if p is not None and sum(c["ready"] for c in ray.get(p.counts.remote()).values()) >= count:
+        if p is not None and sum(c["ready"] for c in p.counts().values()) >= count:
             return True
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        refs = ray.get(p.warming.remote()) if p is not None else []
+        refs = p.warming() if p is not None else []
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=left)
         else:  # none asked for yet (a run asks once it has trained a while): look again shortly
@@ -192,21 +276,14 @@ def wait_ready(count: int, timeout_s: float) -> bool:
 
 
 def release() -> int:
-    """End this job's standby task processes (and their pool) now, and sweep their scratch; how many there were.
-    raytf makes them again when a run wants them (cluster.standby)."""
-    if not ray.is_initialized():
+    """End this process's standby task processes now, and sweep their scratch; how many there were. Tasks a run
+    has taken are the run's: untouched. raytf makes standbys again when a run wants them (cluster.standby)."""
+    global _pool
+    with _made_lock:
+        p, _pool = _pool, None
+    if p is None or not ray.is_initialized() or _pool_of != _session():
         return 0
-    p = pool(create=False)
-    if p is None:
-        return 0
-    try:
-        out = ray.get(p.release.remote(), timeout=30)
-    except RayError as e:
-        log.debug("standby release: %s", e)
-        out = standbys.Released(0, {})
-    ray.kill(p, no_restart=True)
-    wait_gone([p])
-    _made.clear()
+    out = p.release()
     _sweep(out.pids_on)
     return out.count
 

@@ -192,7 +192,7 @@ class MlflowRun:
         from raytf._driver import figures, ranks
 
         with open(os.path.join(stage, storage.RESULT_FILE), "w") as f:
-            json.dump(dict(summary), f, indent=2, sort_keys=True, default=str)
+            json.dump(storage.strict_json(dict(summary)), f, indent=2, sort_keys=True, default=str, allow_nan=False)
         with open(os.path.join(stage, storage.CONFIG_FILE), "w") as f:
             f.write(to_yaml(redacted(self.cfg)))
         try:

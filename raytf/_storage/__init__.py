@@ -24,15 +24,17 @@ from raytf.errors import StorageError
 
 if TYPE_CHECKING:
     from raytf._storage.checkpoints import CheckpointStore
+    from raytf._storage.claim import Claim
     from raytf._storage.metrics import METRICS_FILE, METRICS_PARTS_DIR, METRICS_PARTS_KEY, MetricsStore
-    from raytf._storage.rundir import RunDir, resolve, with_retries
+    from raytf._storage.retry import with_retries
+    from raytf._storage.rundir import RunDir, resolve, strict_json
     from raytf._storage.staged import Staged
 
 # What needs pyarrow, imported on first use: a task process unpickles a StorageMarker and names its log before it
 # answers (group.addresses), and needs pyarrow only once it reads or writes storage (issue 38).
-_LAZY = {"CheckpointStore": "checkpoints", "METRICS_FILE": "metrics", "METRICS_PARTS_DIR": "metrics",
+_LAZY = {"CheckpointStore": "checkpoints", "Claim": "claim", "METRICS_FILE": "metrics", "METRICS_PARTS_DIR": "metrics",
          "METRICS_PARTS_KEY": "metrics", "MetricsStore": "metrics", "RunDir": "rundir", "resolve": "rundir",
-         "with_retries": "rundir", "Staged": "staged"}
+         "strict_json": "rundir", "with_retries": "retry", "Staged": "staged"}
 __getattr__ = lazy_attributes("raytf._storage", {name: f"raytf._storage.{m}" for name, m in _LAZY.items()}, globals())
 
 
@@ -48,12 +50,14 @@ __all__ = [
     "STORAGE_CHECK_PREFIX",
     "WORKDIR_DIR",
     "CheckpointStore",
+    "Claim",
     "MetricsStore",
     "RunDir",
     "Staged",
     "StorageError",
     "StorageMarker",
     "resolve",
+    "strict_json",
     "task_log",
     "task_log_dir",
     "task_workdir",

@@ -93,7 +93,7 @@ class CheckpointStore:
         try:
             # A partial copy from an earlier, interrupted try or attempt is started over.
             rd.retried(f"uploading checkpoint {name}",
-                       lambda: rd.put_dir(local_dir, rd.path(CHECKPOINTS_DIR, target), replace=True))
+                       lambda: rd.put_dir(local_dir, rd.path(CHECKPOINTS_DIR, target), replace=True), writes=True)
             if before_commit is not None:
                 before_commit()
             rd.write_json(posixpath.join(CHECKPOINTS_DIR, target, checkpoints.COMMIT_MARKER),
@@ -103,7 +103,7 @@ class CheckpointStore:
             self._discard(target)
             raise
         if replacing:
-            rd.retried(f"replacing checkpoint {name}", lambda: self._promote(target, name))
+            rd.retried(f"replacing checkpoint {name}", lambda: self._promote(target, name), writes=True)
         return self.uri(name)
 
     def _discard(self, entry_dir: str) -> None:
@@ -193,7 +193,8 @@ class CheckpointStore:
     def upload_model(self, local_dir: str) -> str:
         """The exported SavedModel to <run>/model/ (replacing an older export), marker written last."""
         rd = self.rd
-        rd.retried("uploading the model", lambda: rd.put_dir(local_dir, rd.path(MODEL_DIR), replace=True))
+        rd.retried("uploading the model", lambda: rd.put_dir(local_dir, rd.path(MODEL_DIR), replace=True),
+                   writes=True)
         rd.write_json(posixpath.join(MODEL_DIR, checkpoints.COMMIT_MARKER), {"format": "tf_keras SavedModel"})
         return rd.uri_of(MODEL_DIR)
 

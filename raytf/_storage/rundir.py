@@ -1,15 +1,14 @@
-"""`RunDir`: one run's directory on shared storage, its paths and plain files (through pyarrow.fs), and the one
-retry rule every access to it goes through (`RunDir.retried`)."""
+"""`RunDir`: one run's directory on shared storage, its paths and plain files (through pyarrow.fs), every access
+through the one retry rule (`RunDir.retried`: _storage/retry.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import logging
+import math
 import os
 import posixpath
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -18,9 +17,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from raytf._core import backoff
 from raytf._s3 import s3_credentials, s3_filesystem, with_query_options
 from raytf._storage.layout import STORAGE_CHECK_PREFIX, StorageMarker, seen_here
+from raytf._storage.retry import ANSWERS, WRITE_ANSWERS, with_retries
 from raytf.config import StorageConfig
 from raytf.config.redact import redact_storage_path, redact_text, without_userinfo
 from raytf.errors import StorageError
@@ -51,26 +50,15 @@ def resolve(path: str, options: StorageConfig | None = None) -> tuple[pafs.FileS
     return fs, inner.rstrip("/"), without_userinfo(base.rstrip("/"))
 
 
-# Answers, not failures: a retry would get the same (a file that is not there is not there).
-ANSWERS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError)
-
-
-def with_retries(what: str, fn: Callable[[], T], retries: int, backoff_s: float) -> T:
-    """Run fn, retrying OSError (storage unreachable, throttled, a full disk) with exponential back-off; what
-    fails every try is a StorageError naming `what`. An answer (ANSWERS: not found, ...) is raised as it is."""
-    for attempt in range(retries + 1):
-        try:
-            return fn()
-        except ANSWERS:
-            raise
-        except OSError as e:
-            if attempt == retries:
-                full = " (no space left on the device)" if e.errno == errno.ENOSPC else ""
-                raise StorageError(f"{what} failed after {retries + 1} tries{full}: {e}") from e
-            delay = backoff.delay(attempt + 1, backoff_s)
-            log.warning("%s failed (%s); retrying in %.1fs", what, e, delay)
-            time.sleep(delay)  # back-off between tries of a failing remote call
-    raise AssertionError("unreachable")
+def strict_json(obj: Any) -> Any:
+    """`obj` with every float that is not finite as its string ("inf", "-inf", "nan"): JSON has no such number."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
 
 
 class RunDir:
@@ -120,16 +108,19 @@ class RunDir:
         return posixpath.join(self.uri, *parts) if any(parts) else self.uri
 
     # -- the retry rule ----------------------------------------------------------------------
-    def retried(self, what: str, fn: Callable[[], T], *, retry: bool = True) -> T:
+    def retried(self, what: str, fn: Callable[[], T], *, retry: bool = True, writes: bool = False) -> T:
         """fn, retried storage.upload_retries times with back-off from storage.upload_backoff_s (once with
-        `retry` false: a periodic write the next one supersedes, housekeeping)."""
+        `retry` false: a periodic write the next one supersedes, housekeeping); `writes`: a refusal is retried too
+        (WRITE_ANSWERS)."""
         o = self.options
-        return with_retries(what, fn, o.upload_retries if retry else 0, o.upload_backoff_s)
+        return with_retries(what, fn, o.upload_retries if retry else 0, o.upload_backoff_s,
+                            WRITE_ANSWERS if writes else ANSWERS)
 
     # -- plain files -------------------------------------------------------------------------
     def makedirs(self, rel: str = "") -> None:
         try:
-            self.retried(f"creating {self.uri_of(rel)}", lambda: self.fs.create_dir(self.path(rel), recursive=True))
+            self.retried(f"creating {self.uri_of(rel)}", lambda: self.fs.create_dir(self.path(rel), recursive=True),
+                         writes=True)
         except (OSError, StorageError) as e:
             raise StorageError(f"cannot create {self.uri_of(rel)} (storage.path={self.storage_path!r}): {e}") from None
 
@@ -155,7 +146,7 @@ class RunDir:
     def write_bytes(self, rel: str, data: bytes, *, retry: bool = True) -> None:
         """Write a whole file so readers see the old content or the new one, never a part; retried with
         back-off unless `retry` is false (a periodic write that the next one supersedes)."""
-        self.retried(f"writing {self.uri_of(rel)}", lambda: self._write_bytes(rel, data), retry=retry)
+        self.retried(f"writing {self.uri_of(rel)}", lambda: self._write_bytes(rel, data), retry=retry, writes=True)
 
     def _write_bytes(self, rel: str, data: bytes) -> None:
         target = self.path(rel)
@@ -177,7 +168,8 @@ class RunDir:
     def upload_file(self, local_path: str, rel: str, *, retry: bool = True, chunk: int = 1 << 20) -> None:
         """A local file to <run>/<rel>, streamed `chunk` bytes at a time (a task's log can be gigabytes: never
         read whole); readers see the old content or the new one, as with write_bytes."""
-        self.retried(f"uploading {self.uri_of(rel)}", lambda: self._upload_file(local_path, rel, chunk), retry=retry)
+        self.retried(f"uploading {self.uri_of(rel)}", lambda: self._upload_file(local_path, rel, chunk), retry=retry,
+                     writes=True)
 
     def _upload_file(self, local_path: str, rel: str, chunk: int) -> None:
         target = self.path(rel)
@@ -198,7 +190,10 @@ class RunDir:
         self.write_bytes(rel, text.encode())
 
     def write_json(self, rel: str, obj: Any) -> None:
-        self.write_text(rel, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+        """`obj` as strict JSON (RFC 8259: a float that is not finite is written as the string "inf", "-inf" or
+        "nan", never as Python's Infinity/NaN, which other readers refuse: raytf issue 71)."""
+        self.write_text(rel, json.dumps(strict_json(obj), indent=2, sort_keys=True, default=str,
+                                        allow_nan=False) + "\n")
 
     def read_bytes(self, rel: str) -> bytes:
         def read() -> bytes:
@@ -253,7 +248,7 @@ class RunDir:
     def upload_dir(self, local_dir: str, rel: str, *, retry: bool = True) -> str:
         """Copy a local directory's files up to <run>/<rel>/ (files already there are replaced)."""
         self.retried(f"uploading {self.uri_of(rel)}", lambda: self.put_dir(local_dir, self.path(rel), replace=False),
-                     retry=retry)
+                     retry=retry, writes=True)
         return self.uri_of(rel)
 
     def download_dir(self, rel: str, local_dir: str) -> str:

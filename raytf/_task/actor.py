@@ -10,9 +10,6 @@ import logging
 import os
 import secrets
 import socket
-import threading
-from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any
 
 import ray
@@ -27,7 +24,6 @@ from raytf._core.tasks import TaskInfo, TaskOutcome, TaskRun
 from raytf._storage import StorageMarker
 from raytf._task import rss, scratch, usercode
 from raytf._task.call import TaskCall
-from raytf._task.script.keeper import START_S as KEEPER_START_S
 from raytf._task.tee import OutputCapture
 
 log = logging.getLogger(__name__)
@@ -112,34 +108,6 @@ def sweep_after(roots: dict[str, tuple[int, ...]], on_nodes: dict[str, tuple[int
             log.debug("scratch sweep: %s", e)
 
 
-def _template_name(keeper) -> str | None:
-    """The name of the template `keeper` keeps, once it listens; None (the child imports TensorFlow itself) when the
-    keeper could not start it."""
-    try:
-        return ray.get(keeper.address.remote(), timeout=KEEPER_START_S)
-    except (RayError, TimeoutError) as e:  # (GetTimeoutError is both)
-        log.warning("the node's script template did not start (%s): TensorFlow is imported in a new process", e)
-        return None
-
-
-class _ChildToCome:
-    """A warm child made by `make` on a thread of its own; what a WarmChild offers, once made (its making's
-    exception, if it failed, raised then)."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._made: Future = Future()
-        threading.Thread(target=self._make, args=(make,), daemon=True, name="raytf-warm-child").start()
-
-    def _make(self, make: Callable[[], Any]) -> None:
-        try:
-            self._made.set_result(make())
-        except BaseException as e:
-            self._made.set_exception(e)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._made.result(), name)
-
-
 def here() -> str:
     """The driver's place, to compare with its tasks' (scratch.place)."""
     return scratch.place()
@@ -158,8 +126,7 @@ class TaskActor:
     (run_script). The actor's own process then never imports TensorFlow."""
 
     def __init__(self, spec: TaskSpec | None, advertise_address: str | None,
-                 env: dict[str, str] | None = None, script: bool = False, port: int | None = None,
-                 template: Any = None) -> None:
+                 env: dict[str, str] | None = None, script: bool = False, port: int | None = None) -> None:
         # First, before TensorFlow's import: raytf's variables when its runtime_env did not bring them (a worker
         # Ray pre-started: plan.actor_env), over whatever the worker had (Ray's own OMP_NUM_THREADS among them).
         os.environ.update(env or {})
@@ -173,27 +140,22 @@ class TaskActor:
         if spec is not None:
             self.adopt(spec, advertise_address, port)
         if script:  # its TensorFlow import runs beside the addressing, the other tasks' start, the driver's setup
-            self._start_child(idle=False, template=template)  # (normal priority: this task's first step waits)
+            self._start_child(idle=False)  # (at the normal priority: this task's first step waits for it)
 
-    def warm(self, script: bool = False, template: Any = None) -> dict[str, Any]:
+    def warm(self, script: bool = False) -> dict[str, Any]:
         """A standby's start: TensorFlow and tf-keras imported (raytf/_task/warm.py); for a script's task, in the
-        child process its script will run in (script/spawn.py), forked by the node's `template` where there is one."""
+        child process its script will run in (script/spawn.py)."""
         if script:
-            return {"pid": os.getpid(), "import_s": self._start_child(idle=True, template=template).ready()}
+            return {"pid": os.getpid(), "import_s": self._start_child(idle=True).ready()}
         from raytf._task import warm
 
         return {"pid": os.getpid(), "import_s": warm.import_tensorflow()}
 
-    def _start_child(self, idle: bool, template: Any = None):
-        """The script's warm child. `template`: the keeper of the node's script template (script/template.py); the
-        child is then forked from it, on a thread of its own (the keeper may still be starting: a standby's does
-        not wait for it here, and this actor's start never does)."""
+    def _start_child(self, idle: bool):
         from raytf._task.script.spawn import WarmChild
 
         # In this process's own temporary directory (scratch.own_tempdir): the script's is its scratch's work/.
-        cwd = scratch.own_tempdir()
-        self._child = (WarmChild(cwd=cwd, idle=idle) if template is None else
-                       _ChildToCome(lambda: WarmChild(cwd=cwd, idle=idle, template=_template_name(template))))
+        self._child = WarmChild(cwd=scratch.own_tempdir(), idle=idle)
         return self._child
 
     def _take_child(self):

@@ -186,11 +186,12 @@ class TaskCall:
         except ValueError:  # not the main thread (a threaded actor): keep Ray's default
             log.debug("SIGTERM handler not installed: actor runs off the main thread")
 
-    def end_output(self, ok: bool = True) -> None:
-        """Before the call's last `emit.flush()`, so that its last lines are on the bus when it returns."""
+    def end_output(self, ok: bool = True, log_only: str = "") -> None:
+        """Before the call's last `emit.flush()`, so that its last lines are on the bus when it returns (`log_only`:
+        OutputCapture.close's)."""
         output, self.output = self.output, None
         if output is not None:
-            output.close(ok)
+            output.close(ok, log_only)
 
     def succeeded(self, *, stopped: bool = False, epoch: int | None = None, step: int | None = None) -> TaskOutcome:
         if not self.keep_output:
@@ -208,7 +209,9 @@ class TaskCall:
     def __exit__(self, typ, e, tb) -> bool:
         try:
             if e is not None:  # report everything, SystemExit included, with its traceback
-                self.end_output(ok=False)
+                # The whole traceback into the task's log, which the driver's brief of it names for the rest
+                # (tracebacks.message_lines; raytf issue 71: the log did not hold it, result.json alone did).
+                self.end_output(ok=False, log_only="".join(traceback.format_exception(typ, e, tb)))
                 self.emit.flush(timeout=5.0)
                 self.outcome = TaskOutcome(error=error_of(e, role=self.spec.role, rank=self.spec.rank,
                                                           node_id=self.actor.node_id, kind=self.kind(e)))

@@ -24,7 +24,7 @@ class TrainingStopped(BaseException):
 
 
 @dataclass(frozen=True)
-class Decision:
+class SaveDecision:
     """Request `version`: every task saves at step `save_at`, then stops if `stop`."""
 
     version: int
@@ -41,7 +41,7 @@ class ControlListener(threading.Thread):
         self._cond = threading.Condition()
         self._requested = 0  # the newest request's version
         self._handled = 0  # the newest the training thread is done with
-        self._decision: Decision | None = None  # the newest request's, once decided
+        self._decision: SaveDecision | None = None  # the newest request's, once decided
         self._closed = threading.Event()
 
     @property
@@ -50,7 +50,7 @@ class ControlListener(threading.Thread):
         with self._cond:
             return self._requested > self._handled
 
-    def wait_decision(self, timeout: float) -> tuple[int, Decision | None]:
+    def wait_decision(self, timeout: float) -> tuple[int, SaveDecision | None]:
         """The newest request's version and its decision, waiting up to `timeout` for it (None: not in time)."""
         with self._cond:
             self._cond.wait_for(lambda: self._decision is not None and self._decision.version == self._requested,
@@ -101,7 +101,7 @@ class ControlListener(threading.Thread):
             elif c.phase is SavePhase.DECIDED:
                 with self._cond:
                     if c.version == self._requested:
-                        self._decision = Decision(c.version, c.save_at, c.stop)
+                        self._decision = SaveDecision(c.version, c.save_at, c.stop)
                         self._cond.notify_all()
 
     def close(self) -> None:

@@ -43,11 +43,13 @@ class Scratch:
     def __init__(self, run_name: str, label: str, base: str | None = None) -> None:
         parent = os.path.join(base or root(), run_name)
         for _ in range(10):  # a sweep may remove the run's (empty) directory between these two calls
-            os.makedirs(parent, exist_ok=True)
             try:
+                os.makedirs(parent, exist_ok=True)
                 self.path = tempfile.mkdtemp(prefix=f"{label}-", dir=parent)
                 break
-            except FileNotFoundError:
+            # (FileExistsError: os.makedirs's own race, a directory that existed at its mkdir and was swept before
+            # its isdir() looked: raytf issue 71, a relaunch's task failed on it, blamed on the program)
+            except (FileNotFoundError, FileExistsError):
                 continue
         else:
             raise OSError(f"could not make a scratch directory in {parent}")

@@ -185,8 +185,10 @@ class OutputCapture:
         finally:
             os.close(read_end)
 
-    def close(self, ok: bool = True) -> None:
-        """Back to Ray's fds; the last lines pushed (`ok`: the program succeeded); the log closed (and uploaded)."""
+    def close(self, ok: bool = True, log_only: str = "") -> None:
+        """Back to Ray's fds; the last lines pushed (`ok`: the program succeeded); `log_only` written to the log
+        alone, after all the output (a failure's whole traceback, which the driver shows in brief); the log closed
+        (and uploaded)."""
         sys.stdout.flush()
         sys.stderr.flush()
         for fd, original in self._originals:
@@ -198,6 +200,8 @@ class OutputCapture:
         self._done.set()
         self._ticker.join()
         self.output.end(ok)
+        if log_only:
+            self.output._log(log_only.encode(errors="replace"))
         self.file.close()
         # Streamed (the log may be far larger than this process should hold); not retried: the task is ending.
         self.log.close(retry=False, what="task log")

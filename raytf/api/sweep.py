@@ -186,11 +186,6 @@ def sweep(
         from raytf._driver.data import Datasets
 
         Datasets.of_run(base_cfg, datasets, [])
-    if base_cfg.cluster.standby > 0:
-        from raytf._driver import standby
-
-        # Made (and owned) here: the trials' processes come and go, their standbys serve the trials after them.
-        standby.pool()
     tune_dir = tempfile.mkdtemp(prefix="raytf-tune-")
     trainable = tune.with_parameters(_trial, base=base, sweep_name=sweep_name, datasets=datasets,
                                      functions=functions or None)

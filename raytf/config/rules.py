@@ -29,7 +29,10 @@ _ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # What train.entrypoint records of a function sent by value (raytf.fit(train_fn=...); raytf._core.function).
 _FUNCTION_LABEL = re.compile(r"^<function \S.* defined in \S+>$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# A run's name is a directory's, and part of its temporary files' and scratch's names (a filesystem's limit for one
+# name is 255 bytes: a 300-character name retried ENAMETOOLONG for 16 s before, raytf issue 71).
+RUN_NAME_MAX = 128
 
 
 def is_function_label(entrypoint: str | None) -> bool:
@@ -80,10 +83,14 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("storage.path is empty: set a directory or URI, e.g. ./runs or s3://bucket/runs")
     if (problem := storage_path_problem(cfg.storage.path)) is not None:
         raise ConfigError(problem)  # (never the path: it holds a secret)
-    if cfg.run.name is not None and not _RUN_NAME.match(cfg.run.name):
+    if cfg.run.name is not None and not _RUN_NAME.fullmatch(cfg.run.name):  # (fullmatch: `$` admits a last \n)
         raise ConfigError(
             f"run.name ({cfg.run.name!r}) must be letters, digits, '.', '_' or '-' (no '/' or spaces)"
         )
+    if cfg.run.name is not None and len(cfg.run.name) > RUN_NAME_MAX:  # (a path component: at most 255 bytes)
+        raise ConfigError(f"run.name ({cfg.run.name[:40]!r}..., {len(cfg.run.name)} characters) is longer than "
+                          f"{RUN_NAME_MAX}: the run directory's name (and its temporary names) must fit a path; "
+                          "choose a shorter name")
     _validate_tracking(cfg)
     addr = cfg.ray.address
     if addr is not None and addr != "auto" and not addr.startswith("ray://") and ":" not in addr:

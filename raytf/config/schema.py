@@ -219,7 +219,8 @@ class DataServiceConfig:
 
 @dataclass
 class RunConfig:
-    # null = derived from the start time ("run-20261122-215832").
+    # null = derived from the start time ("run-20261122-215832"). Letters, digits, '.', '_', '-', at most 128
+    # characters. One launch at a time: a second launch of a running name is refused (exit 2).
     name: str | None = None
 
 

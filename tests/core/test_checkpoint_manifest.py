@@ -7,7 +7,7 @@ import pytest
 
 from raytf import _storage as storage
 from raytf._core import checkpoints as ck
-from raytf._storage import rundir
+from raytf._storage import retry, rundir
 
 
 def _local_ckpt(tmp_path, name, content=b"weights"):
@@ -95,7 +95,7 @@ def test_a_file_the_copy_silently_dropped_is_copied_again_before_the_commit(tmp_
              "ckpt.data-00000-of-00001").unlink()
 
     monkeypatch.setattr(rundir.pafs, "copy_files", copy_files)
-    monkeypatch.setattr(rundir.time, "sleep", lambda s: None)  # (the retries' back-off)
+    monkeypatch.setattr(retry.time, "sleep", lambda s: None)  # (the retries' back-off)
     run.checkpoints.upload(_local_ckpt(tmp_path, "c1"), 1, 10, {}, seq=1)
     assert len(calls) == 2
     assert run.checkpoints.verify(run.checkpoints.latest()) is None

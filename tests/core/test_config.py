@@ -71,6 +71,7 @@ BAD = [
     (["cluster.placement_timeout_s=0"], "cluster.placement_timeout_s", "(0.0)"),
     (["checkpoint.keep_last=-1"], "checkpoint.keep_last", "-1"),
     (["run.name=a/b"], "run.name", "a/b"),
+    ([f"run.name={'x' * 300}"], "run.name", "300 characters"),
     (["ray.address=nowhere"], "ray.address", "nowhere"),
     (["storage.path="], "storage.path", ""),
     (["storage.min_upload_mib_s=0"], "storage.min_upload_mib_s", "(0.0)"),
@@ -209,3 +210,9 @@ def test_the_ps_script_docstrings_command_parses():
     cfg = load_config(ROOT / argv[3], argv[4:])
     assert cfg.train.script == "examples/ps_script.py"
     assert cfg.train.args == ["--working-dir", "{checkpoint_dir}"]
+
+
+def test_a_run_name_with_a_trailing_newline_is_refused():
+    """Through the API a name can hold what a command line cannot: a trailing newline matched `$` (raytf issue 71)."""
+    with pytest.raises(ConfigError, match=r"run.name \('x\\n'\)"):
+        load_config({**BASE, "run": {"name": "x\n"}})

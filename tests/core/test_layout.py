@@ -58,6 +58,22 @@ def test_only_the_storage_package_opens_storage():
     assert outside == []
 
 
+def test_no_two_classes_of_the_package_share_a_name():
+    """A class name says one concept (raytf issue 70: `Decision` and `Row` were each defined twice, read as one).
+    raytf.compat's are Ray Train's names on purpose (a Ray Train program's `except TrainingFailedError`, its
+    `Result`), kept apart from raytf's own."""
+    import ast
+    from collections import defaultdict
+
+    package = ROOT / "raytf"
+    where = defaultdict(list)
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and path.name != "compat.py":
+                where[node.name].append(str(path.relative_to(package)))
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
+
+
 def test_no_module_is_over_320_lines():
     """Room to grow (raytf issue 51): a module near the cap is split by concept before it grows, never squeezed."""
     package = ROOT / "raytf"

@@ -39,3 +39,15 @@ def test_cluster_endpoints_from_tf_config():
     assert own == 40000 and others == {("198.18.0.3", 40001), ("198.18.0.3", 40002)}
     alone = {"cluster": {"worker": ["host-a:40000"]}, "task": {"type": "worker", "index": 0}}
     assert peers.cluster_endpoints(alone, resolve=ips.__getitem__) == (None, set())
+
+
+def test_a_closed_connection_in_time_wait_still_says_it_connected_and_a_half_open_one_does_not():
+    """A short script's channels are closed before a look sees them open; TIME_WAIT keeps them for a minute (raytf
+    issue 71: a correct 10-step script was refused). A SYN_SENT one never connected; LISTEN is the own server."""
+    table = """  sl  local_address rem_address   st
+   0: 020012C6:D000 030012C6:9C41 06 00000000:00000000
+   1: 020012C6:D001 030012C6:9C42 02 00000000:00000000
+   2: 00000000:9C40 00000000:0000 0A 00000000:00000000
+"""
+    assert peers.connections(table) == [(("198.18.0.2", 53248), ("198.18.0.3", 40001))]
+    assert not peers.joined(peers.connections(table), own_port=40000, peers={("198.18.0.3", 40002)})

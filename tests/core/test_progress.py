@@ -201,3 +201,20 @@ def test_a_split_with_nothing_measured_gives_step_time_only():
 
     assert Split(dict).row(1.0, 10) == {"step_time_s": 0.1}
     assert Split(dict).row(1.0, 0) == {}
+
+
+def test_a_value_no_float_holds_is_dropped_with_one_warning_naming_it(caplog):
+    """A complex number or an int past float's range in a report failed the training step (TypeError,
+    OverflowError: raytf issue 71): now dropped, said once per name, the other metrics kept."""
+    import logging
+
+    from raytf._core import progress
+
+    progress._said.clear()  # (said once per process: this test's names afresh)
+    with caplog.at_level(logging.WARNING, logger="raytf"):
+        for _ in range(3):
+            assert progress.scalars({"phase": 1 + 2j, "count": 10**400, "loss": 0.5, "n": 3}) == {"loss": 0.5, "n": 3.0}
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    assert said[0].startswith("metric 'phase': its complex value (1+2j) is no real number a float can hold: dropped")
+    assert said[1].startswith("metric 'count': its int value 1000") and len(said[1]) < 200

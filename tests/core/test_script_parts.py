@@ -350,10 +350,10 @@ def test_a_scripts_tf_summary_scalars_are_its_rows_until_it_reports_its_own(tmp_
     host._summaries.relay(final=True)
     assert [(p.step, p.metrics) for _, p in emitted[1:]] == [(20, {"train/loss": 0.5}), (30, {"a": 1.0})]
     assert host.position == (0, 30)
-    host._on_message(protocol.Row(ev.HEARTBEAT, ev.Beat(epoch=1, step=0)))  # the child counted nothing
+    host._on_message(protocol.Relayed(ev.HEARTBEAT, ev.Beat(epoch=1, step=0)))  # the child counted nothing
     assert emitted[-1] == (ev.HEARTBEAT, ev.Beat(epoch=1, step=30)) and host.position == (0, 30)
 
-    host._on_message(protocol.Row(ev.STEP, ev.Row(epoch=1, step=1, metrics={"a": 2.0})))  # its own row
+    host._on_message(protocol.Relayed(ev.STEP, ev.Row(epoch=1, step=1, metrics={"a": 2.0})))  # its own row
     _write_scalars(host.log_dir, ("a", 0.5, 40), ("a", 0.25, 50))
     host._summaries.relay(final=True)
     assert [p.metrics for _, p in emitted[-1:]] == [{"a": 2.0}] and host.position == (0, 1)

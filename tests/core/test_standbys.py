@@ -33,21 +33,3 @@ def test_an_attempt_asks_for_standbys_at_its_first_step_unless_its_ray_ends_with
     # The CLI's own Ray, stopped with the run: once their import is a small part of it.
     assert standbys.refill_after_s(0.0, ray_ends_with_run=True) == standbys.ONE_RUN_REFILL_AFTER_S == 20.0
     assert standbys.refill_after_s(30.0, ray_ends_with_run=True) == 30.0
-
-
-def test_a_functions_task_is_forked_by_its_nodes_template_unless_its_runtime_env_brings_an_interpreter():
-    command = "/venv/bin/python -m raytf._task.script.worker_shim raytf-template-1"
-    # The actor's runtime_env, with the template's shim as the interpreter Ray starts; none of its own: only that.
-    assert standbys.forked_option({}, command) == {"py_executable": command}
-    shipped = {"working_dir": "/tmp/job", "env_vars": {"LD_LIBRARY_PATH": "/opt/lib"}}
-    assert standbys.forked_option(shipped, command) == {**shipped, "py_executable": command}
-    assert "py_executable" not in shipped  # (the task's own runtime_env untouched)
-    # An interpreter of its own (a package environment, a container, an image, an executable given): Ray's process.
-    for field in ("pip", "uv", "conda", "container", "image_uri", "py_executable"):
-        assert standbys.forked_option({field: "x", "env_vars": {}}, command) is None, field
-    assert standbys.forked_option({}, None) is None  # no template on that node (or it did not say its command)
-
-
-def test_a_scripts_standbys_and_a_functions_of_one_runtime_env_share_the_nodes_template():
-    """Kept apart as standbys (a script's holds a child for its script), forked from one template (one import)."""
-    assert standbys.template_key("0123abcd" + standbys.SCRIPT_KEY) == standbys.template_key("0123abcd") == "0123abcd"

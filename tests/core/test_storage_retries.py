@@ -11,7 +11,7 @@ import pytest
 
 from raytf import _storage as storage
 from raytf import runs
-from raytf._storage import rundir
+from raytf._storage import retry, rundir
 from raytf.config import StorageConfig
 from raytf.errors import StorageError
 
@@ -193,7 +193,7 @@ def test_runs_ls_and_show_are_retried(tmp_path, monkeypatch):
     rd, fs = flaky_run_dir(tmp_path, monkeypatch, {}, name="exp1")
     rd.write_json(storage.RESULT_FILE, {"run": "exp1", "status": "succeeded", "strategy": "mirrored"})
     slept: list[float] = []
-    monkeypatch.setattr(rundir.time, "sleep", slept.append)  # (the CLI opens the storage with its defaults)
+    monkeypatch.setattr(retry.time, "sleep", slept.append)  # (the CLI opens the storage with its defaults)
     fs.fail(list=2, read=2, get_file_info=2)
     assert [r["run"] for r in runs.ls(str(tmp_path / "runs"))] == ["exp1"]
     assert fs.calls == {"get_file_info": 3, "list": 3, "read": 3}
@@ -229,3 +229,43 @@ def test_tensorboard_files_on_a_full_disk_are_given_up_never_the_run(tmp_path, m
         sink.close()
     assert len(writes) == 1 and sink.failed
     assert caplog.text.count("are no longer written") == 1 and "No space left" in caplog.text
+
+
+def test_a_refused_write_is_retried_a_refused_read_is_an_answer(tmp_path, monkeypatch):
+    """Storage that refuses writes for a while (permissions being fixed, credentials refreshed) is an outage to a
+    write: retried with the back-off, so a commit goes through (raytf issue 71: a 10 s refusal failed the run as the
+    program's error). A refused read is an answer: said at once."""
+    monkeypatch.setattr(retry.time, "sleep", lambda s: None)
+    tries = []
+
+    def refused_twice():
+        tries.append(1)
+        if len(tries) <= 2:
+            raise PermissionError(13, "Permission denied", "/runs/r/checkpoints")
+        return "written"
+
+    assert retry.with_retries("writing x", refused_twice, 3, 0.0, retry.WRITE_ANSWERS) == "written"
+    assert len(tries) == 3
+    tries.clear()
+    with pytest.raises(PermissionError):
+        retry.with_retries("reading x", refused_twice, 3, 0.0)
+    assert len(tries) == 1
+    rd = storage.RunDir(StorageConfig(path=str(tmp_path / "runs"), **OPTIONS), "r")
+    tries.clear()
+    assert rd.retried("writing x", refused_twice, writes=True) == "written" and len(tries) == 3
+
+
+def test_result_json_is_strict_json(tmp_path):
+    """A metric that is not finite was written as Python's `Infinity`, which strict readers refuse (raytf issue 71):
+    written as its string now."""
+    import json
+
+    rd = storage.RunDir(str(tmp_path), "r")
+    rd.write_json(storage.RESULT_FILE, {"final_metrics": {"loss": float("inf"), "gap": float("-inf"),
+                                                          "acc": float("nan"), "ok": 1.5}, "rows": [float("inf")]})
+
+    def refuse(name):
+        raise ValueError(f"not strict JSON: {name}")
+
+    back = json.loads((tmp_path / "r" / storage.RESULT_FILE).read_text(), parse_constant=refuse)
+    assert back == {"final_metrics": {"loss": "inf", "gap": "-inf", "acc": "nan", "ok": 1.5}, "rows": ["inf"]}

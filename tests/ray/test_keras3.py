@@ -5,6 +5,7 @@ mode and function mode; a failure whose message dumps a tensor is told without t
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,7 @@ def test_a_keras_3_function_is_refused_too_and_a_dumped_tensor_is_told_without_i
     assert len(lines) <= 6 and "numpy=" not in root.message, root.message
     assert any('tests/train_fns.py", line' in line and "in dumps_a_tensor" in line for line in lines), lines
     assert "numpy=" in root.remote_traceback  # (the whole of it is kept, as in the task's log)
+    # The brief's "more line(s) of the message in the task's log" are there (raytf issue 71: they were not).
+    assert "more line(s) of the message in the task's log" in root.message
+    log = Path(raised.value.result.run_dir, f"logs/worker{root.rank}-attempt1.log").read_text(errors="replace")
+    assert "numpy=" in log and "Traceback (most recent call last)" in log

@@ -325,12 +325,17 @@ def test_interrupt_tears_everything_down_and_a_second_one_skips_the_final_save(f
     assert "TF's gRPC servers accept anyone" not in caplog.text
 
 
-def test_cli_sigint_exits_130_and_releases(tmp_path, no_leaks):
-    """(It joins the session's Ray: the leak check then sees that the interrupted run left nothing on it.)"""
+@pytest.mark.parametrize(("signame", "code"), [("SIGINT", 130), ("SIGTERM", 143),
+                                               pytest.param("SIGHUP", 129, marks=pytest.mark.slow)])
+def test_cli_signal_saves_exits_128_plus_it_and_releases(tmp_path, no_leaks, signame, code):
+    """Ctrl-C, SIGTERM (kill, systemd, Kubernetes, Slurm) and SIGHUP (a closed terminal) end a launch alike: a final
+    checkpoint at one agreed step, result.json `interrupted`, exit 128 + the signal (raytf issue 71: Ray's own
+    SIGTERM handler, installed by ray.init, exited 15 with no save; SIGHUP left result.json `running`). (It joins
+    the session's Ray: the leak check then sees that the interrupted run left nothing on it.)"""
     import signal
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", "run.name=sigint",
+        [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", f"run.name={signame}",
          f"storage.path={tmp_path}", "train.epochs=1000", "train.steps_per_epoch=5",
          "train.entrypoint=tests.train_fns:paced_loop", "train.params.step_s=0.02", f"ray.address={state_address()}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -341,14 +346,89 @@ def test_cli_sigint_exits_130_and_releases(tmp_path, no_leaks):
         for line in proc.stdout:  # wait for a real signal of training progress
             if "epoch 2/1000" in line:  # epoch 1 was checkpointed before epoch 2 began
                 break
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, signame))
         out, _ = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 130, out[-2000:]
-    summary = json.loads((tmp_path / "sigint" / "result.json").read_text())
-    assert summary["status"] == "interrupted"
+    assert proc.returncode == code, out[-2000:]
+    summary = json.loads((tmp_path / signame / "result.json").read_text())
+    assert summary["status"] == "interrupted", out[-2000:]
     assert summary["checkpoints"]  # epochs finished before the interrupt stay committed
+    assert "saving a final checkpoint" in out, out[-2000:]
+
+
+@pytest.mark.slow  # step 2: one more run
+def test_a_closed_stdout_never_changes_a_succeeded_runs_exit_code(tmp_path, no_leaks):
+    """`python -m raytf.launch ... | head -1`: the reader goes after the first line; the run trains and commits, and
+    the CLI's last lines, to a closed pipe, are dropped: exit 0 (raytf issue 71: BrokenPipeError, exit 1)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", "run.name=head",
+         f"storage.path={tmp_path}", "train.epochs=2", "train.steps_per_epoch=5",
+         "train.entrypoint=tests.train_fns:paced_loop", "train.params.step_s=0.02", "cluster.standby=0",
+         f"ray.address={state_address()}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc.stdout.readline()
+        proc.stdout.close()  # (as `head -1` exits)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert json.loads((tmp_path / "head" / "result.json").read_text())["status"] == "succeeded"
+    assert "BrokenPipeError" not in err, err[-2000:]
+
+
+@pytest.mark.slow  # step 2: its own Ray's start, twice
+def test_cli_sigterm_while_ray_starts_and_a_second_one_while_saving(tmp_path):
+    """SIGTERM in a launch's first seconds (its own embedded Ray starting: ray.init's handler would exit 15 with
+    Ray's agents left running) stops it once Ray is up, taken down in order: exit 143, nothing left. A second
+    SIGTERM during the final save stops at once, with a clean status (raytf issue 71: an abort before, exit -6)."""
+    import os
+    import shutil
+    import signal
+    import tempfile
+    import time
+
+    from tests.processes import naming
+
+    ray_tmp = tempfile.mkdtemp(prefix="rtf-sig-", dir="/tmp")  # (short: Ray's socket paths live under it)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+
+    def launch(name: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "--quiet", f"run.name={name}",
+             f"storage.path={tmp_path}", "train.epochs=1000", "train.steps_per_epoch=5", "cluster.standby=0",
+             "train.entrypoint=tests.train_fns:paced_loop", "train.params.step_s=0.02"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**env, "RAY_TMPDIR": ray_tmp})
+
+    early = launch("early")
+    try:
+        deadline = time.monotonic() + 60
+        while not list(Path(ray_tmp).glob("ray/session_*")):  # (Ray is starting: ray.init made its session's dir)
+            assert early.poll() is None and time.monotonic() < deadline, "the launch never started Ray"
+            time.sleep(0.02)  # (polling for Ray's own sign of starting, bounded)
+        early.send_signal(signal.SIGTERM)
+        out, _ = early.communicate(timeout=120)
+    finally:
+        early.kill()
+    assert early.returncode == 143, out[-2000:]
+    assert naming(ray_tmp) == [], out[-2000:]
+
+    twice = launch("twice")
+    try:
+        for line in twice.stdout:
+            if "epoch 2/1000" in line:
+                twice.send_signal(signal.SIGTERM)
+            if "saving a final checkpoint" in line:
+                twice.send_signal(signal.SIGTERM)
+                break
+        out, _ = twice.communicate(timeout=120)
+    finally:
+        twice.kill()
+    assert twice.returncode == 143, out[-2000:]
+    assert json.loads((tmp_path / "twice" / "result.json").read_text())["status"] == "interrupted"
+    assert naming(ray_tmp) == [], out[-2000:]
+    shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def _interrupt_once_at(step: int, seen: list[int]):
@@ -428,3 +508,39 @@ def test_a_plan_the_cluster_can_never_hold_exits_2_from_a_launch_as_from_a_dry_r
     dry = launch.main(["conf/local.yaml", "--dry-run", f"storage.path={tmp_path}", "ray.address=null",
                        "cluster.num_workers=64"])
     assert dry == 2
+
+
+def test_a_second_launch_of_a_running_run_is_refused_naming_the_first(fast_cfg, no_leaks, tmp_path):
+    """Two launches of one run.name (two terminals, a retried job submission): the second is refused in one line
+    naming the running launch and the fix, exit 2; the first trains on and keeps its rows (raytf issue 71: both
+    trained into one run directory, and the second's end deleted the first's metrics)."""
+    import os
+    import threading
+    import time
+
+    started, go = tmp_path / "started", tmp_path / "go"
+    cfg = fast_cfg("run.name=once", "train.entrypoint=tests.train_fns:random_draws", "train.epochs=1",
+                   "train.steps_per_epoch=3", "metrics.every_steps=1", f"train.params.started_file={started}",
+                   f"train.params.go_file={go}")
+    out = {}
+    run = threading.Thread(target=lambda: out.setdefault("result", raytf.fit(cfg, quiet=True)))
+    run.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists():
+            assert run.is_alive() and time.monotonic() < deadline, "the first launch never trained"
+            time.sleep(0.05)  # (polling for the run's own signal, the file, bounded)
+        second = subprocess.run(
+            [sys.executable, "-m", "raytf.launch", "conf/local.yaml", "run.name=once",
+             f"storage.path={cfg.storage.path}", f"ray.address={state_address()}", "cluster.standby=0"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    finally:
+        go.touch()
+        run.join(timeout=120)
+    assert second.returncode == 2, second.stderr[-2000:]
+    lines = [line for line in second.stderr.splitlines() if line.startswith("raytf:")]
+    here = f"another launch is running it (host {os.uname().nodename}, pid {os.getpid()}"
+    assert len(lines) == 1 and here in lines[0], second.stderr[-2000:]
+    assert "run.name=once-2" in lines[0] and "Traceback" not in second.stderr, second.stderr[-2000:]
+    result = out["result"]
+    assert result.status == "succeeded" and len(result.metrics[result.metrics["kind"] == "step"]) == 6

@@ -50,6 +50,7 @@ def test_a_users_auth_mode_stands_and_is_warned_of(connect, recorded_init, monke
 
 def test_joining_a_cluster_without_token_auth_is_warned_of(connect, recorded_init, monkeypatch, caplog):
     monkeypatch.setattr(connect, "check_reachable", lambda address: None)
+    monkeypatch.setattr(connect, "not_ray", lambda address: None)
     monkeypatch.setattr(connect, "token_auth", lambda: False)
     connect.ensure_ray(load_config("conf/local.yaml", ["ray.address=198.18.0.1:6379"]))
     lines = [r.getMessage() for r in caplog.records if "does not use token auth" in r.getMessage()]
@@ -71,6 +72,7 @@ def test_joining_a_cluster_ships_the_launch_directory_once(connect, monkeypatch,
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: seen.append(kw.get("runtime_env")))
     monkeypatch.setattr(connect, "check_reachable", lambda address: None)
+    monkeypatch.setattr(connect, "not_ray", lambda address: None)
     monkeypatch.setattr(connect, "token_auth", lambda: True)
     monkeypatch.setattr(connect, "_reload_ray_config", lambda: None)
     monkeypatch.setattr(connect.os, "environ", {"RAY_AUTH_MODE": "token"})
@@ -106,6 +108,7 @@ def test_a_launch_directory_over_rays_limit_is_one_line(connect, monkeypatch, tm
     monkeypatch.setattr(ray, "init", refuse)
     monkeypatch.setattr(ray, "shutdown", lambda: shutdowns.append(1))
     monkeypatch.setattr(connect, "check_reachable", lambda address: None)
+    monkeypatch.setattr(connect, "not_ray", lambda address: None)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "usertrain.py").write_text("def train(ctx):\n    pass\n")
     with pytest.raises(ConfigError) as info:
@@ -113,3 +116,41 @@ def test_a_launch_directory_over_rays_limit_is_one_line(connect, monkeypatch, tm
     assert str(info.value).startswith(f"ray.ship_code: the launch directory {tmp_path} packs to 612.40MiB, over Ray's "
                                       "limit of 512.00MiB")
     assert "\n" not in str(info.value) and shutdowns == [1]
+
+
+def test_an_address_that_answers_but_is_not_rays_is_said_in_seconds(connect, ray_local, monkeypatch):
+    """A port that accepts connections but is not Ray's GCS (an HTTP server, Ray's dashboard port; a server that
+    says nothing): one line, in seconds (raytf issue 71: ray.init retried it for 4-9 minutes with no line). Ray's
+    own GCS (the session's) speaks gRPC: nothing said."""
+    import http.server
+    import socket
+    import threading
+    import time
+
+    from tests.conftest import state_address
+
+    assert connect.not_ray(state_address()) is None
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    mute = socket.create_server(("127.0.0.1", 0))
+    try:
+        assert "an HTTP server answers there" in connect.not_ray(f"127.0.0.1:{web.server_address[1]}")
+        t = time.monotonic()
+        said = connect.not_ray(f"127.0.0.1:{mute.getsockname()[1]}", timeout_s=1.0)
+        assert said == "it did not answer a gRPC client's greeting within 1s" and time.monotonic() - t < 5
+        monkeypatch.setattr(connect.ray, "is_initialized", lambda: False)  # (as a new driver: refused before init)
+        with pytest.raises(connect.RaytfError, match=r"not a Ray cluster's address: an HTTP server answers there"):
+            connect.ensure_ray(load_config("conf/local.yaml", [f"ray.address=127.0.0.1:{web.server_address[1]}"]))
+    finally:
+        web.shutdown()
+        mute.close()
+
+
+def test_a_refused_token_is_told_apart_from_a_cluster_that_is_not_there(connect):
+    """ray.init's refusal of this driver's token (none: AuthenticationError; another cluster's: InvalidAuthToken) is
+    one line naming the token's places (ensure_ray), not `ray start --head`, the fix for no cluster at all."""
+    from ray.exceptions import AuthenticationError
+
+    assert connect._refused_token(AuthenticationError("no token"))
+    assert connect._refused_token(ConnectionError("GCS: InvalidAuthToken: the token does not match"))
+    assert not connect._refused_token(ConnectionError("could not reach the GCS at 127.0.0.1:6379"))

@@ -15,12 +15,17 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
 def _wait_ready(count: int, timeout_s: float = 120.0) -> dict:
     """Once the session's pool holds `count` ready standbys (they import TensorFlow in the background): its counts."""
-    import ray
 
     from raytf._driver import standby
 
     assert standby.wait_ready(count, timeout_s), f"no {count} standbys ready in {timeout_s}s"
-    return ray.get(standby.pool(create=False).counts.remote())
+    return standby.pool(create=False).counts()
+
+
+def _first_rows(result):
+    """Each rank's first step row (one attempt)."""
+    steps = result.metrics[result.metrics["kind"] == "step"]
+    return steps.sort_values("step").groupby("rank").first()
 
 
 def _pids(result) -> dict[tuple[int, int], float]:
@@ -61,24 +66,17 @@ def test_a_scripts_retry_and_next_run_start_in_standbys_warm_children(script_cfg
     pids = _pids(result)
     assert {pids[(2, 0)], pids[(2, 1)]}.isdisjoint({pids[(1, 0)], pids[(1, 1)]})
     steps = result.metrics[result.metrics["kind"] == "step"]
-    # Every script ran in a warm child: attempt 1's started beside their tasks' start (the session had no script
-    # template yet: each imported TensorFlow itself), attempt 2's in the standbys, forked by the node's template
-    # (template.py), which the pool made for them and which imported TensorFlow once.
+    # Every script ran in a warm child: attempt 1's started beside their tasks' start, attempt 2's in the standbys.
     assert set(steps["warm"]) == {1.0}, steps.groupby(["attempt", "rank"])["warm"].first()
-    forked = steps.groupby("attempt")["forked"].agg(set).to_dict()
-    assert forked == {1: {0.0}, 2: {1.0}}, forked
     retry_recovery = second["recovery_s"]
 
-    # The next run of the session: two of its scripts start in the standbys the first run asked for as it ended;
-    # the third, with no standby left, in a child the node's template forks as the task starts.
+    # The next run of the session: its scripts start in the standbys the first run asked for as it ended.
     _wait_ready(2)
     again = raytf.fit(script_cfg("run.name=warm2", "train.script=tests/scripts/fail_when_told.py",
-                                 "cluster.standby=2", "cluster.num_workers=3", "cluster.worker.cpus=0.5",
-                                 f"train.args=[--fail-file, '{tmp_path / 'never'}']"), quiet=True)
+                                 "cluster.standby=2", f"train.args=[--fail-file, '{tmp_path / 'never'}']"),
+                      quiet=True)
     assert again.status == "succeeded", again.error
     assert again.summary["attempts"][0]["standby_tasks"] == 2
-    again_steps = again.metrics[again.metrics["kind"] == "step"]
-    assert set(again_steps["forked"]) == {1.0} and again_steps["rank"].nunique() == 3
     print(f"recovery_s of the retry in standbys: {retry_recovery}; first step of the warm run: "
           f"{again.summary['first_step_s']}s")
 
@@ -94,10 +92,9 @@ def test_a_scripts_retry_and_next_run_start_in_standbys_warm_children(script_cfg
     assert leftover_script_processes() == []
 
 
-def test_standbys_end_with_the_session_that_made_them(no_leaks, tmp_path):
-    """A session (another driver process on this cluster, its code shipped as the job's working_dir) makes standbys,
-    processes its node's template forked that import the session's code, and exits without releasing them: Ray ends
-    them with their owner, nothing of them (or of the template) is left."""
+def test_standbys_end_with_the_session_that_made_them(no_leaks):
+    """A session (another driver process on this cluster) makes standbys and exits without releasing them: Ray
+    ends them with their owner, nothing of them is left."""
     import subprocess
     import sys
 
@@ -105,28 +102,17 @@ def test_standbys_end_with_the_session_that_made_them(no_leaks, tmp_path):
 
     from tests.conftest import ROOT, leftovers
 
-    (tmp_path / "shipped_probe.py").write_text("WHERE = __file__\n")
     code = f"""
 import ray
-ray.init(address={ray.get_runtime_context().gcs_address!r}, configure_logging=False, log_to_driver=False,
-         runtime_env={{"working_dir": {str(tmp_path)!r}}})
+ray.init(address={ray.get_runtime_context().gcs_address!r}, configure_logging=False, log_to_driver=False)
 import raytf
 from raytf._core.plan import make_plan, task_runtime_env
 from raytf._driver import standby
 cfg = raytf.load_config("conf/local.yaml")
 env = task_runtime_env(cfg, make_plan(cfg).tasks[0])
 pool = standby.pool()
-node, key = ray.get_runtime_context().get_node_id(), standby.env_key(env)
-ray.get(pool.fill.remote(node, key, env, 2))
+pool.fill(ray.get_runtime_context().get_node_id(), standby.env_key(env), env, 2)
 assert standby.wait_ready(2, 90)
-# A function's standbys are processes the node's template forked, TensorFlow imported (raytf issue 53).
-# They see the job's working_dir as a worker Ray started would: its directory, its modules importable.
-def probe(self):
-    import os
-    import shipped_probe
-    return open(f"/proc/{{os.getppid()}}/cmdline").read(), os.path.dirname(shipped_probe.WHERE) == os.getcwd()
-seen = ray.get([a.__ray_call__.remote(probe) for a in ray.get(pool.take.remote(node, key, 2))])
-assert all("raytf._task.script.template" in parent and here for parent, here in seen), seen
 print("ready", flush=True)
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -153,68 +139,95 @@ def test_recovery_benchmark_smoke_mode_runs():
     assert rows and rows[0].split("|")[3].strip() == "2.00", out.stdout
 
 
-class _GatedKeeper:
-    """A template's keeper (script/keeper.py's TemplateKeeper, as the pool calls it) whose import ends when the test
-    says: `go(True)` as imported, `go(False)` as failed."""
-
-    def __init__(self, name: str, env: dict) -> None:
-        import asyncio
-
-        self._told = asyncio.Event()
-        self._ok = True
-
-    async def imported(self) -> float:
-        await self._told.wait()
-        if not self._ok:
-            raise RuntimeError("the template could not import TensorFlow")
-        return 3.5
-
-    async def worker_command(self) -> str:
-        return "python -m raytf._task.script.worker_shim gated"
-
-    async def go(self, ok: bool) -> None:
-        self._ok = ok
-        self._told.set()
+def _started_then(started, run: threading.Thread, timeout_s: float = 120.0) -> None:
+    """Until the run in `run` has made the file `started` (its ranks hold, training), bounded."""
+    deadline = time.monotonic() + timeout_s
+    while not started.exists():
+        assert run.is_alive() and time.monotonic() < deadline, "the run never started training"
+        time.sleep(0.05)  # (polling for the run's own signal, the file, bounded)
 
 
-@pytest.mark.timeout(120)
-def test_a_template_is_handed_out_only_once_it_has_imported(no_leaks):
-    """A group's script tasks never wait for a template still importing TensorFlow: the pool hands out a node's
-    template only once it has imported (StandbyPool.template, which standby.Slots.take asks); before that, a
-    task's child imports TensorFlow itself. Measured otherwise (benchmarks/RESULTS.md, the seventh measurement:
-    tasks waiting for the template), a first run's first step came 2 s later. A template that failed is dropped, and
-    the next fill makes another."""
-    from concurrent.futures import ThreadPoolExecutor
+@pytest.mark.timeout(300)
+def test_no_random_state_is_shared_and_a_release_mid_run_leaves_the_run_alone(fast_cfg, no_leaks, tmp_path):
+    """Three runs of one session (the second and third start in the standbys the one before asked for as it ended):
+    the unseeded draws of numpy's, Python's and TensorFlow's global generators differ across every rank and every
+    run (forked processes once shared numpy's: raytf issue 70); a seeded program draws the seed's values on every
+    rank. The third run's standbys are released while it trains (raytf.release_standbys, the public call): the
+    tasks it took are its own, and it ends in one attempt, succeeded."""
+    import random
 
-    import ray
+    import numpy as np
 
-    from raytf._core.standbys import SCRIPT_KEY
-    from raytf._driver.standby_pool import StandbyPool
+    def cfg(name: str, *more: str):
+        return fast_cfg(f"run.name={name}", "train.entrypoint=tests.train_fns:random_draws", "cluster.standby=2",
+                        "train.epochs=1", "train.steps_per_epoch=3", *more)
 
-    pool = StandbyPool()
-    pool._keeper = ray.remote(_GatedKeeper)
-    node = ray.get_runtime_context().get_node_id()
-    keeper = pool._template(node, "k", {})
-    asking = ThreadPoolExecutor(1)
+    draws, took = [], []
+    for i in range(2):
+        result = raytf.fit(cfg(f"draws{i}"), quiet=True)
+        assert result.status == "succeeded", result.error
+        draws.append(_first_rows(result))
+        took.append(result.summary["attempts"][0]["standby_tasks"])
+        _wait_ready(2)  # (as a notebook's next cell finds them: the run asked for them as it ended)
+
+    started, go = tmp_path / "started", tmp_path / "go"
+    out = {}
+    run = threading.Thread(target=lambda: out.setdefault("result", raytf.fit(
+        cfg("draws2", f"train.params.started_file={started}", f"train.params.go_file={go}"), quiet=True)))
+    run.start()
     try:
-        assert pool._template(node, "k", {}) is keeper  # one per node and key
-        # (on a thread: a pool that waited for the import would otherwise hang the test, not fail it)
-        assert asking.submit(pool.template, node, "k").result(timeout=10) is None
-        assert pool.template(node, "other") is None
-        ray.get(keeper.go.remote(True))
-        ray.wait([pool._imported[(node, "k")]], timeout=30)
-        template = pool.template(node, "k")
-        assert template.keeper is keeper and template.worker_command.endswith("worker_shim gated")
-        # A script's standbys of the same runtime_env fork from the same template (standbys.template_key).
-        assert pool._template(node, "k" + SCRIPT_KEY, {}) is keeper
-        assert pool.template(node, "k" + SCRIPT_KEY) == template
-
-        failing = pool._template(node, "f", {})
-        ray.get(failing.go.remote(False))
-        ray.wait([pool._imported[(node, "f")]], timeout=30)
-        assert pool.template(node, "f") is None  # dropped (and killed): the next fill makes another
-        assert pool._template(node, "f", {}) is not failing
+        _started_then(started, run)
+        released = raytf.release_standbys()  # (the run's own refill, asked at its first step, among them)
     finally:
-        ray.get(keeper.go.remote(True))  # (a pool that waited returns now)
-        asking.shutdown()
-        pool.release()
+        go.touch()
+        run.join(timeout=120)
+    third = out["result"]
+    assert third.status == "succeeded", third.error
+    assert len(third.summary["attempts"]) == 1, third.summary["attempts"]
+    draws.append(_first_rows(third))
+    took.append(third.summary["attempts"][0]["standby_tasks"])
+    assert took == [0, 2, 2], took
+    pids = [p for d in draws for p in d["pid"]]
+    assert len(set(pids)) == 6, pids  # (six processes: every task its own)
+    for gen in ("np", "py", "tf"):
+        values = [v for d in draws for v in d[gen]]
+        assert len(set(values)) == 6, (gen, values)
+    print(f"released mid-run: {released}; draws per run and rank:",
+          [d[["np", "py", "tf"]].round(6).values.tolist() for d in draws])
+
+    seeded = _first_rows(raytf.fit(cfg("seeded", "train.params.seed=7", "cluster.standby=0"), quiet=True))
+    assert set(seeded["np"]) == {np.random.RandomState(7).rand()}
+    assert set(seeded["py"]) == {random.Random(7).random()}
+    assert seeded["tf"].nunique() == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_scripts_run_survives_the_release_of_the_standbys_it_took(script_cfg, no_leaks, tmp_path):
+    """A script's run trains in warm children of standbys it took; the session releases its standbys meanwhile:
+    the run's tasks are its own (made by this process, not by a pool actor), and it ends in one attempt."""
+    from tests.processes import leftover_script_processes
+
+    def cfg(name: str, started, go):
+        return script_cfg(f"run.name={name}", "train.script=tests/scripts/hold_until_told.py", "cluster.standby=2",
+                          f"train.args=[--started-file, '{started}', --go-file, '{go}']")
+
+    (tmp_path / "go0").touch()
+    first = raytf.fit(cfg("held0", tmp_path / "started0", tmp_path / "go0"), quiet=True)
+    assert first.status == "succeeded", first.error
+    _wait_ready(2)
+    started, go = tmp_path / "started", tmp_path / "go"
+    out = {}
+    run = threading.Thread(target=lambda: out.setdefault("result", raytf.fit(cfg("held1", started, go), quiet=True)))
+    run.start()
+    try:
+        _started_then(started, run)
+        raytf.release_standbys()
+    finally:
+        go.touch()
+        run.join(timeout=120)
+    result = out["result"]
+    assert result.status == "succeeded", result.error
+    attempts = result.summary["attempts"]
+    assert len(attempts) == 1 and attempts[0]["standby_tasks"] == 2, attempts
+    raytf.release_standbys()
+    assert leftover_script_processes() == []

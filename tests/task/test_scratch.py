@@ -126,3 +126,21 @@ def test_the_driver_sweeps_its_tasks_roots_where_it_shares_their_place(tmp_path)
     assert sweep_roots(roots) == [killed_path]  # (it waited for the killed one to be gone)
     assert not (tmp_path / "a").exists()  # the root dropped once empty, as a node's own sweep drops its own
     killed.wait(10)
+
+
+def test_a_scratch_made_while_a_sweep_removes_its_runs_directory_is_made_again(tmp_path, monkeypatch):
+    """os.makedirs(exist_ok=True) raises FileExistsError when the directory its mkdir found is swept before its
+    isdir() looks (another task's sweep of the run's empty directory): the making is retried (raytf issue 71: a
+    relaunch failed on it, blamed on the program)."""
+    real, raced = os.makedirs, []
+
+    def racing(path, exist_ok=False):
+        if not raced:
+            raced.append(path)
+            raise FileExistsError(17, "File exists", path)
+        return real(path, exist_ok=exist_ok)
+
+    monkeypatch.setattr(scratch.os, "makedirs", racing)
+    made = scratch.Scratch("run1", "worker0-a1", base=str(tmp_path))
+    assert raced and os.path.isdir(made.path)
+    made.remove()

@@ -207,3 +207,15 @@ def test_a_scripts_end_writes_its_open_files_and_leaves_past_a_stuck_teardown(tm
     assert "the script's exit handler ran" in tail
     assert ("the interpreter's shutdown ran" in tail) is not stuck, tail
     assert _leftovers() == []
+
+
+@pytest.mark.timeout(120)
+def test_a_scripts_child_in_a_process_group_of_its_own_ends_with_the_script(tmp_path):
+    """A child the script put in a process group of its own (setpgid) is still of its session: the host's end kills
+    every group of it (raytf issue 71: such children were left running)."""
+    from raytf._storage import RunDir
+
+    host, env = _chief(tmp_path, "tests/scripts/escaping_child.py", RunDir(str(tmp_path / "runs"), "escaping_child"))
+    host.run(env)
+    assert spawn.wait_exit(host.proc) == 0
+    assert _leftovers() == []

@@ -3,27 +3,23 @@ known. The script must not be able to tell it from a cold child: the same argv, 
 flags, tf-keras, thread caps and frozen import-time objects. A child that cannot be used gives way to a cold one;
 one let go leaves nothing."""
 
-import array
 import io
 import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 import raytf
 from raytf._core.plan import TaskSpec
-from raytf._task.script import keeper, protocol, spawn
+from raytf._task.script import spawn
 from raytf._task.script.host import ScriptHost, child_env
 from raytf._task.script.spawn import WarmChild
 from tests.conftest import ROOT
 from tests.processes import leftover_script_processes as _leftovers
-from tests.processes import wait_exit
 
 
 class _NoStorage:
@@ -73,7 +69,6 @@ def test_a_script_cannot_tell_a_warm_child_from_a_cold_one(tmp_path, monkeypatch
     assert child.ready() > 0  # TensorFlow imported before the script is known
     warm = _probe(tmp_path, "warm", warm=child)
     assert warm.pop("warm") is True and cold.pop("warm") is False
-    assert warm.pop("forked") is False and cold.pop("forked") is False
     assert {k: (cold["env"].get(k), warm["env"].get(k)) for k in {*cold["env"], *warm["env"]}
             if cold["env"].get(k) != warm["env"].get(k)} == {}
     assert warm == cold
@@ -82,86 +77,6 @@ def test_a_script_cannot_tell_a_warm_child_from_a_cold_one(tmp_path, monkeypatch
     assert cold["keras"] == "tf_keras" and cold["threads"] == [1, 1] and cold["own_group"] and cold["frozen"]
     assert str(tmp_path / "spawn-only") not in warm["path"] and "RAYTF_TEST_SPAWN_ONLY" not in warm["env"]
     assert _leftovers() == []
-
-
-@pytest.mark.timeout(180)
-def test_a_script_cannot_tell_a_child_the_nodes_template_forked_from_a_cold_one(tmp_path, monkeypatch, caplog):
-    """The template (template.py) imported TensorFlow with its own environment, elsewhere; the child it forks runs
-    the script as a cold child would, and its exit and its end are the host's as for a child of its own."""
-    cold = _probe(tmp_path, "cold")
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    name = f"raytf-test-template-{os.getpid()}"
-    with monkeypatch.context() as start_time:
-        start_time.setenv("PYTHONPATH", str(tmp_path / "template-only"))
-        start_time.setenv("RAYTF_TEST_TEMPLATE_ONLY", "1")
-        start_time.setenv("TF_USE_LEGACY_KERAS", "1")
-        proc = keeper.start(name)
-    try:
-        first = WarmChild(cwd=str(elsewhere), template=name)
-        second = WarmChild(cwd=str(elsewhere), template=name)
-        assert first.forked and second.forked
-        assert second.ready() == first.ready() > 0  # (the template's one import)
-        assert {first.pid, second.pid}.isdisjoint({proc.pid, os.getpid(), None})
-        forked = _probe(tmp_path, "forked", warm=first)
-        second.close()
-        assert _reaped(second.pid)  # killed, and reaped by the template
-        third = WarmChild(cwd=str(elsewhere), template=name)
-        third.ready()
-    finally:
-        proc.kill()
-        proc.wait()
-    # A template gone takes the children it forked with it (the parent-death signal); their hosts see them killed.
-    assert spawn.wait_exit(third.child.proc) == -signal.SIGKILL
-    third.close()
-    # And a child asked of a template that is gone imports TensorFlow itself, said once.
-    with caplog.at_level(logging.WARNING, logger="raytf"):
-        fallback = WarmChild(cwd=str(elsewhere), template=name)
-    assert not fallback.forked and "did not answer" in caplog.text
-    fallback.close()
-    assert forked.pop("forked") is True and cold.pop("forked") is False
-    assert forked.pop("warm") is False and cold.pop("warm") is False
-    assert {k: (cold["env"].get(k), forked["env"].get(k)) for k in {*cold["env"], *forked["env"]}
-            if cold["env"].get(k) != forked["env"].get(k)} == {}
-    assert forked == cold
-    assert str(tmp_path / "template-only") not in forked["path"] and "RAYTF_TEST_TEMPLATE_ONLY" not in forked["env"]
-    assert _leftovers() == []
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="connecting as another user needs root")
-@pytest.mark.timeout(120)
-def test_the_template_forks_for_its_own_user_only():
-    """An abstract socket has no permissions: the template checks who connects (SO_PEERCRED). Another user's
-    request (here a fork of this process turned `nobody`) gets no child: the connection closes unanswered."""
-    name = f"raytf-test-template-user-{os.getpid()}"
-    proc = keeper.start(name)
-    read_end, write_end = os.pipe()
-    try:
-        pid = os.fork()
-        if pid == 0:  # (socket calls only: no exec, so nothing needs to be readable by nobody)
-            try:
-                os.setgid(65534)
-                os.setuid(65534)
-                conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                conn.settimeout(60)
-                conn.connect(protocol.template_address(name))
-                pipes = [fd for _ in range(3) for fd in os.pipe()][:len(protocol.TEMPLATE_FDS)]
-                conn.sendmsg([protocol.ForkRequest(host_pid=os.getpid(), cwd="/").encode()],
-                             [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", pipes))])
-                os.write(write_end, b"answer:" + conn.recv(100))
-            except BaseException as e:
-                os.write(write_end, f"error: {e!r}".encode())
-            finally:
-                os._exit(0)
-        os.close(write_end)
-        with os.fdopen(read_end, "rb") as f:
-            said = f.read()
-        os.waitpid(pid, 0)
-    finally:
-        proc.kill()
-        proc.wait()
-    # Closed unanswered (reset: the request was left unread), never a {"pid": ...}.
-    assert said in (b"answer:", b"error: ConnectionResetError(104, 'Connection reset by peer')"), said
 
 
 @pytest.mark.timeout(180)
@@ -188,16 +103,6 @@ def test_a_warm_child_let_go_leaves_no_process(tmp_path):
     child.child.proc.wait(timeout=30)  # (reaped on a thread of its own: spawn.reap_later)
     child.close()  # once only: a second close touches nothing
     assert _leftovers() == []
-
-
-def _reaped(pid: int, timeout_s: float = 15.0) -> bool:
-    """Whether `pid` has exited and been reaped (its /proc entry gone) within `timeout_s`: its exit waited on (a
-    pidfd), then its parent's reap, which follows at once, polled for."""
-    deadline = time.monotonic() + timeout_s
-    wait_exit([pid], timeout_s)
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return not os.path.exists(f"/proc/{pid}")
 
 
 def _state(pid: int) -> str:

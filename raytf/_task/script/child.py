@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import dataclasses
 import gc
 import importlib
 import json
@@ -27,20 +26,16 @@ import signal
 import socket
 import sys
 import traceback
-from typing import TYPE_CHECKING
 
 from raytf._core import tracebacks
 from raytf._task import keras_guard
 from raytf._task.script import leaving, patches, protocol
 from raytf._task.script.protocol import ChildSpec
 
-if TYPE_CHECKING:  # (template.py imports this module: it runs this module's main_forked in its children)
-    from raytf._task.script import template
-
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent_pid: int) -> None:
+def _die_with_parent(parent_pid: int) -> None:
     """SIGKILL this process when its host dies (ray.kill, a lost node): Linux's parent-death signal. Set
     here rather than in Popen(preexec_fn=...), which is unsafe in the threaded actor process."""
     try:
@@ -60,6 +55,8 @@ def _start_sentinel(alive_fd: int) -> None:
     process among them), nobody is left to do it. The sentinel, a grandchild of the host, is not killed
     with it: it waits for the host's end of `alive_fd` to close, which any death of the host does, then
     kills the group. Forked before anything starts a thread (TensorFlow)."""
+    from raytf._task.script.spawn import kill_session
+
     if os.fork() == 0:
         try:
             devnull = os.open(os.devnull, os.O_RDWR)
@@ -70,6 +67,7 @@ def _start_sentinel(alive_fd: int) -> None:
             while os.read(alive_fd, 1):  # nothing is ever written: returns b"" when the host's end closes
                 pass
         finally:
+            kill_session(os.getsid(0), but=os.getpid())  # (every group of the script's session, then its own)
             os.killpg(0, signal.SIGKILL)
             os._exit(0)
     os.close(alive_fd)
@@ -146,7 +144,7 @@ def _run(spec: ChildSpec) -> None:
         runpy.run_path(script, run_name="__main__")
 
 
-def own_logging() -> None:
+def _own_logging() -> None:
     """raytf's own warnings in this process (an optional feature turned off, say) on the script's stderr as
     `raytf: ...`, which the host tells apart from the script's lines and shows from every rank."""
     logger = logging.getLogger("raytf")
@@ -172,41 +170,18 @@ def _guard_tf_config() -> None:
 
 def _warm_start() -> ChildSpec | None:
     """`--warm` (spawn.WarmChild): what a cold child does before TensorFlow's import (die with the host, the
-    sentinel), then the import, on idle CPU (warm.import_tensorflow), then wait for the script (`_await_script`).
-    None when the host lets it go unused (the control socket closed)."""
+    sentinel), then the import, on idle CPU (warm.import_tensorflow), then wait for the script: its Handoff takes
+    this process to where a cold child for it would have started (its environment, directory and sys.path). None
+    when the host lets it go unused (the control socket closed)."""
     start = protocol.WarmStart.from_env()
-    die_with_parent(start.parent_pid)
+    _die_with_parent(start.parent_pid)
     _start_sentinel(start.alive_fd)
     os.set_inheritable(start.control_fd, False)  # the script's processes hold no end of it
     from raytf._task import warm
 
     before = dict(os.environ)
-    spec = _await_script(start.control_fd, before, warm.import_tensorflow(idle=start.idle))
-    return spec and dataclasses.replace(spec, events_fd=start.events_fd, alive_fd=start.alive_fd)
-
-
-def _forked_start(forked: template.Forked) -> ChildSpec | None:
-    """A child the node's template forked (template.py), TensorFlow imported already: its stdio on the host's
-    pipes, the sentinel, then wait for the script (`_await_script`). None when the host lets it go unused."""
-    fds = forked.fds
-    null = os.open(os.devnull, os.O_RDONLY)
-    for fd, to in ((null, 0), (fds["stdout"], 1), (fds["stderr"], 2)):
-        os.dup2(fd, to)
-        os.close(fd)
-    os.chdir(forked.request.cwd)
-    _start_sentinel(fds["alive"])
-    os.set_inheritable(fds["control"], False)
-    spec = _await_script(fds["control"], forked.before, forked.import_s)
-    # The host names its own numbers for these fds; this process holds them by the numbers the template got.
-    return spec and dataclasses.replace(spec, events_fd=fds["events"], alive_fd=fds["alive"])
-
-
-def _await_script(control_fd: int, before: dict[str, str], import_s: float) -> ChildSpec | None:
-    """Say TensorFlow is imported (`import_s`) on the control socket, then wait there for the script: its Handoff
-    takes this process to where a cold child for it would have started (its environment, directory and sys.path).
-    `before`: the environment before TensorFlow's import. None when the host closes the socket instead."""
-    with socket.socket(fileno=control_fd) as control:
-        control.sendall(json.dumps({"import_s": import_s}).encode() + b"\n")
+    with socket.socket(fileno=start.control_fd) as control:
+        control.sendall(json.dumps({"import_s": warm.import_tensorflow(idle=start.idle)}).encode() + b"\n")
         with control.makefile("rb") as f:
             line = f.readline()
     if not line:
@@ -227,25 +202,15 @@ def _await_script(control_fd: int, before: dict[str, str], import_s: float) -> C
 
 
 def main(argv: list[str] | None = None) -> int:
-    own_logging()
+    _own_logging()
     if "--warm" in (sys.argv[1:] if argv is None else argv):
         spec = _warm_start()
         if spec is None:
             return 0
     else:
         spec = ChildSpec.from_env()
-        die_with_parent(spec.parent_pid)
+        _die_with_parent(spec.parent_pid)
         _start_sentinel(spec.alive_fd)
-    return _run_spec(spec)
-
-
-def main_forked(forked: template.Forked) -> int:
-    """A child the node's template forked (template.main, in the child)."""
-    spec = _forked_start(forked)  # (raytf's logging is the template's: own_logging)
-    return 0 if spec is None else _run_spec(spec)
-
-
-def _run_spec(spec: ChildSpec) -> int:
     # The events pipe is ours: a process the script starts (os.system, a TensorBoard) must not hold it open.
     os.set_inheritable(spec.events_fd, False)
     from raytf._task import report

@@ -201,10 +201,7 @@ class ScriptHost:
                            remote_traceback="\n".join(tracebacks.tail_lines(tail)), kind=kind, error_type=error_type)
 
     def _kill_group(self, sig: int = signal.SIGKILL) -> None:
-        try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):  # the group is gone already
-            pass
+        spawn.kill_session(self.proc.pid, sig)  # (its session: every group in it, not only the script's own)
 
     # -- the script's tf.summary scalars ----------------------------------------------------------
     def _summary_row(self, step: int, metrics: dict[str, float]) -> None:
@@ -264,11 +261,12 @@ class ScriptHost:
 
     def _on_message(self, msg: protocol.Message) -> None:
         relay = self._summaries
-        if isinstance(msg, protocol.FitStarted) or (isinstance(msg, protocol.Row) and msg.kind in (ev.STEP, ev.EPOCH)):
+        relayed = isinstance(msg, protocol.Relayed)
+        if isinstance(msg, protocol.FitStarted) or (relayed and msg.kind in (ev.STEP, ev.EPOCH)):
             relay.script_counts()
-        elif isinstance(msg, protocol.Row) and msg.kind == ev.HEARTBEAT and not relay.counted and (
+        elif relayed and msg.kind == ev.HEARTBEAT and not relay.counted and (
                 msg.payload.step < relay.step):  # (its summaries count the steps it does not: their step, then)
-            msg = protocol.Row(ev.HEARTBEAT, ev.Beat(epoch=msg.payload.epoch, step=relay.step))
+            msg = protocol.Relayed(ev.HEARTBEAT, ev.Beat(epoch=msg.payload.epoch, step=relay.step))
         if (position := msg.position()) is not None:
             with self._lock:
                 if not relay.counted:  # (a checkpoint's number, or nothing: its summaries' step if later)

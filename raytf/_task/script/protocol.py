@@ -2,7 +2,7 @@
 (`ChildSpec`, JSON in its environment) and the messages the child's `ScriptReporter` sends back on the events
 pipe (one JSON object a line, told apart by its `kind`). No TensorFlow, no Ray: the child imports it first.
 
-A script may write the events pipe itself: a line is read as the same messages (a `Row` of the kinds below), and
+A script may write the events pipe itself: a line is read as the same messages (a `Relayed` of the kinds below), and
 one that is not one of them is the script's error (the host stops it)."""
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ class ChildSpec:
 class WarmStart:
     """What a warm child (`python -m raytf._task.script.child --warm`) knows from its start: its host, and the fds
     it holds from then on. It imports TensorFlow, says so on `control_fd` (a socket), then waits there for its
-    `Handoff`, whose ChildSpec it gives these `events_fd` and `alive_fd` (the host's numbers for them are its own)."""
+    `Handoff`. The fds keep their numbers across the spawn (pass_fds), so the ChildSpec that comes later names the
+    same `events_fd` and `alive_fd`."""
 
     parent_pid: int
     control_fd: int
@@ -96,53 +97,6 @@ class Handoff:
         return cls(spec=ChildSpec(**obj["spec"]), env=dict(obj["env"]), cwd=str(obj["cwd"]))
 
 
-def exit_code(info: os.waitid_result) -> int:
-    """A waited-for child's exit code as Popen writes it (-N: killed by signal N), from its `os.waitid` result (the
-    host's for its own children: spawn.wait_exit; a node's template's for the children it forked)."""
-    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-
-
-# A node's template (template.py): the fds a host's request carries, in this order (SCM_RIGHTS): a script's
-# warm child's, or a Ray worker's (WORKER: worker_shim.py's own standard streams); and the lines the template writes
-# to its keeper (keeper.py) once it listens and once it has imported TensorFlow.
-TEMPLATE_FDS = ("stdout", "stderr", "events", "alive", "control")
-WORKER_FDS = ("stdin", "stdout", "stderr")
-SCRIPT, WORKER = "script", "worker"  # ForkRequest.kind
-TEMPLATE_LISTENING = b"listening\n"
-TEMPLATE_IMPORTED = b"imported\n"
-
-
-def template_address(name: str) -> str:
-    """A template's socket: Linux's abstract namespace (no file to sweep; a network namespace of its own per host,
-    as tests/hosts.py makes them)."""
-    return "\0" + name
-
-
-@dataclass(frozen=True)
-class ForkRequest:
-    """A host's request to a node's template (one JSON line, with its kind's fds): the host (its pid, for the logs)
-    and the directory the child starts in. The template answers `{"pid": N}` once it forked the child, then
-    `{"exit": code}` once the child exited (-N: killed by signal N).
-
-    `kind` SCRIPT (spawn.py's host, TEMPLATE_FDS): a script's warm child, which waits for its script. WORKER
-    (worker_shim.py, WORKER_FDS): a Ray worker process, run as `argv` (default_worker.py's) with the environment
-    `env`, which Ray started the shim with (raytf issue 53: a function's task starts with TensorFlow imported)."""
-
-    host_pid: int
-    cwd: str
-    kind: str = SCRIPT
-    argv: tuple[str, ...] = ()
-    env: dict[str, str] | None = None
-
-    def encode(self) -> bytes:
-        return json.dumps(asdict(self)).encode() + b"\n"
-
-    @property
-    def fds(self) -> tuple[str, ...]:
-        """The names of the fds the request carries, in order."""
-        return WORKER_FDS if self.kind == WORKER else TEMPLATE_FDS
-
-
 def rebased_path(path: list[str], *, was_cwd: str, cwd: str, was_pythonpath: str, pythonpath: str) -> list[str]:
     """A warm child's sys.path once it has its script's place: what `python -m ...` started in `cwd` with
     `pythonpath` would have had. Python's start put the start's directory first (`-m`: the current directory)
@@ -162,7 +116,7 @@ def rebased_path(path: list[str], *, was_cwd: str, cwd: str, was_pythonpath: str
 
 
 @dataclass(frozen=True)
-class Row:
+class Relayed:
     """An event the host relays as it is (ROWS), with its payload's record (_core/payloads.py): a StepCounter's row
     or heartbeat, or raytf.data_service's notice that the service is used."""
 
@@ -228,13 +182,13 @@ class Raised:
         return None
 
 
-Message = Row | FitStarted | Sync | SyncFailed | Raised
+Message = Relayed | FitStarted | Sync | SyncFailed | Raised
 
 
 def encode(msg: Message) -> bytes:
     """One line of the events pipe."""
-    fields_ = msg.payload if isinstance(msg, Row) else asdict(msg)
-    kind = msg.kind if isinstance(msg, Row) else _KINDS[type(msg)]
+    fields_ = msg.payload if isinstance(msg, Relayed) else asdict(msg)
+    kind = msg.kind if isinstance(msg, Relayed) else _KINDS[type(msg)]
     return (json.dumps({"kind": kind, **fields_}) + "\n").encode()
 
 
@@ -248,7 +202,7 @@ def decode(obj: dict[str, Any]) -> Message | None:
     obj = dict(obj)
     kind = obj.pop("kind")
     if kind in ROWS:
-        return Row(kind, PAYLOADS[kind].of(obj))
+        return Relayed(kind, PAYLOADS[kind].of(obj))
     cls = _TYPES.get(kind)
     if cls is None:
         return None

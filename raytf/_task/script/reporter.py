@@ -104,7 +104,7 @@ class ScriptReporter(StepCounter):
                 view = view[os.write(self._fd, view):]
 
     def _event(self, kind: str, payload: dict[str, Any]) -> None:
-        self._send(protocol.Row(kind, payload))
+        self._send(protocol.Relayed(kind, payload))
 
     # -- what keras_callback.ScriptCallback calls -------------------------------------------------------
     def report(self, metrics: Mapping[str, Any] | None, *, kind: str = STEP) -> None:

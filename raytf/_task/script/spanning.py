@@ -66,6 +66,8 @@ class SpanWatch:
 
     def at_exit(self) -> ClusterNotUsed | None:
         """The error for a script that exited 0, if it never connected to its cluster."""
+        if self.joined is False:
+            self.look()  # (once more, after its end: its closed connections are in TIME_WAIT for a minute)
         return self.error("never connected to another task of its cluster") if self.joined is False else None
 
     def error(self, what: str) -> ClusterNotUsed:
