@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 # Written last, after every file of a checkpoint is in place: a checkpoint directory without it
@@ -220,3 +221,42 @@ def tf_state_gaps(names: Iterable[str], state: str | None) -> str | None:
     missing += [f"{prefix}.data-{i:05d}-of-{expected:05d}" for i in range(expected)
                 if f"{prefix}.data-{i:05d}-of-{expected:05d}" not in have]
     return f"its {TF_STATE_FILE} file names {prefix}, but {', '.join(missing)} is not there" if missing else None
+
+
+def _owner(name: str, dirs: list[str]) -> str | None:
+    """The nearest of `dirs` (directories holding a TF state file, relative; "" the top) that holds `name`."""
+    return next((d for d in dirs if d == "" or name.startswith(d + "/")), None)
+
+
+def tf_copy_plan(names: Iterable[str], states: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """What a copy of a program's checkpoint directory takes, with several TF checkpoint directories in it (a
+    script's BackupAndRestore under it beside its ModelCheckpoint's or a CheckpointManager's: raytf issue 71, the
+    nested backup's state file was copied without the checkpoint it names, and the retry could not restore). Of
+    `names` (its files, relative), each directory's with a state file (`states`: its directory, relative, "" the top,
+    -> the text, naming a checkpoint) as tf_copy_set takes it, the files of no such directory whole; and the state
+    texts for the copy, by directory. Pure."""
+    dirs = sorted(states, key=len, reverse=True)  # (the nearest first)
+    owned: dict[str | None, list[str]] = {}
+    for name in names:
+        owner = _owner(name, dirs)
+        if owner is not None and name == posixpath.join(owner, TF_STATE_FILE):
+            continue  # (written anew, naming the newest alone)
+        owned.setdefault(owner, []).append(name)
+    keep, texts = list(owned.get(None, [])), {}
+    for d in dirs:
+        rel = [n[len(d) + 1:] if d else n for n in owned.get(d, [])]
+        taken, texts[d] = tf_copy_set(rel, states[d])
+        keep += [posixpath.join(d, n) if d else n for n in taken]
+    return sorted(keep), texts
+
+
+def tf_copy_gaps(names: Iterable[str], states: Mapping[str, str]) -> str | None:
+    """What a copy made by tf_copy_plan lacks (`names`: the copy's files; `states`: its state texts by directory):
+    the first directory whose state file names a checkpoint the copy does not hold whole, or None. Pure."""
+    dirs = sorted(states, key=len, reverse=True)
+    names = list(names)
+    for d in sorted(states):
+        mine = [n[len(d) + 1:] if d else n for n in names if _owner(n, dirs) == d]
+        if (gap := tf_state_gaps(mine, states[d])) is not None:
+            return f"{d}/: {gap}" if d else gap
+    return None

@@ -11,20 +11,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# In a Ray the launch started for itself and stops at its end (the CLI's embedded Ray), standbys can serve nothing but
-# a retry of this one run, and on the machine the run has to itself their import takes CPU from its training: asked
-# for at the first step, the cold CLI's steps were 1.41x the hand launch's against 1.02x without them, its own share
-# 1.37-2.55 s against -0.26-0.28 s (benchmarks/RESULTS.md, "A run's end, shortened"). There they are asked for once
-# the attempt has trained this long, when their import is a small part of the run (as every run did before issue 53);
-# a failure before that restarts in new processes (~3 s more of `recovery_s`).
+# A session that is its one run (a CLI command: it releases its standbys as it exits, on its embedded Ray or on a
+# cluster it joined) has standbys that can serve nothing but a retry of this run, and their import takes CPU from its
+# training on the nodes it trains on: asked for at the first step, the cold CLI's steps were 1.41x the hand launch's
+# against 1.02x without them, its own share 1.37-2.55 s against -0.26-0.28 s (benchmarks/RESULTS.md, "A run's end,
+# shortened"). There they are asked for once the attempt has trained this long, when their import is a small part of
+# the run; a failure before that restarts in new processes (~3-4 s more of `recovery_s`). (A CLI joining a cluster
+# asked at its first step until raytf issue 70, when standbys began to import TensorFlow themselves again: each run
+# of CI's host beds imported it on every node for standbys it then released unused.)
 ONE_RUN_REFILL_AFTER_S = 20.0
 
 
-def refill_after_s(at_first_step_s: float, ray_ends_with_run: bool) -> float:
+def refill_after_s(at_first_step_s: float, one_run: bool) -> float:
     """How long an attempt trains before it asks for standbys: `at_first_step_s` (the driver's, 0: at its first step)
-    where Ray outlives the run, at least ONE_RUN_REFILL_AFTER_S in a Ray the launch started and stops at its end
-    (`ray_ends_with_run`), where they can serve only a retry of this run."""
-    return max(at_first_step_s, ONE_RUN_REFILL_AFTER_S) if ray_ends_with_run else at_first_step_s
+    where the session outlives the run (a notebook, a sweep's trial), at least ONE_RUN_REFILL_AFTER_S where the
+    session is this one run (`one_run`: a CLI command), whose standbys can serve only a retry of it."""
+    return max(at_first_step_s, ONE_RUN_REFILL_AFTER_S) if one_run else at_first_step_s
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ class AttemptRunner:
 
     def __init__(self, launch: Launch, run: Run, record: RunRecord, *, sinks: Sinks, progress: Progress,
                  ray_metrics: Any, dispatch: Callable[[list[ev.Event]], None], data: Datasets | None, code: CodePlan,
-                 service: DataService | None = None, poll_s: float = 0.5, ray_ends_with_run: bool = False) -> None:
+                 service: DataService | None = None, poll_s: float = 0.5, one_run: bool = False) -> None:
         self.cfg, self.run_dir, self.run, self.record, self.sinks = launch.cfg, launch.run_dir, run, record, sinks
         self.progress, self.ray_metrics, self.dispatch, self.data = progress, ray_metrics, dispatch, data
         self.embedded, self.code, self.poll_s = bool(launch.embedded), code, poll_s  # code: how tasks get the program
@@ -81,8 +81,9 @@ class AttemptRunner:
         self.script = owns_loop(self.cfg)  # its epochs, batch and saves are the program's: a script, a Ray Train loop
         self.group: TaskGroup | None = None  # the last attempt's (the run's end refills its standbys)
         self._refilled: int | None = None  # the attempt whose standbys were asked for
-        # When it asks: standbys in a Ray that ends with this run serve only its retries (standbys.refill_after_s).
-        self._refill_after_s = standbys.refill_after_s(standby.REFILL_AFTER_S, ray_ends_with_run)
+        # When it asks: a session that is this one run (a CLI command) has standbys only for its retries
+        # (standbys.refill_after_s).
+        self._refill_after_s = standbys.refill_after_s(standby.REFILL_AFTER_S, one_run)
         self._exposed: str | None = None  # the last warning naming the TF ports open to the network
         self._drain_checked = 0.0  # when Ray was last asked for the nodes it drains
 

@@ -101,8 +101,8 @@ class Driver:
             raise
         self.runner = AttemptRunner(launch, run, record, sinks=sinks, progress=progress, ray_metrics=ray_metrics,
                                     dispatch=self._dispatch, data=data, code=code, service=record.service,
-                                    poll_s=self.poll_s,  # (the CLI stops the Ray it started; raytf.fit does not)
-                                    ray_ends_with_run=launch.started_ray and not self.refill_at_end)
+                                    poll_s=self.poll_s,  # (a CLI command's session is its one run)
+                                    one_run=not self.refill_at_end)
         self.tracking.start(self.run_dir, started_at=self.t0)
         record.write_result(RUNNING)
         head_watch = None if embedded else self._watch_head()

@@ -46,7 +46,8 @@ def elastic_cfg(tmp_path, *overrides):
         "cluster.num_workers=3", "cluster.min_workers=2", "cluster.placement_strategy=SPREAD",
         "cluster.placement_timeout_s=60", "cluster.elastic.wait_s=3", "cluster.elastic.grow_check_s=2",
         "train.epochs=8", "train.steps_per_epoch=5", "train.batch_size=6", "train.params.step_s=0.2",
-        "metrics.every_steps=1", "checkpoint.keep_last=0", "failure.max_failures=0", *overrides])
+        "metrics.every_steps=1", "checkpoint.keep_last=0", "failure.max_failures=0", "cluster.standby=0",
+        *overrides])  # (standbys: the drain test's below, and test_standby.py)
 
 
 def test_shrink_when_a_node_is_lost_then_grow_back_losing_nothing(cluster, tmp_path):

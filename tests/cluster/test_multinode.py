@@ -49,7 +49,7 @@ def clean(cluster):
 def two_node(tmp_path, *overrides):
     return raytf.load_config(ROOT / "conf/two_node.yaml", [
         f"storage.path={tmp_path}", "train.epochs=2", "train.steps_per_epoch=5", "train.batch_size=16",
-        *overrides])
+        "cluster.standby=0", *overrides])  # (standbys: test_standby.py and test_elastic's drain)
 
 
 def test_two_node_mwms_one_worker_per_gpu_node(clean, tmp_path):

@@ -259,3 +259,25 @@ def test_a_tf_checkpoint_directory_is_copied_as_its_newest_checkpoint_alone():
     assert text == 'model_checkpoint_path: "ckpt-40"\nall_model_checkpoint_paths: "ckpt-40"\n'
     assert ck.tf_state_gaps([*keep, "checkpoint"], text) is None
     assert ck.tf_newest('model_checkpoint_path: "/elsewhere/ckpt-7"') == "ckpt-7"
+
+
+def test_every_tf_checkpoint_directory_in_a_scripts_directory_is_copied_whole():
+    """A script's BackupAndRestore under its checkpoint directory, beside its ModelCheckpoint's state at the top:
+    each directory with a state file gives its own newest checkpoint (raytf issue 71: the backup's state file was
+    committed without the ckpt-3 it names, and the retry failed with NotFoundError)."""
+    names = ["checkpoint", "ckpt-2.index", "ckpt-2.data-00000-of-00001", "ckpt-1.index", "ckpt-1.data-00000-of-00001",
+             "backup/chief/checkpoint", "backup/chief/ckpt-3.index", "backup/chief/ckpt-3.data-00000-of-00001",
+             "backup/chief/ckpt-2.index", "backup/chief/ckpt-2.data-00000-of-00001", "notes/params.yaml",
+             "train/events.out.tfevents.1.host"]
+    states = {"": 'model_checkpoint_path: "ckpt-2"\n', "backup/chief": 'model_checkpoint_path: "ckpt-3"\n'}
+    keep, texts = ck.tf_copy_plan(names, states)
+    assert keep == ["backup/chief/ckpt-3.data-00000-of-00001", "backup/chief/ckpt-3.index",
+                    "ckpt-2.data-00000-of-00001", "ckpt-2.index", "notes/params.yaml"]
+    assert texts["backup/chief"].startswith('model_checkpoint_path: "ckpt-3"')
+    copy = [*keep, "checkpoint", "backup/chief/checkpoint"]
+    assert ck.tf_copy_gaps(copy, texts) is None
+    assert ck.tf_copy_gaps([n for n in copy if "ckpt-3.index" not in n], texts) == (
+        "backup/chief/: its checkpoint file names ckpt-3, but ckpt-3.index is not there")
+    # One state file at the top only: as tf_copy_set alone (a nested directory without one belongs to the top's).
+    alone, text = ck.tf_copy_set(names[:5], states[""])
+    assert ck.tf_copy_plan(names[:5], {"": states[""]}) == (alone, {"": text})

@@ -377,3 +377,24 @@ def test_a_record_bigger_than_a_read_is_read_whole_and_the_file_read_past_it(tmp
     for _ in range(10):  # (a read a poll: the file's records, 64 bytes or one whole record at a time)
         found += reader.read()
     assert found == [(1, {"train/loss": 1.0}), (2, {"train/loss": 0.5})]
+
+
+def test_a_scripts_checkpoint_copy_holds_each_directorys_newest_checkpoint(tmp_path):
+    """The chief's sync copies its checkpoint directory: a BackupAndRestore's nested state file comes with the
+    checkpoint it names, the top's with its own, older checkpoints left out (raytf issue 71)."""
+    from raytf._task.script import reporter
+
+    src = tmp_path / "ckpt"
+    for name, text in {"checkpoint": 'model_checkpoint_path: "ckpt-2"\n', "ckpt-2.index": "i",
+                       "ckpt-2.data-00000-of-00001": "d", "ckpt-1.index": "old", "ckpt-1.data-00000-of-00001": "old",
+                       "backup/chief/checkpoint": 'model_checkpoint_path: "ckpt-3"\n', "backup/chief/ckpt-3.index": "i",
+                       "backup/chief/ckpt-3.data-00000-of-00001": "d"}.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+    assert reporter._copy_whole(str(src), str(tmp_path / "copy")) is None
+    got = sorted(str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*") if p.is_file())
+    assert got == ["backup/chief/checkpoint", "backup/chief/ckpt-3.data-00000-of-00001", "backup/chief/ckpt-3.index",
+                   "checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    (src / "backup/chief/ckpt-3.index").unlink()  # (a backup named, not there: the copy says so, and is made again)
+    said = reporter._copy_whole(str(src), str(tmp_path / "copy2"))
+    assert said == "backup/chief/: its checkpoint file names ckpt-3, but ckpt-3.index is not there"

@@ -28,8 +28,8 @@ def test_released_standbys_are_swept_here_on_nodes_that_share_this_place_and_by_
 def test_an_attempt_asks_for_standbys_at_its_first_step_unless_its_ray_ends_with_the_run():
     # Where Ray outlives the run (a notebook's session, a sweep's trials, a CLI command on a running cluster): at the
     # first step, so that a failure at any point after it, or the session's next run, starts in them.
-    assert standbys.refill_after_s(0.0, ray_ends_with_run=False) == 0.0
-    assert standbys.refill_after_s(2.0, ray_ends_with_run=False) == 2.0  # (the driver's setting stands)
+    assert standbys.refill_after_s(0.0, one_run=False) == 0.0
+    assert standbys.refill_after_s(2.0, one_run=False) == 2.0  # (the driver's setting stands)
     # The CLI's own Ray, stopped with the run: once their import is a small part of it.
-    assert standbys.refill_after_s(0.0, ray_ends_with_run=True) == standbys.ONE_RUN_REFILL_AFTER_S == 20.0
-    assert standbys.refill_after_s(30.0, ray_ends_with_run=True) == 30.0
+    assert standbys.refill_after_s(0.0, one_run=True) == standbys.ONE_RUN_REFILL_AFTER_S == 20.0
+    assert standbys.refill_after_s(30.0, one_run=True) == 30.0

@@ -64,7 +64,8 @@ def cfg_for(endpoint, bucket, *overrides):
     return raytf.load_config(ROOT / "conf/local.yaml", [
         f"storage.path=s3://{bucket}/runs", f"storage.endpoint_override={endpoint.address}", "storage.scheme=http",
         "storage.region=us-east-1", "train.epochs=2", "train.steps_per_epoch=8", "train.batch_size=16",
-        "metrics.every_steps=2", "metrics.flush_interval_s=0", "train.params.validation_steps=0", *overrides])
+        "metrics.every_steps=2", "metrics.flush_interval_s=0", "train.params.validation_steps=0",
+        "cluster.standby=0", *overrides])  # (standbys: tests/ray/test_standby.py; here their imports only slow CI)
 
 
 def all_objects(fs, prefix):

@@ -201,6 +201,7 @@ def test_no_random_state_is_shared_and_a_release_mid_run_leaves_the_run_alone(fa
     assert seeded["tf"].nunique() == 1
 
 
+@pytest.mark.slow  # step 2: two script runs (the function's release mid-run runs by default, above)
 @pytest.mark.timeout(300)
 def test_a_scripts_run_survives_the_release_of_the_standbys_it_took(script_cfg, no_leaks, tmp_path):
     """A script's run trains in warm children of standbys it took; the session releases its standbys meanwhile:

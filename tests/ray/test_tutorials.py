@@ -215,3 +215,39 @@ def test_a_training_functions_second_fit_counts_on(fast_cfg, no_leaks):
     names = [Path(c).name for c in result.checkpoints]
     assert names[-1].endswith("-e000003-s0000000024") and names == sorted(names)
     assert result.final_metrics["epoch"] == 3
+
+
+@pytest.mark.ray
+@pytest.mark.slow  # step 2: a run and its retry
+@pytest.mark.timeout(400)
+def test_a_scripts_backup_under_its_checkpoint_directory_is_committed_whole_and_a_retry_restores_it(tmp_path,
+                                                                                                       no_leaks):
+    """The Keras tutorial with its ModelCheckpoint's state file at the top of $RAYTF_CHECKPOINT_DIR and its
+    BackupAndRestore under it: a commit holds both directories' newest checkpoints whole, so that after worker 1 is
+    killed the retry's BackupAndRestore restores and the run finishes (raytf issue 71: the backup's state file was
+    committed without the ckpt it names; the retry failed with NotFoundError, classified the program's)."""
+    import ray
+
+    killed: list[int] = []
+
+    def kill_after_the_first_commit(e):
+        if e.kind == "checkpoint" and not killed:
+            killed.append(e.attempt)
+            ray.kill(ray.get_actor("raytf:backup:worker:1"), no_restart=True)  # (a worker lost, with its script)
+
+    cfg = documented.config(
+        "python -m raytf.launch conf/tutorial_keras.yaml", f"storage.path={tmp_path / 'runs'}", "run.name=backup",
+        "metrics.flush_interval_s=0",
+        "train.args=[--epochs,'3',--steps-per-epoch,'10',--checkpoint-dir,'{checkpoint_dir}',"
+        "--backup-dir,'{checkpoint_dir}/backup',--log-dir,'{log_dir}']")
+    result = raytf.fit(cfg, quiet=True, on_event=kill_after_the_first_commit)
+    assert killed, "no commit was seen"
+    assert result.status == "succeeded", result.error
+    assert len(result.attempts) == 2, result.attempts
+    # Every commit that holds the backup's state file holds the checkpoint it names (BackupAndRestore removes its
+    # backup once fit ends: the last commits may hold none).
+    backups = [b for c in result.checkpoints if ((b := Path(c) / "backup" / "chief") / "checkpoint").exists()]
+    assert backups, result.checkpoints
+    for b in backups:
+        named = (b / "checkpoint").read_text().split('"')[1].rsplit("/", 1)[-1]
+        assert (b / f"{named}.index").exists(), sorted(p.name for p in b.iterdir())

@@ -27,32 +27,42 @@ def _files(root: str) -> list[str]:
     return [os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files]
 
 
+def _states(root: str) -> dict[str, str]:
+    """The TF state files under `root` that name a checkpoint: their directory (relative, "" the top) -> text."""
+    found = {}
+    for d, _, files in os.walk(root):
+        if checkpoints.TF_STATE_FILE in files:
+            with open(os.path.join(d, checkpoints.TF_STATE_FILE)) as f:
+                text = f.read()
+            if checkpoints.tf_newest(text) is not None:  # (one naming none: nothing to check; its files copied)
+                rel = os.path.relpath(d, root)
+                found["" if rel == "." else rel] = text
+    return found
+
+
 def _copy_whole(src: str, dst: str) -> str | None:
-    """Copy the checkpoint directory `src` to `dst`; what is wrong with the copy (a file gone while it was copied,
-    the named checkpoint not whole), or None. A directory of TF checkpoints (a state file naming the newest): that
-    checkpoint and what else is there but other checkpoints and event files (checkpoints.tf_copy_set)."""
+    """Copy the checkpoint directory `src` to `dst`; what is wrong with the copy (a file gone while it was copied, a
+    named checkpoint not whole), or None. Each directory of TF checkpoints in it (a state file naming the newest: a
+    ModelCheckpoint's, a BackupAndRestore's, a CheckpointManager's) gives its newest checkpoint and what else is
+    there but other checkpoints and event files (checkpoints.tf_copy_plan); the rest is copied as it is."""
     try:
-        try:
-            with open(os.path.join(src, checkpoints.TF_STATE_FILE)) as f:
-                state: str | None = f.read()
-        except FileNotFoundError:
-            state = None
-        if state is not None and checkpoints.tf_newest(state) is None:
-            state = None  # (a state file naming no checkpoint: nothing raytf can check there; copied whole, as before)
-        if state is None:
+        states = _states(src)
+        if not states:
             shutil.copytree(src, dst)
         else:
-            names, state = checkpoints.tf_copy_set(_files(src), state)
+            names, states = checkpoints.tf_copy_plan(_files(src), states)
             os.makedirs(dst)
             for name in names:
                 os.makedirs(os.path.dirname(os.path.join(dst, name)), exist_ok=True)
                 shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
-            with open(os.path.join(dst, checkpoints.TF_STATE_FILE), "w") as f:
-                f.write(state)
+            for d, text in states.items():
+                os.makedirs(os.path.join(dst, d), exist_ok=True)
+                with open(os.path.join(dst, d, checkpoints.TF_STATE_FILE), "w") as f:
+                    f.write(text)
     except (shutil.Error, OSError) as e:
         # (A file listed, then gone: a writer pruned it meanwhile. Or the scratch disk failed.)
         return f"the copy failed ({type(e).__name__}: {str(e)[:300]})"
-    return checkpoints.tf_state_gaps(_files(dst), state)
+    return checkpoints.tf_copy_gaps(_files(dst), states)
 
 
 def _tree_signature(root: str) -> tuple:
