@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 
 from raytf._core import timeline as tl
 from raytf._core.failure import CONFIG as CONFIG_FAILURE
-from raytf._driver import timeline
+from raytf._driver import signals, timeline
 from raytf.config import load_config, validate_run
 from raytf.errors import ConfigError, PlacementError, RaytfError
 
@@ -42,77 +40,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-# The signals that end a launch the way Ctrl-C does (a final checkpoint at one agreed step, the teardown, an
-# `interrupted` result.json), each with its exit code (128 + the signal, as a shell reports it): SIGTERM (kill,
-# systemd, Kubernetes, Slurm) and SIGHUP (a closed terminal, a dropped ssh session). A second signal of any of
-# them (or Ctrl-C) during the final save stops at once, as a second Ctrl-C does (attempt_drive.drive).
-_STOPPING = {signal.SIGTERM: 143, signal.SIGHUP: 129}
-_stopped_by: int | None = None  # the first such signal, once one came
-_held = False  # while Ray starts or connects: a signal then stops the launch once it has (`_holding`)
-
-
-def _on_signal(signum, frame) -> None:
-    global _stopped_by
-    if _stopped_by is None:
-        _stopped_by = signum
-        if signum == signal.SIGHUP:
-            _detach_from_a_closed_terminal()
-    if not _held:
-        raise KeyboardInterrupt
-
-
-def _detach_from_a_closed_terminal() -> None:
-    """After SIGHUP, the terminal this process wrote to is gone: a write to it fails (EIO), and would end the
-    final save in an OSError. Its standard streams go to /dev/null instead; streams that are files or pipes
-    (nohup, a log) stay as they are."""
-    import os
-
-    devnull = None
-    for fd in (1, 2):
-        try:
-            if os.isatty(fd):
-                devnull = os.open(os.devnull, os.O_WRONLY) if devnull is None else devnull
-                os.dup2(devnull, fd)
-        except OSError:
-            pass
-
-
-def _install_signals() -> None:
-    if threading.current_thread() is threading.main_thread():  # (Python sets handlers there only)
-        for signum in _STOPPING:
-            signal.signal(signum, _on_signal)
-
-
-class _holding:
-    """Signals held while Ray starts or connects (ray.init, whose own SIGTERM handler, `sys.exit(15)`, replaces
-    raytf's: ray/_private/worker.py): raytf's handlers are put back once it returns, and a signal that came
-    meanwhile stops the launch then, with Ray up and so taken down in order. A SIGTERM that Ray's handler took
-    (ray.init under way) stops it the same way; `cut_short` then says that Ray may be half started (the launch's
-    end takes it down: ray.shutdown ends whatever this process started, up or not)."""
-
-    cut_short = False
-
-    def __enter__(self) -> _holding:
-        global _held
-        _held = True
-        _install_signals()
-        return self
-
-    def __exit__(self, kind, exc, tb) -> None:
-        global _held, _stopped_by
-        _held = False
-        _install_signals()
-        if kind is SystemExit and exc.code == signal.SIGTERM and _stopped_by is None:  # (Ray's handler's exit)
-            _stopped_by, self.cut_short = signal.SIGTERM, True
-            raise KeyboardInterrupt from None
-        if _stopped_by is not None and kind is None:
-            raise KeyboardInterrupt
-
-
-def _exit_code_of_interrupt() -> int:
-    return _STOPPING.get(_stopped_by, 130)
-
-
 def _print(text: str, err: bool = False) -> None:
     """The CLI's own line, to a stream that may be closed (`| head`, a closed terminal): then nothing is printed,
     and the run's exit code stays its own (never BrokenPipeError's 1)."""
@@ -131,15 +58,8 @@ def _print(text: str, err: bool = False) -> None:
 def main(argv: list[str] | None = None) -> int:
     """The command (its exit code); the process's own SIGTERM and SIGHUP handlers are put back after it (a test's,
     a notebook's: main may run in a process that outlives it)."""
-    global _stopped_by
-    _stopped_by = None
-    before = {signum: signal.getsignal(signum) for signum in _STOPPING}
-    try:
+    with signals.for_the_command():
         return _main(argv)
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            for signum, handler in before.items():
-                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -153,7 +73,7 @@ def _main(argv: list[str] | None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     logging.getLogger("raytf").setLevel(logging.INFO)
-    _install_signals()
+    signals.install()
     try:
         overrides = list(args.overrides) + ([f"ray.address={args.address}"] if args.address else [])
         overrides += ["train.stream_output=all"] if args.all_ranks else []
@@ -196,13 +116,13 @@ def _main(argv: list[str] | None) -> int:
         return 1
     except KeyboardInterrupt:
         _print("raytf: interrupted; nothing was started", err=True)
-        return _exit_code_of_interrupt()
+        return signals.exit_code()
     line.mark(tl.CONFIG_CHECKED, time.time())
     from raytf._driver import connect, standby
     from raytf.api.fit import _fit
 
     line.mark(tl.DRIVER_IMPORTED, time.time())
-    started, held = False, _holding()
+    started, held = False, signals.Holding()
     try:
         if launch is None:  # several runs (a sweep, a scaling report), each prepared as it starts
             with held:
@@ -220,7 +140,7 @@ def _main(argv: list[str] | None) -> int:
         return 2
     except KeyboardInterrupt:
         _print("raytf: interrupted; everything was released", err=True)
-        return _exit_code_of_interrupt()
+        return signals.exit_code()
     except PlacementError as e:  # (one the cluster can never hold is the config's: 2, as from --dry-run)
         print(f"raytf: {e}", file=sys.stderr)
         return 2 if e.never else 1
@@ -240,7 +160,7 @@ def _main(argv: list[str] | None) -> int:
         _print("raytf: final metrics: " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                                    for k, v in result.final_metrics.items()))
     if result.status == "interrupted":  # (a signal the driver's loop took: the run saved and ended)
-        return _exit_code_of_interrupt()
+        return signals.exit_code()
     if result.error is not None:
         _print(f"raytf: {result.error}", err=True)
         # A run failed by its configuration (the program, the cluster: a failure of kind config, never retried)

@@ -108,6 +108,11 @@ INFEASIBLE_REQUESTS = Feature(
     "infeasible_requests", "a request no node type of the cluster's autoscaler offers failed at once",
     "such a request is waited for up to cluster.placement_timeout_s, then fails with what the nodes lack")
 
+SIGNALS_KEPT = Feature(
+    "signals_kept", "the CLI's SIGTERM handler kept while Ray starts or connects",
+    "a SIGTERM in a launch's first seconds meets Ray's own handler (sys.exit) inside ray.init: the launch still "
+    "stops and takes its Ray down, from wherever ray.init was")
+
 RAY_TRAIN_LOOPS = Feature(
     "ray_train_loops", "a Ray Train loop in raytf (raytf.compat: ray.train.report and its siblings reach raytf)",
     "raytf.compat refuses the run on the driver, before anything starts, in one line (RayTrainMoved); raytf's own "
@@ -115,7 +120,7 @@ RAY_TRAIN_LOOPS = Feature(
 
 FEATURES = (BREAKDOWN, KERAS_RESUME, OWN_WRITES, TENSOR_LOGS, TF_CONFIG_GUARD, EMBEDDED_AUTH, AUTH_CHECK, EMBEDDED,
             DATA_COPY, DATA_EXCLUDE, DATA_ROWS, DATA_COORDINATORS, METRICS_INTERVAL, STANDBY_SLOTS, AVOID_NODES,
-            ITERATOR_TEARDOWN, DRAIN_NOTICES, INFEASIBLE_REQUESTS, RAY_TRAIN_LOOPS)
+            ITERATOR_TEARDOWN, DRAIN_NOTICES, INFEASIBLE_REQUESTS, SIGNALS_KEPT, RAY_TRAIN_LOOPS)
 
 _T = "raytf/_task/timing.py"
 _CB = "raytf/_task/keras_callback.py"
@@ -229,6 +234,10 @@ LABEL_SELECTOR = PrivateApi(
     "ray.util.placement_group:placement_group", AVOID_NODES,
     "bundle_label_selector with the ray.io/node-id label every node carries: \"!in(...)\" keeps bundles off those "
     "nodes", "raytf/_driver/placement.py", keywords=("bundle_label_selector",))
+SIGTERM_HANDLER = PrivateApi(
+    "ray._private.utils:set_sigterm_handler", SIGNALS_KEPT,
+    "a no-op while ray.init runs: what ray.init calls first to put its own SIGTERM handler (sys.exit(15)) in "
+    "place of the process's", "raytf/_driver/signals.py", params=("sigterm_handler",))
 # -- Ray Train v2's seam behind ray.train.report, get_checkpoint, get_context, get_dataset_shard (raytf.compat;
 # ray/train/v2/api/train_fn_utils.py asks get_train_fn_utils() for the process's TrainFnUtils and calls it)
 TRAIN_FN_UTILS = PrivateApi(
@@ -252,7 +261,7 @@ APIS: tuple[PrivateApi, ...] = (
     TF_LOGS, CREATE_ITERATOR, ENVIRON,
     RAYLET_CONFIG, AUTH_MODE, AUTH_TOKEN, GLOBAL_NODE, NODE_HEAD,
     DATASET_COPY, EXCLUDE_RESOURCES, META_COUNT, COORD_ACTOR, REPORT_INTERVAL, PG_TABLE, DRAINING_NODES, INFEASIBLE,
-    LABEL_SELECTOR,
+    LABEL_SELECTOR, SIGTERM_HANDLER,
     TRAIN_FN_UTILS, SET_TRAIN_FN_UTILS, GET_TRAIN_FN_UTILS, IS_V2_ENABLED,
 )
 

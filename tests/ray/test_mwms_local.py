@@ -379,6 +379,7 @@ def test_a_closed_stdout_never_changes_a_succeeded_runs_exit_code(tmp_path, no_l
 
 
 @pytest.mark.slow  # step 2: its own Ray's start, twice
+@pytest.mark.timeout(600)  # (two embedded Rays' starts beside the other side of CI's step 2: ~2 min under load)
 def test_cli_sigterm_while_ray_starts_and_a_second_one_while_saving(tmp_path):
     """SIGTERM in a launch's first seconds (its own embedded Ray starting: ray.init's handler would exit 15 with
     Ray's agents left running) stops it once Ray is up, taken down in order: exit 143, nothing left. A second
@@ -408,7 +409,7 @@ def test_cli_sigterm_while_ray_starts_and_a_second_one_while_saving(tmp_path):
             assert early.poll() is None and time.monotonic() < deadline, "the launch never started Ray"
             time.sleep(0.02)  # (polling for Ray's own sign of starting, bounded)
         early.send_signal(signal.SIGTERM)
-        out, _ = early.communicate(timeout=120)
+        out, _ = early.communicate(timeout=240)
     finally:
         early.kill()
     assert early.returncode == 143, out[-2000:]
@@ -422,7 +423,7 @@ def test_cli_sigterm_while_ray_starts_and_a_second_one_while_saving(tmp_path):
             if "saving a final checkpoint" in line:
                 twice.send_signal(signal.SIGTERM)
                 break
-        out, _ = twice.communicate(timeout=120)
+        out, _ = twice.communicate(timeout=240)
     finally:
         twice.kill()
     assert twice.returncode == 143, out[-2000:]

@@ -198,6 +198,36 @@ def test_every_driver_feature_has_its_test():
     driver = {a for a in apis.APIS if a.where.startswith("raytf/_driver/")}
     tested = {apis.META_COUNT, apis.DATASET_COPY, apis.EXCLUDE_RESOURCES, apis.COORD_ACTOR, apis.REPORT_INTERVAL,
               apis.PG_TABLE, apis.LABEL_SELECTOR, apis.GLOBAL_NODE, apis.AUTH_MODE, apis.RAYLET_CONFIG,
-              apis.DRAINING_NODES, apis.INFEASIBLE}
+              apis.DRAINING_NODES, apis.INFEASIBLE, apis.SIGTERM_HANDLER}
     assert {a.feature for a in driver} == {a.feature for a in tested}
     assert inspect.getsource(test_every_driver_feature_has_its_test)  # (this list is the module's tests)
+
+
+def test_the_clis_sigterm_handler_kept_while_ray_starts(monkeypatch, caplog):
+    """While Ray starts or connects (_driver/signals.py's Holding), ray.init's own SIGTERM handler is kept out:
+    raytf's stays and holds a SIGTERM until Ray is up. Without the private setter, Ray's handler's sys.exit(15)
+    inside ray.init is taken for the same stop (KeyboardInterrupt, `cut_short`: the launch takes its half-started
+    Ray down)."""
+    import signal
+
+    import ray._private.utils
+
+    from raytf._driver import signals
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with signals.Holding():
+            ray._private.utils.set_sigterm_handler(lambda signum, frame: None)  # (what ray.init does first)
+            assert signal.getsignal(signal.SIGTERM) is signals._on_signal
+        assert ray._private.utils.set_sigterm_handler.__name__ == "set_sigterm_handler"  # (put back)
+
+        monkeypatch.delattr(ray._private.utils, "set_sigterm_handler")
+        apis.SWITCHES.reset()  # (as a Ray without it: checked afresh)
+        held = signals.Holding()
+        with pytest.raises(KeyboardInterrupt), held:
+            raise SystemExit(signal.SIGTERM)  # (Ray's handler, inside ray.init)
+        assert held.cut_short and signals.exit_code() == 143
+        _said(caplog, apis.SIGTERM_HANDLER)
+    finally:
+        signals._stopped_by = None
+        signal.signal(signal.SIGTERM, before)
