@@ -495,9 +495,10 @@ def test_a_plan_the_cluster_can_never_hold_exits_2_from_a_launch_as_from_a_dry_r
     """The same plan exits with the same code from --dry-run and from a launch: 2 when the cluster can never hold
     it (a configuration to change), 1 when it was not ready in time (the run failed)."""
     from raytf import launch
+    from raytf._driver import signals
     from raytf.api import fit
 
-    monkeypatch.setattr(launch.signal, "signal", lambda *args: None)  # (this process's SIGTERM stays pytest's)
+    monkeypatch.setattr(signals.signal, "signal", lambda *args: None)  # (this process's SIGTERM stays pytest's)
     argv = ["conf/local.yaml", f"storage.path={tmp_path}", f"ray.address={state_address()}", "ray.ship_code=off"]
     for never, code in ((True, 2), (False, 1)):
         def placement_fails(*args, never=never, **kwargs):
