@@ -241,7 +241,8 @@ def paced_ps(ctx: raytf.TrainContext) -> None:
 
 
 def keras_iterations(ctx: raytf.TrainContext) -> None:
-    """Keras Model.fit on a small model that reports its optimizer's iteration count with every epoch row."""
+    """Keras Model.fit on a small model that reports its optimizer's iteration count with every epoch row;
+    `extra_layers` Dense(1) layers after its own (a changed model, for a relaunch)."""
     import numpy as np
     import tensorflow as tf
 
@@ -249,7 +250,8 @@ def keras_iterations(ctx: raytf.TrainContext) -> None:
     x = rng.normal(size=(512, 8)).astype("float32")
     y = (x.sum(axis=1) > 0).astype("float32")
     with ctx.strategy.scope():
-        model = tf.keras.Sequential([tf.keras.layers.Input(shape=(8,)), tf.keras.layers.Dense(1)])
+        extra = [tf.keras.layers.Dense(1) for _ in range(int(ctx.params.get("extra_layers", 0)))]
+        model = tf.keras.Sequential([tf.keras.layers.Input(shape=(8,)), tf.keras.layers.Dense(1), *extra])
         model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
     ctx.restore(model=model, optimizer=model.optimizer)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,6 +83,12 @@ class Drain:
         return out
 
 
+def _rounded_up(gib: float, digits: int) -> float:
+    """`gib` rounded up, not to nearest: a use just past its limit (1.6004 against 1.6) must not read as the limit.
+    (The 1e-9 keeps a binary float's excess, 2.61 * 100 = 261.00000000000003, from rounding 2.61 up to 2.62.)"""
+    return math.ceil(gib * 10 ** digits - 1e-9) / 10 ** digits
+
+
 @dataclass(frozen=True)
 class Recycle:
     """A task's resident memory grew past its limit (failure.max_task_rss_gb, _core/memory.py): `rank` (its `role`)
@@ -97,7 +104,7 @@ class Recycle:
 
     def record(self, saved: bool) -> dict[str, Any]:
         """result.json's `recycle` of the attempt."""
-        return {"rank": self.rank, "role": self.role, "rss_gib": round(self.rss_gib, 3),
+        return {"rank": self.rank, "role": self.role, "rss_gib": _rounded_up(self.rss_gib, 3),
                 "limit_gib": round(self.limit_gib, 3), "start_gib": round(self.start_gib, 3), "step": self.step,
                 "seen_at": self.seen_at, "saved": saved}
 
@@ -125,7 +132,8 @@ class Stopped:
                                f"{'a save at an agreed step' if self.saved else 'the latest checkpoint'}",
                                role="group", kind=failure.RESIZE)
         if self.cause is Cause.RECYCLE and (r := self.recycle) is not None:
-            return WorkerError(f"uses {r.rss_gib:.2f} GiB of memory, past failure.max_task_rss_gb ({r.limit_gib:g} "
+            used = _rounded_up(r.rss_gib, 2)
+            return WorkerError(f"uses {used:.2f} GiB of memory, past failure.max_task_rss_gb ({r.limit_gib:g} "
                                f"GiB for it); {saved} before restarting in fresh processes", role=r.role, rank=r.rank,
                                node_id=node_of(r.rank), kind=failure.RECYCLE)
         if self.cause is Cause.DRAIN and (d := self.drain) is not None:

@@ -113,6 +113,11 @@ SIGNALS_KEPT = Feature(
     "a SIGTERM in a launch's first seconds meets Ray's own handler (sys.exit) inside ray.init: the launch still "
     "stops and takes its Ray down, from wherever ray.init was")
 
+RESTORE_FIT = Feature(
+    "restore_fit", "a resume that does not fit the model named before the first step (checkpoint.partial_restore)",
+    "a changed model resumes as tf.train.Checkpoint allows (a changed shape still fails): variables added or "
+    "removed since the checkpoint are not named, the added ones train from their fresh values")
+
 RAY_TRAIN_LOOPS = Feature(
     "ray_train_loops", "a Ray Train loop in raytf (raytf.compat: ray.train.report and its siblings reach raytf)",
     "raytf.compat refuses the run on the driver, before anything starts, in one line (RayTrainMoved); raytf's own "
@@ -120,7 +125,7 @@ RAY_TRAIN_LOOPS = Feature(
 
 FEATURES = (BREAKDOWN, KERAS_RESUME, OWN_WRITES, TENSOR_LOGS, TF_CONFIG_GUARD, EMBEDDED_AUTH, AUTH_CHECK, EMBEDDED,
             DATA_COPY, DATA_EXCLUDE, DATA_ROWS, DATA_COORDINATORS, METRICS_INTERVAL, STANDBY_SLOTS, AVOID_NODES,
-            ITERATOR_TEARDOWN, DRAIN_NOTICES, INFEASIBLE_REQUESTS, SIGNALS_KEPT, RAY_TRAIN_LOOPS)
+            ITERATOR_TEARDOWN, DRAIN_NOTICES, INFEASIBLE_REQUESTS, SIGNALS_KEPT, RESTORE_FIT, RAY_TRAIN_LOOPS)
 
 _T = "raytf/_task/timing.py"
 _CB = "raytf/_task/keras_callback.py"
@@ -238,6 +243,11 @@ SIGTERM_HANDLER = PrivateApi(
     "ray._private.utils:set_sigterm_handler", SIGNALS_KEPT,
     "a no-op while ray.init runs: what ray.init calls first to put its own SIGTERM handler (sys.exit(15)) in "
     "place of the process's", "raytf/_driver/signals.py", params=("sigterm_handler",))
+# -- a resume that does not fit the model (the object graph a checkpoint holds, parsed: its proto class is not in tf.*)
+CHECKPOINT_GRAPH = PrivateApi(
+    "tensorflow.core.protobuf.trackable_object_graph_pb2:TrackableObjectGraph", RESTORE_FIT,
+    "parses a checkpoint's _CHECKPOINTABLE_OBJECT_GRAPH entry (its objects, their children, their values)",
+    "raytf/_task/restore_fit.py")
 # -- Ray Train v2's seam behind ray.train.report, get_checkpoint, get_context, get_dataset_shard (raytf.compat;
 # ray/train/v2/api/train_fn_utils.py asks get_train_fn_utils() for the process's TrainFnUtils and calls it)
 TRAIN_FN_UTILS = PrivateApi(
@@ -261,7 +271,7 @@ APIS: tuple[PrivateApi, ...] = (
     TF_LOGS, CREATE_ITERATOR, ENVIRON,
     RAYLET_CONFIG, AUTH_MODE, AUTH_TOKEN, GLOBAL_NODE, NODE_HEAD,
     DATASET_COPY, EXCLUDE_RESOURCES, META_COUNT, COORD_ACTOR, REPORT_INTERVAL, PG_TABLE, DRAINING_NODES, INFEASIBLE,
-    LABEL_SELECTOR, SIGTERM_HANDLER,
+    LABEL_SELECTOR, SIGTERM_HANDLER, CHECKPOINT_GRAPH,
     TRAIN_FN_UTILS, SET_TRAIN_FN_UTILS, GET_TRAIN_FN_UTILS, IS_V2_ENABLED,
 )
 

@@ -34,7 +34,8 @@ class Checkpointing:
                                                     scratch_root=self._scratch)
         if self._resume_from is not None:
             local = f"{self._scratch}/restore-{self._resume_from.name}"
-            self._writer.restore(self._run_dir.checkpoints.download(self._resume_from, local))
+            self._writer.restore(self._run_dir.checkpoints.download(self._resume_from, local),
+                                 self._resume_from.name, partial=self.cfg.checkpoint.partial_restore)
             log.info("restored %s (epoch %d, step %d)", self._resume_from.name,
                      self._resume_from.epoch, self._resume_from.step)
         return self.initial_epoch
@@ -113,7 +114,8 @@ class Checkpointing:
             if latest is not None and latest != seen:
                 seen = latest
                 local = f"{self._scratch}/eval-{latest.name}"
-                self._writer.restore(self._run_dir.checkpoints.download(latest, local))
+                self._writer.restore(self._run_dir.checkpoints.download(latest, local), latest.name,
+                                     partial=self.cfg.checkpoint.partial_restore)
                 shutil.rmtree(local, ignore_errors=True)
                 self.epoch, self.step = latest.epoch, latest.step
                 yield latest

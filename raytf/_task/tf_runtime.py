@@ -171,7 +171,16 @@ class CheckpointWriter:
         self.is_chief = is_chief
         self.scratch_root = scratch_root
 
-    def restore(self, prefix: str) -> None:
+    def restore(self, prefix: str, name: str, *, partial: bool) -> None:
+        """Restore the checkpoint at `prefix` (`name`, for the message); one that does not fit the objects is refused
+        (CheckpointMismatch) unless `partial` (checkpoint.partial_restore: then said once, as a warning)."""
+        from raytf._task import restore_fit
+
+        fit = restore_fit.check(self.checkpoint, prefix)
+        if not fit:
+            if not partial:
+                raise restore_fit.CheckpointMismatch(fit.line(name))
+            log.warning("checkpoint.partial_restore=true: %s", fit.line(name).split(". Fix:")[0])
         # expect_partial: optimizer slots are created on the first step and restored then.
         self.checkpoint.read(prefix).expect_partial()
 

@@ -105,6 +105,11 @@ class CheckpointConfig:
     keep_last: int = 3
     # Relaunching with the same run.name resumes from the latest committed checkpoint.
     resume: bool = True
+    # A resume whose checkpoint does not fit the objects given to ctx.restore (variables the checkpoint holds and
+    # the model lacks, or the model has and the checkpoint lacks: a changed program) is refused before the first
+    # step, naming them; true resumes anyway (what the model lacks is ignored, what the checkpoint lacks keeps its
+    # fresh values). A changed shape always fails.
+    partial_restore: bool = False
     # After training, the Keras model given to ctx.restore(model=...) is saved (tf-keras SavedModel) to
     # `<run>/model/`, loadable without raytf: tf_keras.models.load_model(...) or Result.load_model().
     export_model: bool = True

@@ -21,6 +21,10 @@ def test_each_stop_is_explained_by_a_failure_of_its_own_kind_naming_who_and_whet
     grew = explain(Stopped(Cause.RECYCLE, saved=False, recycle=Recycle(1, "worker", 2.61, 2.5, 1.0, 12, 3.0)))
     assert (grew.kind, grew.rank, grew.node_id) == (failure.RECYCLE, 1, "node-b")
     assert "uses 2.61 GiB of memory" in grew.message and "could not save" in grew.message
+    # just past the limit reads as past it, in the message and in result.json (rounded up, never to the limit)
+    just_past = Recycle(1, "worker", 1.6004, 1.6, 0.7, 18, 3.0)
+    assert "uses 1.61 GiB" in explain(Stopped(Cause.RECYCLE, saved=True, recycle=just_past)).message
+    assert just_past.record(True)["rss_gib"] == 1.601 > just_past.record(True)["limit_gib"] == 1.6
 
     notice = ev.Event(ev.PREEMPTED, "worker", 0, 1, ev.Notice(step=7))
     preempted = explain(Stopped(Cause.PREEMPTED, saved=True, notice=notice))

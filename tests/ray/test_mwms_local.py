@@ -490,6 +490,27 @@ def test_keras_fit_resumes_mid_epoch_exactly(fast_cfg, no_leaks):
     assert again.final_metrics["iterations"] == 80 and again.final_metrics["step"] == 80
 
 
+def test_a_relaunch_of_a_changed_model_is_refused_before_its_first_step_naming_what_does_not_fit(fast_cfg, no_leaks):
+    """A finished run relaunched with a layer added: refused before any step, in one line naming the variables the
+    checkpoint lacks and the settings that resume anyway or start afresh; a configuration failure, not retried
+    (the partial restore itself and a removed layer: tests/task/test_restore_fit.py)."""
+    cfg = fast_cfg("run.name=changed", "train.epochs=1", "train.steps_per_epoch=4",
+                   "train.entrypoint=tests.train_fns:keras_iterations")
+    assert raytf.fit(cfg, quiet=True).status == "succeeded"
+    with pytest.raises(raytf.TrainingFailedError) as refused:
+        raytf.fit(raytf.load_config(cfg, ["train.epochs=2", "train.params.extra_layers=1"]), quiet=True)
+    error = refused.value
+    last = error.result.attempts[-1]  # (attempts are numbered across launches: this launch's one is the second)
+    assert (error.root.kind, last["attempt"], last["cause"], last["decision"]) == ("config", 2, "config", "raise")
+    line, where = error.root.message.split("\n")  # the line, then where in the program (as for any of its errors)
+    assert line.startswith("CheckpointMismatch: ckpt-n00000001-e000001-s0000000004 does not fit the program's model")
+    assert "in keras_iterations: ctx.restore(model=model" in where
+    assert "the model has 2 variables (model/layer_with_weights-1/kernel, model/layer_with_weights-1/bias)" in line
+    assert "checkpoint.partial_restore=true" in line
+    df = error.result.metrics
+    assert df[(df["attempt"] == error.result.attempts[-1]["attempt"]) & (df["kind"] == "step")].empty  # no step
+
+
 def test_a_plan_the_cluster_can_never_hold_exits_2_from_a_launch_as_from_a_dry_run(tmp_path, no_leaks, monkeypatch,
                                                                                   capsys):
     """The same plan exits with the same code from --dry-run and from a launch: 2 when the cluster can never hold
