@@ -32,6 +32,9 @@ HEAD_LOST = "head_lost"  # the Ray head (its GCS) stopped answering: the cluster
 # retried: the next attempt's tasks go to the same hosts and meet the same ports (a "startup" failure would be
 # retried, and with failure.max_failures=-1 for ever); the error names the setting to change.
 CONFIG = "config"
+# Storage refused every checkpoint for storage.unwritable_timeout_s (_task/upload.StorageUnwritable): the run ends.
+# A retry would commit nothing either; the error names the path and the last checkpoint committed.
+STORAGE = "storage"
 # raytf's own driver raised while an attempt ran (a Ray call it made failed, a bug): retried within
 # failure.max_failures like a lost task, with its traceback in result.json (Ray Train's controller retries its own
 # errors the same way), never the end of a run without a retry.
@@ -51,8 +54,8 @@ TRANSIENT = PEER_ERRORS | frozenset({"StorageError", "OSError", "IOError", "Conn
                                      "TimeoutError"})
 
 # How informative a failure is about the root cause, when several tasks fail together.
-_CAUSE_RANK = {RESIZE: 0, PREEMPTED: 0, DRAIN: 0, RECYCLE: 0, CONFIG: 1, SYSTEM: 2, DRIVER: 2, HANG: 3, USER: 4,
-               STARTUP: 5, PEER: 6}
+_CAUSE_RANK = {RESIZE: 0, PREEMPTED: 0, DRAIN: 0, RECYCLE: 0, CONFIG: 1, STORAGE: 1, SYSTEM: 2, DRIVER: 2, HANG: 3,
+               USER: 4, STARTUP: 5, PEER: 6}
 
 
 class Decision(str, enum.Enum):
@@ -79,8 +82,8 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
     """Retry the whole group from the latest committed checkpoint, or fail the run.
 
     Args:
-        kind: the failure kind (USER, SYSTEM, PEER, HANG, STARTUP, CONFIG, DRIVER, PREEMPTED, DRAIN, RESIZE,
-            RECYCLE).
+        kind: the failure kind (USER, SYSTEM, PEER, HANG, STARTUP, CONFIG, STORAGE, DRIVER, PREEMPTED, DRAIN,
+            RESIZE, RECYCLE).
         error_type: the exception's class name ("" for deaths and hangs; "exit N" for a script's plain exit).
         attempt: the attempt that failed, from 1.
         progressed: whether any task completed a training step in that attempt.
@@ -105,6 +108,9 @@ def decide(*, kind: str, error_type: str, attempt: int, progressed: bool, failur
         return Verdict(Decision.RAISE, "a configuration error (the run's settings or input, or how they fit the hosts "
                                        "the tasks were placed on): a retry would fail the same way; change what the "
                                        "error names")
+    if kind == STORAGE:
+        return Verdict(Decision.RAISE, "storage refused every checkpoint for storage.unwritable_timeout_s: a retry "
+                                       "would commit nothing either; fix the storage, then relaunch")
     if trained:
         return Verdict(Decision.RAISE, "training had finished its last epoch: a retry would train it all again; "
                                        "the checkpoints committed stay, a relaunch resumes from the last")

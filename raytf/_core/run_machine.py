@@ -285,7 +285,7 @@ class Run:
         level = logging.WARNING if root.kind in (failure.PREEMPTED, failure.DRAIN, failure.RESIZE, failure.RECYCLE) \
             else logging.ERROR
         log.log(level, "attempt %d: %s failed: %s", attempt.number, root.role or "run", root)
-        if (root.remote_traceback and root.kind != failure.CONFIG  # (a config error's line says all)
+        if (root.remote_traceback and root.kind not in (failure.CONFIG, failure.STORAGE)  # (their line says all)
                 and root.remote_traceback.splitlines()[-1] not in root.message):
             # (Bounded: a message that dumps a tensor is tens of lines of values; the task's log has them.)
             log.error("remote traceback (%s %d):\n%s", root.role, root.rank,

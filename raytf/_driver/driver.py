@@ -165,7 +165,7 @@ class Driver:
                 # The attempt's last rows as one more part: a retry costs what it adds, not a read and a write of
                 # the whole table (a days-long run's, from storage once past MetricsTable's bound; issue 33).
                 self.record.flush_metrics(force=True)
-                self.record.write_result(RUNNING)
+                self.record.note_running()
             elif state.status == INTERRUPTED:
                 raise KeyboardInterrupt  # the user's, after the final save: the caller sees it
             else:

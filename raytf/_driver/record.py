@@ -175,6 +175,27 @@ class RunRecord:
             if locked:
                 self._lock.release()
 
+    def note_running(self) -> None:
+        """result.json `running` as an attempt starts: storage that refuses it now is warned of, never the run's end
+        (the run's end writes it again; raytf issue 71: a retry's write failed a run that storage let go on)."""
+        try:
+            self.write_result(RUNNING)
+        except (RaytfError, OSError) as e:
+            log.warning("result.json not updated: %s; the run goes on and its end writes it again", e)
+
+    def _result_unwritten(self, status: str, error: Exception) -> str:
+        """The line of a run whose result.json could not be written at its end: what it would have said, and where
+        the last good state is."""
+        try:
+            latest = self.run_dir.checkpoints.latest()
+            last = (f"its last committed checkpoint is {self.run_dir.checkpoints.uri(latest.dir)} (a relaunch of "
+                    f"run.name={self.cfg.run.name} resumes from it)" if latest is not None else
+                    "it committed no checkpoint")
+        except (RaytfError, OSError) as e:
+            last = f"its checkpoints could not be listed either ({e})"
+        return (f"result.json not written ({error}): the run {status}; {last}; metrics.parquet holds the rows "
+                f"stored before storage refused them")
+
     def write_curves(self) -> None:
         """learning_curves.png in the run directory (a plot must never fail a run)."""
         try:
@@ -212,20 +233,24 @@ class RunRecord:
 
     def end(self, status: str, ended_by: BaseException | None, closing: Iterable[Callable[[], None]] = ()) -> None:
         """The run's last writes (after `closing`, the sinks): every one is tried; a failure among them is
-        raised only when nothing else ended the run (it must never replace the error the user needs to see)."""
+        raised only when nothing else ended the run and it did not fail (it must never replace the error the user
+        needs to see); result.json's own says what the run would have recorded and where its last good state is."""
         first: Exception | None = None
+        result = functools.partial(self._timed, lambda: self.write_result(status), tl.RESULT_WRITTEN, before=True)
         for write in (*closing, functools.partial(self._timed, self.write_curves, tl.CURVES_WRITTEN),
                       functools.partial(self._timed, self.write_metrics, tl.METRICS_WRITTEN),
                       # (result.json's own mark before it is written: the timeline it holds has it)
-                      functools.partial(self._timed, lambda: self.write_result(status), tl.RESULT_WRITTEN,
-                                        before=True),
+                      result,
                       lambda: self.track_end(status)):
             try:
                 write()
             except Exception as e:
-                log.error("the run's end not fully recorded in %s: %s", self.run_dir.uri, e)
+                if write is result:  # what the run would have said, and where its last good state is
+                    log.error("%s", self._result_unwritten(status, e))
+                else:
+                    log.error("the run's end not fully recorded in %s: %s", self.run_dir.uri, e)
                 first = first or e
-        if first is not None and ended_by is None:
+        if first is not None and ended_by is None and self.run.error is None:  # (a failed run's error comes first)
             raise first
 
     def _timed(self, write: Callable[[], None], phase: str, before: bool = False) -> None:

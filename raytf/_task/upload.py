@@ -8,12 +8,13 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from raytf._core import checkpoints, failure
+from raytf._core import backoff, checkpoints, failure
 from raytf._core import events as ev
 from raytf._storage import CHECKPOINTS_DIR, RunDir
 from raytf.config import Config
-from raytf.errors import RaytfError
+from raytf.errors import RaytfError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +51,31 @@ def crash_seam(ctx) -> Callable[[], None]:
     return seam
 
 
+@dataclass(frozen=True)
+class _Submitted:
+    """A checkpoint to commit: its local files and its place in the lineage."""
+
+    local: str
+    epoch: int
+    step: int
+    meta: dict
+    seq: int
+
+
+class StorageUnwritable(StorageError):
+    """Storage refused every checkpoint for storage.unwritable_timeout_s: the run ends (failure.STORAGE: a retry
+    would commit nothing either); the line names the path, the error and the last checkpoint committed."""
+
+    failure_kind = failure.STORAGE
+
+
 class Uploader:
     """Uploads the chief's checkpoints one after the other, in order, beside training. Order matters:
-    pruning deletes partial checkpoints older than the newest committed one."""
+    pruning deletes partial checkpoints older than the newest committed one.
+
+    A checkpoint whose upload fails its retries (storage.upload_retries: an outage, refused writes) is skipped with
+    a warning and training goes on: the next save tries again (raytf issue 71: a 10 s refusal failed the run). Only
+    storage that refuses every checkpoint for storage.unwritable_timeout_s ends the run (StorageUnwritable)."""
 
     def __init__(self, run_dir: RunDir, cfg: Config, emit, heartbeat, before_commit, on_error=None) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -68,6 +91,10 @@ class Uploader:
         self.inflight_bytes = 0  # of the checkpoints waiting or uploading
         self._seq: int | None = None  # the lineage number of the next checkpoint submitted (numbered in order)
         self.last_bytes = 0  # of the last checkpoint submitted: the size of this model's state
+        self._failing_since: float | None = None  # monotonic: the first of the checkpoints skipped in a row
+        self._committed: str | None = None  # the name of the last checkpoint this uploader committed
+        self._skipped: _Submitted | None = None  # the newest checkpoint storage refused, nothing newer committed
+        self._warned: str | None = None  # the checkpoint whose refusal was said
 
     def busy(self, what: str | None, nbytes: int = 0) -> None:
         """Tell the driver this rank is busy (its peers wait for it in their next collective) for at most the
@@ -108,22 +135,77 @@ class Uploader:
         try:
             if self._error is not None:  # an earlier upload failed: the run is failing, this one is moot
                 return
+            self._drop_skipped()  # (this newer checkpoint supersedes it)
             delay = float(os.environ.get(UPLOAD_DELAY_ENV) or 0)
             if delay:
                 time.sleep(delay)  # the test seam's slow storage
-            uri = self.run_dir.checkpoints.upload(local, epoch, step, meta, before_commit=self.before_commit, seq=seq)
-            self.emit(ev.CHECKPOINT, ev.Committed(epoch=epoch, step=step, seq=seq, uri=uri))
-            self.run_dir.checkpoints.prune(self.cfg.checkpoint.keep_last)
+            self._commit(_Submitted(local, epoch, step, meta, seq))
         except BaseException as e:
             self._error = e
             if self.on_error is not None:
                 self.on_error(e)
             raise
         finally:
-            shutil.rmtree(local, ignore_errors=True)
+            if self._skipped is None or self._skipped.local != local:
+                shutil.rmtree(local, ignore_errors=True)
             with self._lock:
                 self.inflight_bytes -= nbytes
             self._slots.release()
+
+    def _commit(self, ckpt: _Submitted) -> bool:
+        """Upload and commit `ckpt`; False when storage refused it within the bound (it is then the one skipped,
+        its files kept)."""
+        name = checkpoints.checkpoint_name(ckpt.epoch, ckpt.step, ckpt.seq)
+        try:
+            uri = self.run_dir.checkpoints.upload(ckpt.local, ckpt.epoch, ckpt.step, ckpt.meta,
+                                                  before_commit=self.before_commit, seq=ckpt.seq)
+        except StorageError as e:
+            self._skip(name, e)
+            self._skipped = ckpt
+            return False
+        self._failing_since, self._committed, self._skipped = None, name, None
+        self.emit(ev.CHECKPOINT, ev.Committed(epoch=ckpt.epoch, step=ckpt.step, seq=ckpt.seq, uri=uri))
+        self.run_dir.checkpoints.prune(self.cfg.checkpoint.keep_last)
+        return True
+
+    def _skip(self, name: str, error: StorageError) -> None:
+        """A checkpoint not committed (its retries spent): training goes on, unless storage has refused every
+        checkpoint for storage.unwritable_timeout_s (then raised: the run ends)."""
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        bound = self.cfg.storage.unwritable_timeout_s
+        if now - self._failing_since >= bound:
+            last = self._committed or "the one this attempt resumed from, if any"
+            raise StorageUnwritable(
+                f"storage refused every checkpoint for {now - self._failing_since:.0f}s (storage.unwritable_timeout_s="
+                f"{bound:g}): {error}; the last checkpoint committed is {last}: fix the storage, then relaunch to "
+                f"resume from it") from error
+        if name != self._warned:  # (once a checkpoint: the task's end tries its last one again and again)
+            self._warned = name
+            log.warning("checkpoint %s not committed: %s; training goes on and the next save tries again (the run "
+                        "ends if storage refuses every checkpoint for storage.unwritable_timeout_s=%gs)", name, error,
+                        bound)
+
+    def _drop_skipped(self) -> None:
+        if self._skipped is not None:
+            shutil.rmtree(self._skipped.local, ignore_errors=True)
+            self._skipped = None
+
+    def _commit_skipped(self) -> None:
+        """The task's end: the last checkpoint, if storage refused it, tried again until it commits or the bound
+        passes (raised): a run never ends `succeeded` without its last checkpoint."""
+        last = self._skipped
+        try:
+            while self._skipped is not None and not self._commit(self._skipped):
+                time.sleep(backoff.delay(1, self.cfg.storage.upload_backoff_s))  # (each try retried already)
+        except BaseException as e:
+            self._error = e
+            raise
+        finally:
+            self._skipped = None
+            if last is not None:
+                shutil.rmtree(last.local, ignore_errors=True)
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
@@ -143,6 +225,11 @@ class Uploader:
                 _, not_done = wait(self._pending, timeout=self.cfg.failure.heartbeat_s)
                 self.heartbeat()
                 self._pending = list(not_done)
+            if self._skipped is not None and self._error is None:
+                self.busy("committing its last checkpoint (storage refused it)", self.last_bytes)
+                last = self._pool.submit(self._commit_skipped)
+                while wait([last], timeout=self.cfg.failure.heartbeat_s).not_done:
+                    self.heartbeat()
         finally:
             self.busy(None)
         self._pool.shutdown(wait=True)

@@ -66,6 +66,7 @@ RANGES: dict[str, Range] = {
     "storage.max_inflight_uploads": Range(1, "at least 1"),
     "storage.upload_retries": Range(0, "0 or more, e.g. 5"),
     "storage.upload_backoff_s": Range(0, "0 or more (seconds), e.g. 0.5"),
+    "storage.unwritable_timeout_s": Range(0, "0 or more (seconds), e.g. 600"),
     "storage.min_upload_mib_s": Range(0, "above 0 (MiB/s), e.g. 1.0", above=True),
     "data_service.workers": Range(0, "0 (off) or more, e.g. 2"),
     "data_service.cpus": Range(0, "0 or more (with data_service.resources), e.g. 1"),

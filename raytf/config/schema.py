@@ -194,6 +194,10 @@ class StorageConfig:
     upload_retries: int = 5
     # See `storage.max_inflight_uploads`.
     upload_backoff_s: float = 0.5
+    # A checkpoint whose upload fails every retry is skipped (a warning; training goes on, the next save tries
+    # again); storage that refuses every checkpoint for this long ends the run, naming the path, the error and the
+    # last checkpoint committed.
+    unwritable_timeout_s: float = 600.0
     # The slowest storage to wait for: a rank uploading or exporting N bytes (and the ranks blocked on it) is
     # hung only after failure.hang_timeout_s plus N bytes at this rate.
     min_upload_mib_s: float = 1.0

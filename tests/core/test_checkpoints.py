@@ -1,5 +1,6 @@
 """Checkpoint naming, commit and pruning rules (pure), and the RunDir that applies them."""
 
+import logging
 import os
 
 import pyarrow.fs as pafs
@@ -281,3 +282,93 @@ def test_every_tf_checkpoint_directory_in_a_scripts_directory_is_copied_whole():
     # One state file at the top only: as tf_copy_set alone (a nested directory without one belongs to the top's).
     alone, text = ck.tf_copy_set(names[:5], states[""])
     assert ck.tf_copy_plan(names[:5], {"": states[""]}) == (alone, {"": text})
+
+
+class _Refusing:
+    """A RunDir's checkpoints whose uploads storage refuses (after their retries) while `refuse` is true."""
+
+    def __init__(self, rd):
+        self.rd, self.refuse, self.tries = rd, True, 0
+
+    def __getattr__(self, name):
+        return getattr(self.rd, name)
+
+    def upload(self, *args, **kwargs):
+        from raytf.errors import StorageError
+
+        self.tries += 1
+        if self.refuse:
+            raise StorageError("uploading checkpoint failed after 6 tries: [Errno 1] Operation not permitted")
+        return self.rd.upload(*args, **kwargs)
+
+
+def _refusing_uploader(tmp_path, *overrides):
+    from raytf._task.upload import Uploader
+    from raytf.config import load_config
+
+    cfg = load_config({"train": {"entrypoint": "m:f"}, "storage": {"path": str(tmp_path), "upload_backoff_s": 0.01}},
+                      list(overrides))
+    rd = RunDir(cfg.storage, "r1")
+    refusing = _Refusing(rd.checkpoints)
+    rd.__dict__["checkpoints"] = refusing  # (an instance attribute over RunDir's)
+    events = []
+    return Uploader(rd, cfg, lambda kind, payload: events.append((kind, payload)), lambda: None, None), rd, refusing, \
+        events
+
+
+def _wait_tries(refusing, n):
+    import time
+
+    deadline = time.monotonic() + 30
+    while refusing.tries < n and time.monotonic() < deadline:
+        time.sleep(0.01)  # (waiting on the upload thread's try)
+
+
+def test_a_refused_checkpoint_is_skipped_training_goes_on_and_the_next_one_commits(tmp_path, caplog):
+    """Storage refusing a commit (after its retries) is no failure of training (raytf issue 71): a warning, the next
+    save tries again and commits."""
+    up, rd, refusing, events = _refusing_uploader(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        up.submit(str(_local_checkpoint(tmp_path / "l1", b"x")), 1, 10, {"attempt": 1})
+        _wait_tries(refusing, 1)
+        refusing.refuse = False
+        up.submit(str(_local_checkpoint(tmp_path / "l2", b"y")), 2, 20, {"attempt": 1})  # (no raise: goes on)
+        up.close()
+    assert [e.name for e in rd.checkpoints.list() if e.committed] == [ck.checkpoint_name(2, 20, 2)]
+    said = [r.getMessage() for r in caplog.records if "not committed" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"checkpoint {ck.checkpoint_name(1, 10, 1)} not committed")
+    assert "the next save tries again" in said[0] and "storage.unwritable_timeout_s=600s" in said[0]
+    assert not (tmp_path / "l1").exists()  # its files gone once a newer one committed
+    assert [p["seq"] for k, p in events if k == "checkpoint"] == [2]  # only the commit is told to the driver
+
+
+def test_the_last_checkpoint_refused_is_tried_again_at_the_end_and_past_the_bound_the_run_ends(tmp_path):
+    """The task's end: its last checkpoint, refused, is committed once storage takes it (a run never ends succeeded
+    without it); storage refusing every checkpoint for storage.unwritable_timeout_s ends the run in one line naming
+    the error and the last checkpoint committed."""
+    import threading
+
+    from raytf._task.upload import StorageUnwritable
+
+    up, rd, refusing, _ = _refusing_uploader(tmp_path)
+    up.submit(str(_local_checkpoint(tmp_path / "l1", b"x")), 1, 10, {"attempt": 1})
+    _wait_tries(refusing, 1)
+    threading.Timer(0.3, lambda: setattr(refusing, "refuse", False)).start()  # storage comes back during close
+    up.close()
+    assert [e.name for e in rd.checkpoints.list() if e.committed] == [ck.checkpoint_name(1, 10, 1)]
+    assert refusing.tries >= 2 and not (tmp_path / "l1").exists()
+
+    up, rd, refusing, _ = _refusing_uploader(tmp_path / "b", "storage.unwritable_timeout_s=0.2")
+    refusing.refuse = False
+    up.submit(str(_local_checkpoint(tmp_path / "m1", b"x")), 1, 10, {"attempt": 1})
+    _wait_tries(refusing, 1)
+    refusing.refuse = True
+    up.submit(str(_local_checkpoint(tmp_path / "m2", b"y")), 2, 20, {"attempt": 1})
+    with pytest.raises(StorageUnwritable) as ended:
+        up.close()
+    line = str(ended.value)
+    assert line.startswith("storage refused every checkpoint for ")
+    assert "(storage.unwritable_timeout_s=0.2): uploading checkpoint failed after 6 tries" in line
+    assert f"the last checkpoint committed is {ck.checkpoint_name(1, 10, 1)}: fix the storage" in line
+    assert ended.value.failure_kind == "storage" and "\n" not in line
+    assert not (tmp_path / "m2").exists()

@@ -12,6 +12,7 @@ from raytf.errors import StorageError
 class Record(RunRecord):
     def __init__(self) -> None:
         self.run_dir = SimpleNamespace(uri="file:///runs/r")
+        self.run = SimpleNamespace(error=None)  # (the run's own failure: none)
         self.calls: list = []
         self.timeline = tl.Timeline(origin=0.0)
 
@@ -38,6 +39,25 @@ def test_a_failed_write_after_a_success_is_raised_once_all_were_tried():
     with pytest.raises(StorageError, match="no space left"):
         r.end("succeeded", ended_by=None)
     assert r.calls == ["curves", ("result", "succeeded")]
+
+
+def test_a_failed_runs_own_error_comes_first_and_an_unwritable_result_names_the_last_good_checkpoint(caplog):
+    """A run that failed (its error is what the caller raises) is not replaced by a write's; result.json that
+    cannot be written says what it would have held and where the last committed checkpoint is (raytf issue 71)."""
+    r = Record()
+    r.run = SimpleNamespace(error=StorageError("storage refused every checkpoint"))
+    r.cfg = SimpleNamespace(run=SimpleNamespace(name="r"))
+    latest = SimpleNamespace(dir="ckpt-n00000002-e000002-s0000000020")
+    r.run_dir.checkpoints = SimpleNamespace(latest=lambda: latest, uri=lambda d: f"file:///runs/r/checkpoints/{d}")
+
+    def refused(status, lock_timeout_s=-1):
+        raise StorageError("writing /runs/r/result.json failed after 6 tries: [Errno 1] Operation not permitted")
+
+    r.write_result = refused
+    r.end("failed", ended_by=None)  # (not raised: the run's failure is what the caller sees)
+    (line,) = [rec.getMessage() for rec in caplog.records if rec.getMessage().startswith("result.json not written")]
+    assert "[Errno 1] Operation not permitted): the run failed; its last committed checkpoint is " in line
+    assert "file:///runs/r/checkpoints/ckpt-n00000002-e000002-s0000000020 (a relaunch of run.name=r resumes" in line
 
 
 def test_a_plot_that_cannot_be_drawn_is_a_warning_not_the_runs_failure(monkeypatch, caplog):

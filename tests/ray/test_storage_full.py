@@ -1,6 +1,9 @@
-"""A run directory on a disk that fills up (raytf issue 33): the checkpoint that does not fit fails the run with one
-line saying so, the checkpoints committed before it stay whole, and none is ever half-written and committed. The
-disk is a small tmpfs mounted for the test (root only)."""
+"""A run directory on a disk that fills up (raytf issue 33): the checkpoints that do not fit are skipped until
+storage.unwritable_timeout_s, then the run ends with one line saying so; the checkpoints committed before stay whole,
+and none is ever half-written and committed. The disk is a small tmpfs mounted for the test (root only). And storage
+that refuses writes for a while (raytf issue 71: `chattr +i`, which refuses root too): training goes on, the next
+checkpoint commits, the run succeeds in one attempt; refused past the bound, the run ends in one line, and when
+result.json cannot be written the terminal says so and names the last good checkpoint."""
 
 import os
 import subprocess
@@ -36,16 +39,92 @@ def test_a_full_disk_fails_the_run_in_one_line_and_keeps_the_last_whole_checkpoi
     cfg = fast_cfg("run.name=full", f"storage.path={small_disk}", "cluster.num_workers=1",
                    "train.entrypoint=tests.train_fns:big_checkpoints", f"train.params.mib={CKPT_MIB}", "train.epochs=4",
                    "train.steps_per_epoch=2", "checkpoint.keep_last=0", "checkpoint.export_model=false",
-                   "failure.max_failures=0", "storage.upload_retries=1", "storage.upload_backoff_s=0.1")
+                   "failure.max_failures=0", "storage.upload_retries=1", "storage.upload_backoff_s=0.1",
+                   "storage.unwritable_timeout_s=2")
     result = raytf.fit(cfg, quiet=True, raise_on_failure=False)
     assert result.status == "failed"
     first = str(result.error).splitlines()[0]
-    assert "StorageError: uploading checkpoint ckpt-n00000003-e000003" in first, first
+    assert "StorageUnwritable: storage refused every checkpoint for " in first, first
+    assert "(storage.unwritable_timeout_s=2): uploading checkpoint ckpt-n00000004-e000004" in first, first
     assert "failed after 2 tries (no space left on the device)" in first, first
+    assert "the last checkpoint committed is ckpt-n00000002-e000002-s0000000004" in first, first
     rd = RunDir(str(small_disk), "full")
     # The two that fitted are committed and whole; the third, never committed, left nothing behind.
     assert [(e.epoch, e.committed) for e in rd.checkpoints.list()] == [(1, True), (2, True)]
     entry, refused = rd.checkpoints.trusted(set())
     assert entry.epoch == 2 and refused == []
     assert result.last_checkpoint.endswith(entry.name)
-    assert result.attempts[-1]["error_type"] == "StorageError"
+    assert (result.attempts[-1]["error_type"], result.attempts[-1]["cause"]) == ("StorageUnwritable", "storage")
+
+
+@pytest.fixture
+def refusing(tmp_path):
+    """(freeze, thaw): make every directory of tmp_path/runs refuse new files (`chattr +i`), and undo it (also at
+    the test's end)."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    runs.mkdir(exist_ok=True)
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(probe)]).returncode != 0:
+        pytest.skip("chattr +i does not work here")
+    subprocess.run(["chattr", "-i", str(probe)], check=True)
+
+    def each_dir(flag):
+        dirs = [str(p) for p in [runs, *runs.rglob("*")] if p.is_dir()]
+        subprocess.run(["chattr", flag, *dirs], check=True)
+
+    yield (lambda: each_dir("+i")), (lambda: each_dir("-i"))
+    each_dir("-i")
+
+
+def test_storage_refusing_writes_for_a_while_costs_no_attempt_and_past_the_bound_ends_the_run_in_one_line(
+        fast_cfg, refusing, no_leaks, caplog, capfd):
+    import logging
+
+    freeze, thaw = refusing
+    quick = ["train.entrypoint=tests.train_fns:paced_loop", "train.params.step_s=0.03", "train.epochs=5",
+             "train.steps_per_epoch=30", "metrics.every_steps=10", "storage.upload_retries=1",
+             "storage.upload_backoff_s=0.2", "failure.max_failures=0"]
+
+    def refuse_between(first_commit: int, thaw_at_epoch: int | None):
+        """An on_event: storage refuses from the commit of epoch `first_commit` to the epoch row `thaw_at_epoch`
+        (None: to the test's end)."""
+        frozen = []
+
+        def on_event(e):
+            if e.kind == "checkpoint" and e.payload["epoch"] == first_commit and not frozen:
+                freeze()
+                frozen.append(True)
+            elif thaw_at_epoch is not None and e.kind == "epoch" and e.payload["epoch"] == thaw_at_epoch and frozen:
+                thaw()
+
+        return on_event
+
+    # Refused from the first commit until epoch 4's row: epoch 2's (and maybe 3's) checkpoint is skipped, the run
+    # trains on and commits the next, one attempt, succeeded.
+    cfg = fast_cfg("run.name=refused", *quick)
+    with caplog.at_level(logging.WARNING):
+        result = raytf.fit(cfg, quiet=True, on_event=refuse_between(1, 4))
+    assert result.status == "succeeded", result.error
+    assert len(result.attempts) == 1 and result.last_checkpoint.endswith("-e000005-s0000000150")
+    skipped = [line for line in capfd.readouterr().err.splitlines() if "not committed" in line]
+    assert skipped and "ckpt-n00000002-e000002-s0000000060 not committed" in skipped[0], skipped
+    assert "Operation not permitted; training goes on and the next save tries again" in skipped[0]
+
+    # Refused for good (past storage.unwritable_timeout_s=1): the run ends in one line naming the last checkpoint
+    # committed; result.json cannot be written either, and the terminal says so and where the last good state is.
+    cfg = fast_cfg("run.name=gone", *quick, "storage.unwritable_timeout_s=1")
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="raytf"):
+        result = raytf.fit(cfg, quiet=True, raise_on_failure=False, on_event=refuse_between(1, None))
+    assert result.status == "failed"
+    first = str(result.error).splitlines()[0]
+    assert "StorageUnwritable: storage refused every checkpoint for" in first, first
+    assert "the last checkpoint committed is ckpt-n00000001-e000001-s0000000030: fix the storage" in first, first
+    assert result.attempts[-1]["cause"] == "storage" and len(result.attempts) == 1
+    unwritten = [r.getMessage() for r in caplog.records if r.getMessage().startswith("result.json not written")]
+    assert len(unwritten) == 1 and "the run failed; its last committed checkpoint is " in unwritten[0]
+    assert "ckpt-n00000001-e000001-s0000000030 (a relaunch of run.name=gone resumes from it)" in unwritten[0]
+    assert not any("remote traceback" in r.getMessage() for r in caplog.records)  # (its line says all)

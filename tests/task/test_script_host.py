@@ -18,10 +18,11 @@ def _cfg(*overrides):
     return raytf.load_config(ROOT / "conf/script.yaml", list(overrides))
 
 
-def _chief(tmp_path, script: str, storage, emit=lambda k, p: None) -> tuple[ScriptHost, dict]:
+def _chief(tmp_path, script: str, storage, emit=lambda k, p: None, *overrides: str) -> tuple[ScriptHost, dict]:
     """A chief's ScriptHost for `script` (run.name: its file's stem) uploading to `storage`, and the child's
     environment to run() it with; its scratch is tmp_path/scratch."""
-    cfg = _cfg(f"run.name={os.path.basename(script).removesuffix('.py')}", f"train.script={script}", "train.args=[]")
+    cfg = _cfg(f"run.name={os.path.basename(script).removesuffix('.py')}", f"train.script={script}", "train.args=[]",
+               *overrides)
     spec = TaskSpec(role="worker", index=0, rank=0, cpus=1, gpus=0)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -50,17 +51,22 @@ class _FailingStorage:
         return 1
 
     def upload(self, local, epoch, step, meta, before_commit=None, seq=0):
+        from raytf.errors import StorageError
+
         self.tries += 1
-        raise OSError(f"upload of step {step} failed: connection refused")
+        raise StorageError(f"upload of step {step} failed: connection refused")
 
 
 @pytest.mark.timeout(120)
 def test_failed_checkpoint_upload_stops_the_script(tmp_path):
-    """The upload fails: the host stops the script (which would otherwise wait forever) and run() raises
-    the storage error; no later checkpoint is uploaded after it."""
+    """The upload fails past storage.unwritable_timeout_s (0 here: at once): the host stops the script (which would
+    otherwise wait forever) and run() raises the storage error; no later checkpoint is uploaded after it."""
+    from raytf._task.upload import StorageUnwritable
+
     storage = _FailingStorage()
-    host, env = _chief(tmp_path, "tests/scripts/sync_forever.py", storage)
-    with pytest.raises(OSError, match="upload of step 1 failed"):
+    host, env = _chief(tmp_path, "tests/scripts/sync_forever.py", storage, lambda k, p: None,
+                       "storage.unwritable_timeout_s=0")
+    with pytest.raises(StorageUnwritable, match="upload of step 1 failed"):
         host.run(env)
     assert storage.tries == 1  # stopped at the first failure, the second sync not uploaded
     # (its exit status as the host read it: Popen's returncode is set only by the reap, on a thread of its own)
