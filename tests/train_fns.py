@@ -515,3 +515,13 @@ def random_draws(ctx: raytf.TrainContext) -> None:
                 if ctx.rank == 0:
                     open(ctx.params["started_file"], "w").close()
                 _wait_for(ctx.params["go_file"], 120)
+
+
+def many_names(ctx: raytf.TrainContext) -> None:
+    """No model: every step row reports `names` metrics (metric_0 ...), as a program logging per-class or per-layer
+    figures does (benchmarks/wide_metrics.py)."""
+    names = [f"metric_{i}" for i in range(int(ctx.params.get("names", 10000)))]
+    for epoch in ctx.epoch_range():
+        for step in range(ctx.steps_per_epoch or 1):
+            ctx.step_end({n: float(epoch * 1000 + step + i) for i, n in enumerate(names)})
+        ctx.epoch_end({"value": float(epoch)})
