@@ -8,8 +8,9 @@ The checkpoint's object graph (its `_CHECKPOINTABLE_OBJECT_GRAPH` entry: every o
 values it holds) is walked beside the live objects, child name by child name (tf.train.TrackableView's children),
 so an object reached by two paths (Keras 3 keys a layer's kernel under the optimizer too) is matched once:
   - **the checkpoint has, the model lacks**: a saved child holding values that a live, built Keras layer does not
-    have. Only under a built layer: an optimizer or a model not yet built makes its variables at its first step,
-    and TensorFlow restores them then (deferred restoration), so their absence now says nothing;
+    have, or an object the program no longer gives ctx.restore. Only there: an optimizer or a model not yet built
+    makes its variables at its first step, and TensorFlow restores them then (deferred restoration), so their
+    absence now says nothing;
   - **the model has, the checkpoint lacks**: a live variable no saved object was matched to.
 Parsing the graph needs TensorFlow's own proto module (not in the tf.* API: the private-API table's RESTORE_FIT);
 without it the check is off with one warning and the restore is TensorFlow's as before."""
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 
 GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 SHOWN = 4  # paths named in the line, per side; the count says how many more
+# tf.train.Checkpoint's own counter (made by a save(), absent from a write()'s checkpoint): not the program's state
+BOOKKEEPING = "save_counter"
 
 
 class CheckpointMismatch(ValueError):
@@ -99,7 +102,9 @@ def compare(root, graph) -> Fit:
             child_path = (*path, ref.local_name)
             if ref.local_name in live:
                 queue.append((ref.node_id, live[ref.local_name], child_path, built))
-            elif built and ref.node_id in holds:
+            elif (built or (not path and ref.local_name != BOOKKEEPING)) and ref.node_id in holds:
+                # (the root's children are what the program passes to ctx.restore: one it no longer passes is not
+                # made later)
                 lacking.setdefault(ref.node_id, child_path)
     # (a node lacking under one name may be matched under another: Keras 3 keys a kernel under the optimizer too)
     extra = [p for start, path in lacking.items() if start not in seen
@@ -150,7 +155,8 @@ def _live_variables(root):
         if _is_variable(obj):
             yield "/".join(path), obj
             continue
-        queue.extend(((*path, name), child) for name, child in _children(obj).items())
+        queue.extend(((*path, name), child) for name, child in _children(obj).items()
+                     if path or name != BOOKKEEPING)
 
 
 def _children(obj) -> dict:

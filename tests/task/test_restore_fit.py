@@ -115,3 +115,20 @@ def test_without_the_proto_class_the_check_is_off_with_one_warning(tf, saved, tm
         assert restore_fit.check(tf.train.Checkpoint(model=_model(tf.keras, 3)), saved["tf_keras"][0])
     off = [r.getMessage() for r in caplog.records if "is off" in r.getMessage()]
     assert len(off) == 1 and "trackable_object_graph_pb2.TrackableObjectGraph is missing" in off[0]
+
+
+def test_plain_variables_are_compared_too_and_the_checkpoints_own_counter_is_not_the_programs(tf, tmp_path):
+    """ctx.restore(weights=tf.Variable(...)) as custom loops call it: a variable added since is named; the root's
+    save_counter (made by a save(), absent from raytf's write()s) is bookkeeping, never a mismatch."""
+    from raytf._task.restore_fit import check
+
+    prefix = str(tmp_path / "ckpt")
+    tf.train.Checkpoint(weights=tf.Variable(tf.zeros([3]))).write(prefix)
+    live = tf.train.Checkpoint(weights=tf.Variable(tf.zeros([3])))
+    live.save(str(tmp_path / "elsewhere" / "ckpt"))  # (now it has a save_counter)
+    assert check(live, prefix)
+    grown = check(tf.train.Checkpoint(weights=tf.Variable(tf.zeros([3])), bias=tf.Variable(0.0)), prefix)
+    assert (grown.extra, grown.missing) == ((), ("bias",))
+    tf.train.Checkpoint(weights=tf.Variable(tf.zeros([3])), bias=tf.Variable(0.0)).save(str(tmp_path / "two"))
+    shrunk = check(tf.train.Checkpoint(weights=tf.Variable(tf.zeros([3]))), str(tmp_path / "two-1"))
+    assert (shrunk.extra, shrunk.missing) == (("bias",), ())  # (its save_counter is no mismatch either)
