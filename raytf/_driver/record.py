@@ -193,8 +193,7 @@ class RunRecord:
                     "it committed no checkpoint")
         except (RaytfError, OSError) as e:
             last = f"its checkpoints could not be listed either ({e})"
-        return (f"result.json not written ({error}): the run {status}; {last}; metrics.parquet holds the rows "
-                f"stored before storage refused them")
+        return f"result.json not written ({error}): the run ended {status}; {last}"
 
     def write_curves(self) -> None:
         """learning_curves.png in the run directory (a plot must never fail a run)."""

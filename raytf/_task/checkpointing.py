@@ -63,7 +63,8 @@ class Checkpointing:
         next checkpoint at the current epoch and step, in the background; returns its URI. `save` writes one and
         commits it; a Ray Train loop's `ray.train.report(checkpoint=...)` commits the directory it reported."""
         if self._uploader is None:
-            self._uploader = Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, crash_seam(self))
+            self._uploader = Uploader(self._run_dir, self.cfg, self._emit, self.heartbeat, crash_seam(self),
+                                      resumed_from=self._resume_from.name if self._resume_from else None)
         # (submit waits only when storage.max_inflight_uploads checkpoints are already waiting or uploading)
         return self._uploader.submit(local, self.epoch, self.step, {"attempt": self.attempt, "rank": self.rank})
 
@@ -115,7 +116,7 @@ class Checkpointing:
                 seen = latest
                 local = f"{self._scratch}/eval-{latest.name}"
                 self._writer.restore(self._run_dir.checkpoints.download(latest, local), latest.name,
-                                     partial=self.cfg.checkpoint.partial_restore)
+                                     partial=self.cfg.checkpoint.partial_restore, evaluator=True)
                 shutil.rmtree(local, ignore_errors=True)
                 self.epoch, self.step = latest.epoch, latest.step
                 yield latest

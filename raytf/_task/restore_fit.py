@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from raytf._core import failure
 from raytf._core import private_apis as apis
+from raytf.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ SHOWN = 4  # paths named in the line, per side; the count says how many more
 BOOKKEEPING = "save_counter"
 
 
-class CheckpointMismatch(ValueError):
+class CheckpointMismatch(ConfigError):
     """The checkpoint resumed from does not fit the program's objects: a configuration failure, never retried (the
     program or the settings must change: checkpoint.partial_restore, or a new run.name)."""
 
@@ -52,13 +53,22 @@ class Fit:
     def __bool__(self) -> bool:
         return not (self.extra or self.missing)
 
-    def line(self, name: str) -> str:
-        """One line for checkpoint `name` that does not fit."""
+    def held_by_the_model(self) -> Fit:
+        """Only what the model has and the checkpoint lacks (an evaluator's model, built for predictions, lacks the
+        training's optimizer: no mismatch)."""
+        return Fit(missing=self.missing)
+
+    def line(self, name: str, *, refused: bool = True) -> str:
+        """One line for checkpoint `name` that does not fit: the refusal and its fix, or (`refused` false: the
+        partial restore asked for) what the resume goes on without."""
         sides = []
         if self.extra:
             sides.append(f"the checkpoint holds {_listed(self.extra)} that the model lacks")
         if self.missing:
             sides.append(f"the model has {_listed(self.missing)} that the checkpoint lacks")
+        if not refused:
+            return (f"resuming from {name} anyway (checkpoint.partial_restore=true), though {'; '.join(sides)}: "
+                    f"what the model lacks is ignored, what the checkpoint lacks keeps its fresh values")
         return (f"{name} does not fit the program's model (was it changed since the run began?): {'; '.join(sides)}. "
                 f"Fix: run.name=<a new name> to train the changed model afresh, or "
                 f"checkpoint.partial_restore=true to resume anyway (what the model lacks is ignored, what the "
@@ -72,39 +82,48 @@ def _listed(paths: tuple[str, ...]) -> str:
 
 
 def check(root: tf.train.Checkpoint, prefix: str) -> Fit:
-    """How the checkpoint at `prefix` fits `root`'s objects; Fit() (fits) when the check cannot run here (warned)."""
+    """How the checkpoint at `prefix` fits `root`'s objects; Fit() (fits) when the check cannot run here (warned
+    once: the restore is then TensorFlow's as before, never refused for the check's own failure)."""
     if not apis.available(apis.RESTORE_FIT, log.warning):
         return Fit()
-    graph = apis.lookup(apis.CHECKPOINT_GRAPH)()
-    graph.ParseFromString(tf.train.load_checkpoint(prefix).get_tensor(GRAPH_KEY))
-    return compare(root, graph)
+    try:
+        graph = apis.lookup(apis.CHECKPOINT_GRAPH)()
+        graph.ParseFromString(tf.train.load_checkpoint(prefix).get_tensor(GRAPH_KEY))
+        return compare(root, graph)
+    except Exception as e:  # (a checkpoint without the graph, a proto that changed: the check is off, not the run)
+        apis.SWITCHES.turn_off(apis.CHECKPOINT_GRAPH, f"changed: {type(e).__name__}: {e}", log.warning)
+        return Fit()
 
 
 def compare(root, graph) -> Fit:
     """The walk (see the module's docstring) over a parsed TrackableObjectGraph `graph` and the live `root`."""
     nodes = graph.nodes
     holds = _holding_values(nodes)
-    matched: set[int] = set()  # live variables some saved object was matched to (by id)
-    lacking: dict[int, tuple[str, ...]] = {}  # saved nodes a built layer lacks -> their path
+    matched: set[int] = set()  # live objects some saved value was matched to (by id), and what they hold
+    lacking: dict[int, tuple[str, ...]] = {}  # saved nodes the live objects lack where that says something
     seen: set[int] = set()  # saved nodes matched to a live object
-    queue = deque([(0, root, (), False)])  # (saved node, live object, path, under a built layer)
+    queue = deque([(0, root, (), True)])  # (saved node, live object, path, whether a lacking child says something)
     while queue:
-        node_id, obj, path, built = queue.popleft()
+        node_id, obj, path, telling = queue.popleft()
         if node_id in seen:
             continue
         seen.add(node_id)
-        if _is_variable(obj):
+        if nodes[node_id].attributes or _is_variable(obj):  # a value: what holds it (a sharded variable too) matched
+            matched.update(id(v) for _, v in _live_variables(obj))
             matched.add(id(obj))
             continue
-        built = _built_layer(obj) or (built and not _is_optimizer(obj))
+        # Under an optimizer or a layer not built yet, a lacking child is made at the first step (and restored
+        # then); a built layer has all its variables; anything else (a list, a tf.Module) tells what its parent does.
+        if _is_optimizer(obj) or (_is_layer(obj) and not _built(obj)):
+            telling = False
+        elif _is_layer(obj):
+            telling = True
         live = _children(obj)
         for ref in nodes[node_id].children:
             child_path = (*path, ref.local_name)
             if ref.local_name in live:
-                queue.append((ref.node_id, live[ref.local_name], child_path, built))
-            elif (built or (not path and ref.local_name != BOOKKEEPING)) and ref.node_id in holds:
-                # (the root's children are what the program passes to ctx.restore: one it no longer passes is not
-                # made later)
+                queue.append((ref.node_id, live[ref.local_name], child_path, telling))
+            elif telling and ref.node_id in holds and (path or ref.local_name != BOOKKEEPING):
                 lacking.setdefault(ref.node_id, child_path)
     # (a node lacking under one name may be matched under another: Keras 3 keys a kernel under the optimizer too)
     extra = [p for start, path in lacking.items() if start not in seen
@@ -160,10 +179,9 @@ def _live_variables(root):
 
 
 def _children(obj) -> dict:
-    try:
-        return dict(tf.train.TrackableView(obj).children(obj))
-    except (TypeError, AttributeError, ValueError):  # (not a trackable: a leaf)
+    if not isinstance(obj, tf.__internal__.tracking.Trackable):
         return {}
+    return dict(tf.train.TrackableView(obj).children(obj))
 
 
 def _is_variable(obj) -> bool:
@@ -172,8 +190,12 @@ def _is_variable(obj) -> bool:
                                             and type(obj).__module__.startswith("keras"))
 
 
-def _built_layer(obj) -> bool:
-    return bool(getattr(obj, "built", False)) and any(c.__name__ == "Layer" for c in type(obj).__mro__)
+def _is_layer(obj) -> bool:
+    return any(c.__name__ == "Layer" for c in type(obj).__mro__)
+
+
+def _built(obj) -> bool:
+    return bool(getattr(obj, "built", False))
 
 
 def _is_optimizer(obj) -> bool:

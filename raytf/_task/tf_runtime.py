@@ -170,17 +170,24 @@ class CheckpointWriter:
         self.model = model if isinstance(model, tf.keras.Model) else None
         self.is_chief = is_chief
         self.scratch_root = scratch_root
+        self._said_partial = False  # (an evaluator restores every checkpoint: the partial restore said once)
 
-    def restore(self, prefix: str, name: str, *, partial: bool) -> None:
+    def restore(self, prefix: str, name: str, *, partial: bool, evaluator: bool = False) -> None:
         """Restore the checkpoint at `prefix` (`name`, for the message); one that does not fit the objects is refused
-        (CheckpointMismatch) unless `partial` (checkpoint.partial_restore: then said once, as a warning)."""
+        (CheckpointMismatch) unless `partial` (checkpoint.partial_restore: then said once, as a warning). An
+        `evaluator`'s objects may lack what only training holds (the optimizer): only what they have and the
+        checkpoint lacks counts."""
         from raytf._task import restore_fit
 
         fit = restore_fit.check(self.checkpoint, prefix)
+        if evaluator:
+            fit = fit.held_by_the_model()
         if not fit:
             if not partial:
                 raise restore_fit.CheckpointMismatch(fit.line(name))
-            log.warning("checkpoint.partial_restore=true: %s", fit.line(name).split(". Fix:")[0])
+            if not self._said_partial:
+                self._said_partial = True
+                log.warning("%s", fit.line(name, refused=False))
         # expect_partial: optimizer slots are created on the first step and restored then.
         self.checkpoint.read(prefix).expect_partial()
 

@@ -77,7 +77,8 @@ class Uploader:
     a warning and training goes on: the next save tries again (raytf issue 71: a 10 s refusal failed the run). Only
     storage that refuses every checkpoint for storage.unwritable_timeout_s ends the run (StorageUnwritable)."""
 
-    def __init__(self, run_dir: RunDir, cfg: Config, emit, heartbeat, before_commit, on_error=None) -> None:
+    def __init__(self, run_dir: RunDir, cfg: Config, emit, heartbeat, before_commit, on_error=None,
+                 resumed_from: str | None = None) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.run_dir, self.cfg, self.emit, self.heartbeat, self.before_commit = (
@@ -92,15 +93,16 @@ class Uploader:
         self._seq: int | None = None  # the lineage number of the next checkpoint submitted (numbered in order)
         self.last_bytes = 0  # of the last checkpoint submitted: the size of this model's state
         self._failing_since: float | None = None  # monotonic: the first of the checkpoints skipped in a row
-        self._committed: str | None = None  # the name of the last checkpoint this uploader committed
+        # the name of the last checkpoint committed: this uploader's, else the one the attempt resumed from
+        self._committed: str | None = resumed_from
         self._skipped: _Submitted | None = None  # the newest checkpoint storage refused, nothing newer committed
         self._warned: str | None = None  # the checkpoint whose refusal was said
 
-    def busy(self, what: str | None, nbytes: int = 0) -> None:
+    def busy(self, what: str | None, nbytes: int = 0, more_s: float = 0.0) -> None:
         """Tell the driver this rank is busy (its peers wait for it in their next collective) for at most the
-        time `nbytes` take at storage.min_upload_mib_s on top of the hang timeout; None: no longer."""
-        allow = 0.0 if what is None else failure.busy_allowance_s(nbytes, self.cfg.failure.hang_timeout_s,
-                                                                   self.cfg.storage.min_upload_mib_s)
+        time `nbytes` take at storage.min_upload_mib_s on top of the hang timeout, and `more_s`; None: no longer."""
+        allow = 0.0 if what is None else more_s + failure.busy_allowance_s(
+            nbytes, self.cfg.failure.hang_timeout_s, self.cfg.storage.min_upload_mib_s)
         self.emit(ev.BUSY, ev.Busy(what=what or "", allow_s=allow))
 
     def submit(self, local: str, epoch: int, step: int, meta: dict) -> str:
@@ -165,7 +167,10 @@ class Uploader:
             return False
         self._failing_since, self._committed, self._skipped = None, name, None
         self.emit(ev.CHECKPOINT, ev.Committed(epoch=ckpt.epoch, step=ckpt.step, seq=ckpt.seq, uri=uri))
-        self.run_dir.checkpoints.prune(self.cfg.checkpoint.keep_last)
+        try:
+            self.run_dir.checkpoints.prune(self.cfg.checkpoint.keep_last)
+        except StorageError as e:  # (committed: the old ones go at the next commit's prune)
+            log.warning("old checkpoints not pruned after %s: %s; the next commit prunes them", name, e)
         return True
 
     def _skip(self, name: str, error: StorageError) -> None:
@@ -176,16 +181,21 @@ class Uploader:
             self._failing_since = now
         bound = self.cfg.storage.unwritable_timeout_s
         if now - self._failing_since >= bound:
-            last = self._committed or "the one this attempt resumed from, if any"
+            last = (f"the last checkpoint committed is {self._committed}: fix the storage, then relaunch to resume "
+                    f"from it" if self._committed else "no checkpoint was committed: fix the storage, then relaunch")
             raise StorageUnwritable(
-                f"storage refused every checkpoint for {now - self._failing_since:.0f}s (storage.unwritable_timeout_s="
-                f"{bound:g}): {error}; the last checkpoint committed is {last}: fix the storage, then relaunch to "
-                f"resume from it") from error
+                f"storage refused every checkpoint tried for {now - self._failing_since:.0f}s (storage."
+                f"unwritable_timeout_s={bound:g}) under {self.run_dir.uri}: {error}; {last}") from error
         if name != self._warned:  # (once a checkpoint: the task's end tries its last one again and again)
             self._warned = name
             log.warning("checkpoint %s not committed: %s; training goes on and the next save tries again (the run "
                         "ends if storage refuses every checkpoint for storage.unwritable_timeout_s=%gs)", name, error,
                         bound)
+
+    def _window_s(self) -> float:
+        """What is left of storage.unwritable_timeout_s since storage began refusing (all of it when it has not)."""
+        bound = self.cfg.storage.unwritable_timeout_s
+        return bound if self._failing_since is None else max(0.0, self._failing_since + bound - time.monotonic())
 
     def _drop_skipped(self) -> None:
         if self._skipped is not None:
@@ -226,7 +236,8 @@ class Uploader:
                 self.heartbeat()
                 self._pending = list(not_done)
             if self._skipped is not None and self._error is None:
-                self.busy("committing its last checkpoint (storage refused it)", self.last_bytes)
+                # (busy for the rest of storage.unwritable_timeout_s too: storage refusing it is not a hang)
+                self.busy("committing its last checkpoint (storage refused it)", self.last_bytes, self._window_s())
                 last = self._pool.submit(self._commit_skipped)
                 while wait([last], timeout=self.cfg.failure.heartbeat_s).not_done:
                     self.heartbeat()

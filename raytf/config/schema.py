@@ -195,8 +195,9 @@ class StorageConfig:
     # See `storage.max_inflight_uploads`.
     upload_backoff_s: float = 0.5
     # A checkpoint whose upload fails every retry is skipped (a warning; training goes on, the next save tries
-    # again); storage that refuses every checkpoint for this long ends the run, naming the path, the error and the
-    # last checkpoint committed.
+    # again; the task's last one is tried again at its end); storage that refuses every checkpoint tried for this
+    # long ends the run, naming the run directory, the error and the last checkpoint committed (0: the first
+    # checkpoint refused ends it).
     unwritable_timeout_s: float = 600.0
     # The slowest storage to wait for: a rank uploading or exporting N bytes (and the ranks blocked on it) is
     # hung only after failure.hang_timeout_s plus N bytes at this rate.

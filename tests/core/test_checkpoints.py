@@ -350,13 +350,17 @@ def test_the_last_checkpoint_refused_is_tried_again_at_the_end_and_past_the_boun
 
     from raytf._task.upload import StorageUnwritable
 
-    up, rd, refusing, _ = _refusing_uploader(tmp_path)
+    up, rd, refusing, events = _refusing_uploader(tmp_path, "failure.hang_timeout_s=30")
     up.submit(str(_local_checkpoint(tmp_path / "l1", b"x")), 1, 10, {"attempt": 1})
     _wait_tries(refusing, 1)
     threading.Timer(0.3, lambda: setattr(refusing, "refuse", False)).start()  # storage comes back during close
     up.close()
     assert [e.name for e in rd.checkpoints.list() if e.committed] == [ck.checkpoint_name(1, 10, 1)]
     assert refusing.tries >= 2 and not (tmp_path / "l1").exists()
+    # While it tries again, the rank is busy for what is left of the bound, not the hang timeout alone (storage
+    # refusing it is no hang: the run ends as `storage`, not `hang`).
+    (busy,) = [p for k, p in events if k == "busy" and p.what.startswith("committing its last checkpoint")]
+    assert 30 + 590 < busy.allow_s <= 30 + 600 + 1
 
     up, rd, refusing, _ = _refusing_uploader(tmp_path / "b", "storage.unwritable_timeout_s=0.2")
     refusing.refuse = False
@@ -367,8 +371,8 @@ def test_the_last_checkpoint_refused_is_tried_again_at_the_end_and_past_the_boun
     with pytest.raises(StorageUnwritable) as ended:
         up.close()
     line = str(ended.value)
-    assert line.startswith("storage refused every checkpoint for ")
-    assert "(storage.unwritable_timeout_s=0.2): uploading checkpoint failed after 6 tries" in line
+    assert line.startswith("storage refused every checkpoint tried for ")
+    assert f"(storage.unwritable_timeout_s=0.2) under {rd.uri}: uploading checkpoint failed after 6 tries" in line
     assert f"the last checkpoint committed is {ck.checkpoint_name(1, 10, 1)}: fix the storage" in line
     assert ended.value.failure_kind == "storage" and "\n" not in line
     assert not (tmp_path / "m2").exists()

@@ -56,7 +56,7 @@ def test_a_failed_runs_own_error_comes_first_and_an_unwritable_result_names_the_
     r.write_result = refused
     r.end("failed", ended_by=None)  # (not raised: the run's failure is what the caller sees)
     (line,) = [rec.getMessage() for rec in caplog.records if rec.getMessage().startswith("result.json not written")]
-    assert "[Errno 1] Operation not permitted): the run failed; its last committed checkpoint is " in line
+    assert "[Errno 1] Operation not permitted): the run ended failed; its last committed checkpoint is " in line
     assert "file:///runs/r/checkpoints/ckpt-n00000002-e000002-s0000000020 (a relaunch of run.name=r resumes" in line
 
 

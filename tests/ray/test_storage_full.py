@@ -44,8 +44,9 @@ def test_a_full_disk_fails_the_run_in_one_line_and_keeps_the_last_whole_checkpoi
     result = raytf.fit(cfg, quiet=True, raise_on_failure=False)
     assert result.status == "failed"
     first = str(result.error).splitlines()[0]
-    assert "StorageUnwritable: storage refused every checkpoint for " in first, first
-    assert "(storage.unwritable_timeout_s=2): uploading checkpoint ckpt-n00000004-e000004" in first, first
+    assert "StorageUnwritable: storage refused every checkpoint tried for " in first, first
+    assert f"(storage.unwritable_timeout_s=2) under {small_disk}/full: uploading checkpoint ckpt-n00000004-e000004" \
+        in first, first
     assert "failed after 2 tries (no space left on the device)" in first, first
     assert "the last checkpoint committed is ckpt-n00000002-e000002-s0000000004" in first, first
     rd = RunDir(str(small_disk), "full")
@@ -121,10 +122,10 @@ def test_storage_refusing_writes_for_a_while_costs_no_attempt_and_past_the_bound
         result = raytf.fit(cfg, quiet=True, raise_on_failure=False, on_event=refuse_between(1, None))
     assert result.status == "failed"
     first = str(result.error).splitlines()[0]
-    assert "StorageUnwritable: storage refused every checkpoint for" in first, first
+    assert "StorageUnwritable: storage refused every checkpoint tried for" in first, first
     assert "the last checkpoint committed is ckpt-n00000001-e000001-s0000000030: fix the storage" in first, first
     assert result.attempts[-1]["cause"] == "storage" and len(result.attempts) == 1
     unwritten = [r.getMessage() for r in caplog.records if r.getMessage().startswith("result.json not written")]
-    assert len(unwritten) == 1 and "the run failed; its last committed checkpoint is " in unwritten[0]
+    assert len(unwritten) == 1 and "the run ended failed; its last committed checkpoint is " in unwritten[0]
     assert "ckpt-n00000001-e000001-s0000000030 (a relaunch of run.name=gone resumes from it)" in unwritten[0]
     assert not any("remote traceback" in r.getMessage() for r in caplog.records)  # (its line says all)

@@ -78,7 +78,8 @@ def test_partial_restore_resumes_what_matches_and_warns_once(tf, saved, tmp_path
     with caplog.at_level(logging.WARNING):
         _writer(tf, tmp_path, model).restore(saved["tf_keras"][0], "ckpt-a", partial=True)
     said = [r.getMessage() for r in caplog.records if "partial_restore" in r.getMessage()]
-    assert len(said) == 1 and "the model has 2 variables" in said[0] and "Fix:" not in said[0]
+    assert len(said) == 1 and said[0].startswith("resuming from ckpt-a anyway (checkpoint.partial_restore=true)")
+    assert "the model has 2 variables" in said[0] and "Fix:" not in said[0]
     assert (model.layers[1].kernel.numpy() == saved["tf_keras"][1]).all()  # resumed
     assert (model.layers[-1].kernel.numpy() == fresh).all()  # the added layer: its fresh values
 
@@ -132,3 +133,39 @@ def test_plain_variables_are_compared_too_and_the_checkpoints_own_counter_is_not
     tf.train.Checkpoint(weights=tf.Variable(tf.zeros([3])), bias=tf.Variable(0.0)).save(str(tmp_path / "two"))
     shrunk = check(tf.train.Checkpoint(weights=tf.Variable(tf.zeros([3]))), str(tmp_path / "two-1"))
     assert (shrunk.extra, shrunk.missing) == (("bias",), ())  # (its save_counter is no mismatch either)
+
+
+def test_a_tf_module_an_evaluator_and_a_check_that_cannot_run(tf, saved, tmp_path, monkeypatch, caplog):
+    """A variable removed from a tf.Module (an orbit-style program's) is named; an evaluator's model, given without
+    the training's optimizer, fits (only what it has counts); a checkpoint the check cannot read (no object graph)
+    turns the check off with one warning, never refuses the resume."""
+    from raytf._task import restore_fit
+    from raytf._task.tf_runtime import CheckpointWriter
+
+    class Net(tf.Module):
+        def __init__(self, names):
+            super().__init__()
+            for n in names:
+                setattr(self, n, tf.Variable(1.0))
+
+    prefix = str(tmp_path / "module")
+    tf.train.Checkpoint(net=Net(["a", "b"])).write(prefix)
+    fit = restore_fit.check(tf.train.Checkpoint(net=Net(["a"])), prefix)
+    assert (fit.extra, fit.missing) == (("net/b",), ())
+
+    keras = tf.keras  # an evaluator's model for predictions: built, never compiled (no optimizer anywhere)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Flatten(), keras.layers.Dense(3), keras.layers.Dense(1),
+                              keras.layers.Dense(1)])
+    evaluator = CheckpointWriter({"model": model}, is_chief=False, scratch_root=str(tmp_path))
+    with pytest.raises(restore_fit.CheckpointMismatch):
+        evaluator.restore(saved["tf_keras"][0], "ckpt-a", partial=False)  # (as training: the optimizer is lacking)
+    evaluator.restore(saved["tf_keras"][0], "ckpt-a", partial=False, evaluator=True)
+    assert (model.layers[1].kernel.numpy() == saved["tf_keras"][1]).all()
+
+    monkeypatch.setattr(apis, "SWITCHES", apis.Switches())
+    monkeypatch.setattr(restore_fit, "GRAPH_KEY", "_NOT_THERE")
+    with caplog.at_level(logging.WARNING):
+        assert restore_fit.check(tf.train.Checkpoint(net=Net(["a"])), prefix)
+        assert restore_fit.check(tf.train.Checkpoint(net=Net(["a"])), prefix)
+    off = [r.getMessage() for r in caplog.records if "is off" in r.getMessage()]
+    assert len(off) == 1 and "NotFoundError" in off[0]

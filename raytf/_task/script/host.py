@@ -65,6 +65,7 @@ class ScriptHost:
         self._lock = threading.Lock()
         self._last_beat = time.monotonic()
         self._position = (0, 0)  # (epochs completed, step): the events thread writes it, a SIGTERM's thread reads it
+        self._resumed_from: str | None = None  # the checkpoint restored (restore): the last committed, until a commit
         self._uploader: Uploader | None = None
         self._done = threading.Event()
         self.proc: subprocess.Popen | None = None
@@ -87,6 +88,7 @@ class ScriptHost:
         if resume_from is not None:
             self.run_dir.checkpoints.download(resume_from, self.checkpoint_dir, marker=False)
             self._position = (resume_from.epoch, resume_from.step)
+            self._resumed_from = resume_from.name
 
     @property
     def position(self) -> tuple[int, int]:
@@ -285,7 +287,7 @@ class ScriptHost:
         elif isinstance(msg, protocol.Sync):
             if self._uploader is None:
                 self._uploader = Uploader(self.run_dir, self.cfg, self.emit, self._beat, None,
-                                          on_error=self._give_up)
+                                          on_error=self._give_up, resumed_from=self._resumed_from)
             try:
                 self._uploader.submit(msg.path, int(msg.epoch), int(msg.step),
                                       {"attempt": self.attempt, "rank": self.spec.rank, "source": "script"})
