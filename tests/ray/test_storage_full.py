@@ -6,6 +6,7 @@ checkpoint commits, the run succeeds in one attempt; refused past the bound, the
 result.json cannot be written the terminal says so and names the last good checkpoint."""
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -111,7 +112,10 @@ def test_storage_refusing_writes_for_a_while_costs_no_attempt_and_past_the_bound
     assert result.status == "succeeded", result.error
     assert len(result.attempts) == 1 and result.last_checkpoint.endswith("-e000005-s0000000150")
     skipped = [line for line in capfd.readouterr().err.splitlines() if "not committed" in line]
-    assert skipped and "ckpt-n00000002-e000002-s0000000060 not committed" in skipped[0], skipped
+    # (the freeze follows the driver's sight of epoch 1's commit: under load that can come after epoch 2's commit,
+    # and the first checkpoint refused is then epoch 3's)
+    assert skipped and re.search(r"checkpoint ckpt-n0000000[23]-e00000[23]-s00000000[69]0 not committed", skipped[0]), \
+        skipped
     assert "Operation not permitted; training goes on and the next save tries again" in skipped[0]
 
     # Refused for good (past storage.unwritable_timeout_s=1): the run ends in one line naming the last checkpoint
@@ -123,9 +127,11 @@ def test_storage_refusing_writes_for_a_while_costs_no_attempt_and_past_the_bound
     assert result.status == "failed"
     first = str(result.error).splitlines()[0]
     assert "StorageUnwritable: storage refused every checkpoint tried for" in first, first
-    assert "the last checkpoint committed is ckpt-n00000001-e000001-s0000000030: fix the storage" in first, first
+    committed = re.search(r"the last checkpoint committed is (ckpt-n0000000[12]-e00000[12]-s00000000[36]0): fix the "
+                          r"storage", first)
+    assert committed, first
     assert result.attempts[-1]["cause"] == "storage" and len(result.attempts) == 1
     unwritten = [r.getMessage() for r in caplog.records if r.getMessage().startswith("result.json not written")]
     assert len(unwritten) == 1 and "the run ended failed; its last committed checkpoint is " in unwritten[0]
-    assert "ckpt-n00000001-e000001-s0000000030 (a relaunch of run.name=gone resumes from it)" in unwritten[0]
+    assert f"{committed[1]} (a relaunch of run.name=gone resumes from it)" in unwritten[0]
     assert not any("remote traceback" in r.getMessage() for r in caplog.records)  # (its line says all)
