@@ -63,7 +63,7 @@ class _Submitted:
 
 
 class StorageUnwritable(StorageError):
-    """Storage refused every checkpoint for storage.unwritable_timeout_s: the run ends (failure.STORAGE: a retry
+    """Storage refused every checkpoint tried for storage.unwritable_timeout_s: the run ends (failure.STORAGE: a retry
     would commit nothing either); the line names the path, the error and the last checkpoint committed."""
 
     failure_kind = failure.STORAGE
