@@ -22,6 +22,8 @@ TRAINED_BY: dict[str, str] = {
         "tests/ray/test_scaling.py::test_scaling_report_runs_each_count",
     "python -m raytf.launch conf/tutorial_keras.yaml":
         "tests/ray/test_tutorials.py::test_the_keras_tutorial_runs_unmodified_and_a_relaunch_resumes_on_every_worker",
+    "python -m raytf.launch conf/keras3.yaml":
+        "tests/ray/test_keras3.py::test_a_keras_3_script_killed_after_a_commit_resumes_from_its_backup_on_every_worker",
     "python -m raytf.launch conf/tutorial_ctl.yaml":
         "tests/ray/test_tutorials.py::test_the_custom_loop_tutorial_commits_its_checkpoint_manager_saves",
     "python -m raytf.launch conf/orbit_style.yaml":

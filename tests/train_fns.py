@@ -242,20 +242,24 @@ def paced_ps(ctx: raytf.TrainContext) -> None:
 
 def keras_iterations(ctx: raytf.TrainContext) -> None:
     """Keras Model.fit on a small model that reports its optimizer's iteration count with every epoch row;
-    `extra_layers` Dense(1) layers after its own (a changed model, for a relaunch)."""
+    `extra_layers` Dense(1) layers after its own (a changed model, for a relaunch). train.params.keras="keras":
+    the same program written for Keras 3 (`import keras`)."""
+    import importlib
+
     import numpy as np
     import tensorflow as tf
 
+    keras = importlib.import_module(ctx.params["keras"]) if "keras" in ctx.params else tf.keras
     rng = np.random.default_rng(ctx.seed)
     x = rng.normal(size=(512, 8)).astype("float32")
     y = (x.sum(axis=1) > 0).astype("float32")
     with ctx.strategy.scope():
-        extra = [tf.keras.layers.Dense(1) for _ in range(int(ctx.params.get("extra_layers", 0)))]
-        model = tf.keras.Sequential([tf.keras.layers.Input(shape=(8,)), tf.keras.layers.Dense(1), *extra])
-        model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
+        extra = [keras.layers.Dense(1) for _ in range(int(ctx.params.get("extra_layers", 0)))]
+        model = keras.Sequential([keras.layers.Input(shape=(8,)), keras.layers.Dense(1), *extra])
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     ctx.restore(model=model, optimizer=model.optimizer)
 
-    class Iterations(tf.keras.callbacks.Callback):
+    class Iterations(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
             logs["iterations"] = float(model.optimizer.iterations.numpy())
 
@@ -463,17 +467,58 @@ def big_checkpoints(ctx: raytf.TrainContext) -> None:
 
 
 def keras3_fit(ctx: raytf.TrainContext) -> None:
-    """A training function written for Keras 3 (`import keras`): its Model.fit is refused on the cluster, before
-    any step (raytf issue 54)."""
-    import keras
+    """A training function written for Keras 3 (`import keras`): a small classifier on fixed data (256 rows, global
+    batch 32, train.params.seed), fit with ctx.keras_callbacks() and resumed through ctx.restore. Each rank writes
+    exact.json to ctx.log_dir: its final weights, evaluate's loss, and its predictions of the first 8 rows, and
+    saves the model (model.keras) there too. With train.params.shared_dir, every rank's ModelCheckpoint writes one
+    path there, as a program on a shared filesystem does (raytf issue 72: a worker's own saves kept apart). With
+    train.params.batch_norm ("local" or "sync") a BatchNormalization layer; train.params.steps_per_execution for
+    its refusal. For benchmarks/keras3.py: train.params.keras="tf_keras" trains the same with tf-keras, and
+    train.params.steps_per_epoch=0 leaves fit's steps_per_epoch unset (the data not repeated); exact.json has the
+    fit's time and each epoch's."""
+    import importlib
+    import json
+    import os
+    import time
+
     import numpy as np
     import tensorflow as tf
 
+    keras = importlib.import_module(ctx.params.get("keras", "keras"))
+
+    keras.utils.set_random_seed(int(ctx.params.get("seed", 1)))
+    rng = np.random.default_rng(0)
+    x = rng.random((256, 8)).astype("float32")
+    y = (x.sum(1, keepdims=True) > 4).astype("float32")
     with ctx.strategy.scope():
-        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
-        model.compile("sgd", "mse")
-    ds = tf.data.Dataset.from_tensor_slices((np.zeros((32, 8), "float32"), np.zeros((32, 4), "float32"))).batch(8)
-    model.fit(ds, epochs=1)
+        layers = [keras.Input((8,)), keras.layers.Dense(16, activation="relu")]
+        if ctx.params.get("batch_norm"):
+            layers.append(keras.layers.BatchNormalization(synchronized=ctx.params["batch_norm"] == "sync"))
+        model = keras.Sequential([*layers, keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(0.1), keras.losses.BinaryCrossentropy(from_logits=True),
+                      metrics=["accuracy"], steps_per_execution=int(ctx.params.get("steps_per_execution", 1)))
+    initial_epoch = ctx.restore(model=model)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    steps = int(ctx.params.get("steps_per_epoch", 8))
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+    ds = (ds.repeat() if steps else ds).with_options(options)
+    ended: list[float] = []
+    callbacks = [*ctx.keras_callbacks(), keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: ended.append(time.perf_counter()))]
+    if "shared_dir" in ctx.params:
+        callbacks.append(keras.callbacks.ModelCheckpoint(os.path.join(ctx.params["shared_dir"], "model.keras")))
+    began = time.perf_counter()
+    model.fit(ds, epochs=ctx.cfg.train.epochs, initial_epoch=initial_epoch, steps_per_epoch=steps or None,
+              callbacks=callbacks, verbose=0)
+    fit_s = time.perf_counter() - began
+    evaluated = model.evaluate(ds, steps=8, verbose=0, return_dict=True)
+    out = {"weights": [w.numpy().tolist() for w in model.weights], "loss": evaluated["loss"],
+           "predicted": model.predict(x[:8], verbose=0).tolist(), "fit_s": fit_s,
+           "epoch_s": np.diff([began, *ended]).tolist()}
+    with open(os.path.join(ctx.log_dir, "exact.json"), "w") as f:
+        json.dump(out, f)
+    model.save(os.path.join(ctx.log_dir, "model.keras"))  # (each rank in its own directory)
 
 
 def dumps_a_tensor(ctx: raytf.TrainContext) -> None:

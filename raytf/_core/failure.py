@@ -191,7 +191,7 @@ _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|
 # raytf.dataset(name) for a dataset the run was not given (_core/data.DatasetNotGiven), raytf.data_service(ds) for a
 # pipeline the tf.data service cannot run (_core/dataservice.Unservable); a TensorFlow or tf-keras without a private
 # symbol correctness needs (_core/private_apis.PrivateApiMissing: refused at start); Keras 3's Model.fit on a cluster
-# (_task/keras_guard.Keras3Unsupported).
+# (_task/keras3.Keras3Unsupported).
 CONFIG_ERRORS = frozenset({"DatasetNotGiven", "Unservable", "PrivateApiMissing", "Keras3Unsupported"})
 
 

@@ -1,18 +1,62 @@
-"""Keras 3 in a multi-task cluster (raytf issue 54): most TensorFlow code written since TF 2.16 says `import keras`,
-which is Keras 3, and Keras 3's `Model.fit` cannot train under MultiWorkerMirroredStrategy or
-ParameterServerStrategy (keras-team/keras#20585, open: its TensorFlow distribution support is a prototype; TF 2.21
-and Keras 3.15 fail in the first step with "Attempt to convert a value (PerReplica:{...}) with an unsupported type"
-and a dump of the input tensor). tf-keras trains there, and its API is Keras 2's: handing a Keras 3 program tf-keras
-under the name `keras` would break it elsewhere (tf-keras has no `keras.ops`, `keras.config`, `keras.random`,
-`keras.Layer`, `keras.version`, and 38 of Keras 3's layers), so such a program is refused when it calls `fit`, before
-any step, in one line with the two fixes. Pure."""
+"""Keras 3 in a multi-task cluster (raytf issues 54 and 72): most TensorFlow code written since TF 2.16 says
+`import keras`, which is Keras 3, and Keras 3's `Model.fit` fails under MultiWorkerMirroredStrategy with two or more
+workers (keras-team/keras#20585, open) for two small reasons in its TensorFlow trainer
+(`keras/src/backend/tensorflow/trainer.py`, unchanged from Keras 3.5 to the 3.16 development branch):
+
+- before the first step, `TensorFlowTrainer._maybe_symbolic_build` reduces the whole `(x, y)` batch tuple with
+  `strategy.reduce("MEAN", batch, axis=None)`, only to learn its shapes: MirroredStrategy maps that over the tuple,
+  CollectiveAllReduceStrategy does not (TF's cross_device_ops calls convert_to_tensor on the tuple: "Attempt to
+  convert a value (PerReplica:{...})"). A local replica's batch has the same shapes, with no collective at all;
+- at the first step, `reduce_per_replica` reduces each step's scalar logs with `strategy.reduce("MEAN", v, axis=0)`:
+  "Invalid reduction dimension 0" (tensorflow/tensorflow#72388). `axis=None`, the element-wise mean across
+  replicas, is what its MirroredStrategy branch computes.
+
+raytf corrects both in the task processes (_task/keras3.py), only there (Keras 3, the TensorFlow backend, MWMS of
+two or more workers), after checking here that Keras still has the lines it corrects. What cannot work is refused
+before the first step in one line: `fit` under ParameterServerStrategy (Keras 3's trainer has no coordinator
+support), `steps_per_execution > 1` (keras-team/keras#19246: fails under MirroredStrategy too), a Keras whose
+trainer the check does not recognise. Pure."""
 
 from __future__ import annotations
 
+import enum
 import json
+import re
 from typing import Any
 
 UPSTREAM = "keras-team/keras#20585"
+STEPS_PER_EXECUTION_UPSTREAM = "keras-team/keras#19246"
+REDUCTION_UPSTREAM = "tensorflow/tensorflow#72388"
+
+# The lines corrected, as Keras 3.5-3.16 spell them (whitespace aside): the batch reduced whole in
+# _maybe_symbolic_build, and the step logs reduced along axis 0 in reduce_per_replica's multi-worker branch.
+BATCH_REDUCE = 'self.distribute_strategy.reduce("MEAN",maybe_distributed_data_batch,axis=None'
+LOGS_REDUCE = 'strategy.reduce("MEAN",v,axis=0)'
+
+
+class Trainer(enum.Enum):
+    """What the check found in Keras 3's TensorFlow trainer."""
+
+    CORRECTABLE = "correctable"  # both lines there: corrected
+    FIXED = "fixed"  # neither is: an upstream fix, nothing to correct
+    UNKNOWN = "unknown"  # one without the other, or a source not readable: refused
+
+
+def recognise(symbolic_build_source: str | None, reduce_source: str | None) -> Trainer:
+    """Which of the three Keras's trainer is, from the source of `TensorFlowTrainer._maybe_symbolic_build` and of
+    `reduce_per_replica` (None: not readable)."""
+    if symbolic_build_source is None or reduce_source is None:
+        return Trainer.UNKNOWN
+    batch = BATCH_REDUCE in _squeezed(symbolic_build_source)
+    logs = LOGS_REDUCE in _squeezed(reduce_source)
+    if batch and logs:
+        return Trainer.CORRECTABLE
+    return Trainer.FIXED if not batch and not logs else Trainer.UNKNOWN
+
+
+def _squeezed(source: str) -> str:
+    # (code only: a comment quoting the old line is not the line)
+    return re.sub(r"\s+", "", "\n".join(line.split("#", 1)[0] for line in source.splitlines()))
 
 
 def cluster_tasks(tf_config: str | dict[str, Any] | None) -> int:
@@ -29,16 +73,37 @@ def cluster_tasks(tf_config: str | dict[str, Any] | None) -> int:
     return sum(len(v) for k, v in cluster.items() if k != "evaluator" and isinstance(v, list | tuple))
 
 
-def refusal(method: str, keras_version: str, tf_config: str | dict[str, Any] | None,
-            tf_keras_version: str | None) -> str | None:
-    """The line that refuses Keras 3's `Model.<method>` in a task of a cluster of several tasks; None where it may
-    run (a task alone: a single-task strategy, one MWMS worker, the evaluator)."""
-    if not keras_version.startswith("3") or cluster_tasks(tf_config) < 2:
-        return None
+def _tf_keras(tf_keras_version: str | None) -> str:
     installed = f" (tf-keras {tf_keras_version} is installed)" if tf_keras_version else \
         " (pip install tf-keras, the version of your TensorFlow)"
-    return (f"Keras 3 (keras {keras_version}) cannot train with Model.{method} on a cluster of several TensorFlow "
-            f"tasks (MultiWorkerMirroredStrategy, ParameterServerStrategy): its TensorFlow distribution support is a "
-            f"prototype that fails in the first step ({UPSTREAM}). Fix: use tf-keras, which trains there: "
-            f"`import tf_keras as keras`{installed}, or `tf.keras`, which raytf makes tf-keras "
-            "(TF_USE_LEGACY_KERAS=1)")
+    return f"`import tf_keras as keras`{installed}, or `tf.keras`, which raytf makes tf-keras (TF_USE_LEGACY_KERAS=1)"
+
+
+def parameter_server_refusal(keras_version: str, tf_keras_version: str | None, method: str = "fit") -> str:
+    return (f"Keras 3 (keras {keras_version}) cannot run Model.{method} under ParameterServerStrategy: its "
+            f"TensorFlow trainer has no coordinator support ({UPSTREAM}). Fix: use tf-keras there: "
+            f"{_tf_keras(tf_keras_version)}, or MultiWorkerMirroredStrategy (cluster.strategy="
+            "multi_worker_mirrored), where raytf trains Keras 3")
+
+
+def steps_per_execution_refusal(keras_version: str, steps: object) -> str:
+    return (f"Keras 3 (keras {keras_version}) cannot train with steps_per_execution={steps} under a distribution "
+            f"strategy: its TensorFlow trainer fails there, under MirroredStrategy too "
+            f"({STEPS_PER_EXECUTION_UPSTREAM}). Fix: compile with steps_per_execution=1 (the default)")
+
+
+def unknown_trainer_refusal(keras_version: str, why: str, tf_keras_version: str | None) -> str:
+    return (f"Keras 3 (keras {keras_version}) cannot train with Model.fit under MultiWorkerMirroredStrategy "
+            f"({UPSTREAM}), and raytf's correction of its TensorFlow trainer does not recognise this Keras: {why}. "
+            f"Fix: install a Keras raytf was verified with (3.15), or use tf-keras: "
+            f"{_tf_keras(tf_keras_version)}")
+
+
+def batch_norm_hint(layers: list[str]) -> str:
+    """The one warning for a Keras 3 model with BatchNormalization layers that do not synchronize, trained on
+    several workers: their moving statistics are each worker's own."""
+    shown = ", ".join(layers[:3]) + (f" and {len(layers) - 3} more" if len(layers) > 3 else "")
+    return (f"Keras 3's BatchNormalization ({shown}) keeps each worker's own moving mean and variance under "
+            "MultiWorkerMirroredStrategy (tf-keras averages them): the chief's, which raytf commits, saw only its "
+            "own batches. Fix: BatchNormalization(synchronized=True), which also normalises each step over the "
+            "global batch")

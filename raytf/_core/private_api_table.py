@@ -1,52 +1,15 @@
 """The table of raytf/_core/private_apis.py (which callers name; it re-exports every name here): every private API of
-TensorFlow, tf-keras and Ray raytf touches, the feature each serves and what happens without it. Pure data."""
+TensorFlow, tf-keras, Keras 3 (its part: _core/private_api_keras3.py) and Ray raytf touches, the feature each serves
+and what happens without it. Pure data."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+# Keras 3's part of the table (its names are this module's too).
+from raytf._core.private_api_keras3 import *  # noqa: F403
+from raytf._core.private_api_keras3 import KERAS3_APIS, KERAS3_FEATURES
 
-# The versions every symbol below was last checked against (major.minor). tests/task/test_private_apis.py fails on
-# others: re-check the table there, then update this.
-VERIFIED = {"tensorflow": "2.21", "tf_keras": "2.21", "ray": "2.60"}
-# Distribution names, for the version in a message when the package is not imported yet.
-DISTRIBUTIONS = {"tensorflow": ("tensorflow", "tensorflow-cpu", "tf-nightly"), "tf_keras": ("tf-keras", "tf_keras"),
-                  "ray": ("ray",)}
-
-
-@dataclass(frozen=True)
-class Feature:
-    """What a group of private symbols serves. `required`: correctness needs it (the run is refused at start
-    without it); else it is optional and turns off."""
-
-    key: str
-    name: str
-    without: str
-    required: bool = False
-
-
-@dataclass(frozen=True)
-class PrivateApi:
-    """One private symbol: `symbol` is "module:attribute.path". It has "changed" when `params` are not its leading
-    parameters (raytf calls it positionally, or stands in for it), a name in `keywords` is not among its
-    parameters, or a name in `uses` is not among the names its code uses (a global raytf replaces, an attribute
-    raytf sets, a method raytf relies on being called)."""
-
-    symbol: str
-    feature: Feature
-    use: str
-    where: str
-    params: tuple[str, ...] = ()
-    keywords: tuple[str, ...] = ()
-    uses: tuple[str, ...] = ()
-
-    @property
-    def package(self) -> str:
-        return self.symbol.split(".", 1)[0].split(":", 1)[0]
-
-    @property
-    def dotted(self) -> str:
-        return self.symbol.replace(":", ".")
-
+# The records (and the versions checked against), re-exported: callers name private_apis, which names this.
+from raytf._core.private_api_record import DISTRIBUTIONS, VERIFIED, Feature, PrivateApi  # noqa: F401
 
 BREAKDOWN = Feature(
     "breakdown", "the step-time breakdown (metrics.breakdown)",
@@ -125,7 +88,8 @@ RAY_TRAIN_LOOPS = Feature(
 
 FEATURES = (BREAKDOWN, KERAS_RESUME, OWN_WRITES, TENSOR_LOGS, TF_CONFIG_GUARD, EMBEDDED_AUTH, AUTH_CHECK, EMBEDDED,
             DATA_COPY, DATA_EXCLUDE, DATA_ROWS, DATA_COORDINATORS, METRICS_INTERVAL, STANDBY_SLOTS, AVOID_NODES,
-            ITERATOR_TEARDOWN, DRAIN_NOTICES, INFEASIBLE_REQUESTS, SIGNALS_KEPT, RESTORE_FIT, RAY_TRAIN_LOOPS)
+            ITERATOR_TEARDOWN, DRAIN_NOTICES, INFEASIBLE_REQUESTS, SIGNALS_KEPT, RESTORE_FIT, RAY_TRAIN_LOOPS,
+            *KERAS3_FEATURES)
 
 _T = "raytf/_task/timing.py"
 _CB = "raytf/_task/keras_callback.py"
@@ -273,6 +237,7 @@ APIS: tuple[PrivateApi, ...] = (
     DATASET_COPY, EXCLUDE_RESOURCES, META_COUNT, COORD_ACTOR, REPORT_INTERVAL, PG_TABLE, DRAINING_NODES, INFEASIBLE,
     LABEL_SELECTOR, SIGTERM_HANDLER, CHECKPOINT_GRAPH,
     TRAIN_FN_UTILS, SET_TRAIN_FN_UTILS, GET_TRAIN_FN_UTILS, IS_V2_ENABLED,
+    *KERAS3_APIS,
 )
 
 

@@ -194,9 +194,11 @@ class Run:
         attempt.account_loss(latest.step if latest else 0)
         if self._finished_before(attempt, root, latest):
             return self._accept_loss(attempt, root, latest)
-        self._log_failure(attempt, root)
+        ends = verdict.decision is failure.Decision.RAISE
+        if not (ends and root.kind == failure.CONFIG):  # (a refusal's one line is the run's last: said once)
+            self._log_failure(attempt, root)
         attempt.decision, attempt.reason = verdict.decision.value, verdict.reason
-        if verdict.decision is failure.Decision.RAISE:
+        if ends:
             log.error("attempt %d failed (%s): %s; not retrying", attempt.number, attempt.cause, verdict.reason)
             self.error = error
             return self._end(FAILED, error)

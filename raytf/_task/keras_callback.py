@@ -51,7 +51,16 @@ class RaytfCallback(tf.keras.callbacks.Callback):
                                              base_epoch=ctx.epoch, base_step=ctx.step))
             return
         ctx.epoch = ctx.initial_epoch
-        if getattr(self.model, "_training_state", None) is None:
+        if _is_keras3(self.model):
+            # Keras 3's fit asks nothing at its start: the resumed epoch's saved steps are skipped by its epoch
+            # iterator instead (raytf issue 72; _task/keras3.py).
+            _, done = _ResumeMidEpoch(self).maybe_load_initial_counters_from_ckpt(self.params.get("steps"),
+                                                                                 ctx.initial_epoch)
+            if done:
+                from raytf._task import keras3
+
+                keras3.resume_mid_epoch(done)
+        elif getattr(self.model, "_training_state", None) is None:
             # Right after on_train_begin, tf-keras's fit asks model._training_state at which (epoch, step) to
             # start: its own BackupAndRestore resumes mid-epoch that way (tf_keras/src/engine/training.py,
             # Model._maybe_load_initial_counters_from_ckpt). Without it, fit restarts the checkpoint's epoch
@@ -80,6 +89,12 @@ class RaytfCallback(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None) -> None:
         self.ctx.epoch_end(logs)
+
+
+def _is_keras3(model) -> bool:
+    """A Keras 3 model (`import keras`), not tf-keras's: its fit is Keras 3's."""
+    return type(model).__module__.split(".", 1)[0] == "keras" or any(
+        c.__module__.split(".", 1)[0] == "keras" for c in type(model).__mro__)
 
 
 class ScriptCallback(RaytfCallback):

@@ -39,26 +39,32 @@ class RayTrainSteps(RaytfCallback):
 
 @contextlib.contextmanager
 def steps_reported(ctx) -> Iterator[None]:
-    """While the block runs, every tf-keras Model.fit gets RayTrainSteps(ctx) last among its callbacks."""
+    """While the block runs, every tf-keras Model.fit gets RayTrainSteps(ctx) last among its callbacks, and so does
+    every Keras 3 fit (_task/keras3.py's hook)."""
     import tf_keras
+
+    from raytf._task import keras3
 
     model_cls = tf_keras.Model
     original = model_cls.fit
     signature = inspect.signature(original)
     announced: list[int] = []
 
+    def add(callbacks):
+        if hasattr(callbacks, "callbacks") and hasattr(callbacks, "append"):  # a CallbackList (either Keras's)
+            callbacks.append(RayTrainSteps(ctx, announced))
+            return callbacks
+        return [*(callbacks or []), RayTrainSteps(ctx, announced)]
+
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
         bound = signature.bind(self, *args, **kwargs)
-        callbacks = bound.arguments.get("callbacks")
-        if isinstance(callbacks, tf_keras.callbacks.CallbackList):
-            callbacks.append(RayTrainSteps(ctx, announced))
-        else:
-            bound.arguments["callbacks"] = [*(callbacks or []), RayTrainSteps(ctx, announced)]
+        bound.arguments["callbacks"] = add(bound.arguments.get("callbacks"))
         return original(*bound.args, **bound.kwargs)
 
     model_cls.fit = fit
     try:
-        yield
+        with keras3.callbacks_added(add):
+            yield
     finally:
         model_cls.fit = original

@@ -17,7 +17,7 @@ from raytf._core.function import PickledFunction
 from raytf._core.plan import EVALUATOR
 from raytf._core.tasks import TaskOutcome
 from raytf._storage import task_log_dir, task_workdir
-from raytf._task import keras_guard, usercode
+from raytf._task import keras3, usercode
 from raytf._task.call import TaskCall
 from raytf._task.upload import upload_outputs
 
@@ -100,7 +100,7 @@ def run_function(call: TaskCall) -> TaskOutcome:
     tf_runtime = prepare(call)
     times = {"tf_import_start": began, "tf_imported": time.time()}
     evaluator = spec.role == EVALUATOR
-    keras_guard.install()  # (before the program's own imports: its `import keras` is watched)
+    keras3.install()  # (before the program's own imports: its `import keras` is watched)
     fn = (load_function(run.function) if run.function is not None
           else import_entrypoint(cfg.train.eval_entrypoint if evaluator else cfg.train.entrypoint))
     from raytf._task.context import TrainContext, TrainingStopped

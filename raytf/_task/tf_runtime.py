@@ -60,18 +60,14 @@ def keep_own_writes(root: str) -> None:
         return
     write_dirpath, remove_temp_dirpath = dfu.write_dirpath, dfu.remove_temp_dirpath
 
-    def own(dirpath: str) -> bool:
-        path = os.path.realpath(dirpath)
-        return path == _own_root or path.startswith(_own_root + os.sep)
-
     def write_dirpath_own(dirpath, strategy):
-        if own(dirpath):
+        if owns(dirpath):
             tf.io.gfile.makedirs(dirpath)
             return dirpath
         return write_dirpath(dirpath, strategy)
 
     def remove_temp_dirpath_own(dirpath, strategy):
-        if not own(dirpath):
+        if not owns(dirpath):
             remove_temp_dirpath(dirpath, strategy)
 
     # tf-keras looks both up as module globals at each call (write_filepath, ModelCheckpoint, BackupAndRestore).
@@ -79,6 +75,15 @@ def keep_own_writes(root: str) -> None:
 
 
 _own_root: str | None = None
+
+
+def owns(dirpath: str) -> bool:
+    """Whether `dirpath` is in this task's own directories (keep_own_writes' root): written in place by every
+    worker, tf-keras's saves and Keras 3's (_task/keras3.py)."""
+    if _own_root is None:
+        return False
+    path = os.path.realpath(dirpath)
+    return path == _own_root or path.startswith(_own_root + os.sep)
 
 
 def build_strategy(cfg: Config, role: str) -> tf.distribute.Strategy:

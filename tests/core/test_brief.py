@@ -1,7 +1,7 @@
 """Plans and messages that read at 512 ranks (raytf issue 54): lists said briefly, identical tasks as one row, the
 cluster spec as its shape, the start-up table by node. Pure."""
 
-from raytf._core import brief, keras3, preview
+from raytf._core import brief, preview
 from raytf._core.plan import make_plan, task_table
 from raytf._core.progress import misused_report
 from raytf._core.tasks import TaskInfo
@@ -37,22 +37,6 @@ def test_the_start_up_table_groups_tasks_alike_by_node():
     assert table[2].split()[2:4] == ["256-511", "node10000000"]
     two = task_table(infos[:2], plan.tasks).splitlines()
     assert len(two) == 3 and two[1].split()[:2] == ["worker", "0"]
-
-
-def test_keras_3_is_refused_only_on_a_cluster_of_several_tasks_with_both_fixes():
-    two = {"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 0}}
-    one = {"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0}}
-    line = keras3.refusal("fit", "3.15.1", two, "2.21.0")
-    assert line.startswith("Keras 3 (keras 3.15.1) cannot train with Model.fit on a cluster of several TensorFlow")
-    assert keras3.UPSTREAM in line and "`import tf_keras as keras` (tf-keras 2.21.0 is installed)" in line
-    assert "`tf.keras`, which raytf makes tf-keras" in line and "\n" not in line
-    assert keras3.refusal("fit", "3.15.1", one, "2.21.0") is None  # one task: Keras 3 may train alone
-    assert keras3.refusal("fit", "2.21.0", two, None) is None  # (a Keras 2)
-    assert keras3.refusal("fit", "3.15.1", '{"cluster": {"chief": ["h:0"], "ps": ["h:1"]}}', None) is not None
-    assert "pip install tf-keras" in keras3.refusal("fit", "3.15.1", two, None)
-    assert keras3.cluster_tasks("not json") == 0 and keras3.cluster_tasks(None) == 0
-    evaluator = {**two, "task": {"type": "evaluator", "index": 0}}  # (it trains with nobody: Keras 3 may run)
-    assert keras3.refusal("fit", "3.15.1", evaluator, None) is None
 
 
 def test_a_wrong_report_call_is_said_with_the_call_meant():

@@ -98,6 +98,34 @@ def test_a_ray_train_program_from_main_runs_on_raytf(tmp_path, ray_local, no_lea
     assert "entrypoint: <function train_func defined in __main__>" in recorded and "ray_train: true" in recorded
 
 
+@pytest.mark.slow  # step 2: the loop above written for Keras 3 (~20 s)
+@pytest.mark.timeout(240)
+def test_a_ray_train_loop_written_for_keras_3_runs_on_raytf(tmp_path, ray_local, no_leaks):
+    """The same Ray Train loop with `import keras` (Keras 3), which Ray Train's TensorflowTrainer cannot train on
+    two workers (ray-project/ray#47464): through raytf.compat it trains, its Keras steps counted and its epochs
+    reported from both ranks, Ray's Keras callback's checkpoint committed (raytf issue 72)."""
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+
+    from raytf.compat import TensorflowTrainer
+
+    loop = RAY_TRAIN_LOOP.replace("    import tensorflow as tf\n", "    import keras\n    import tensorflow as tf\n")
+    loop = loop.replace("tf.keras.", "keras.")
+    assert "tf.keras" not in loop and "import keras" in loop
+    train_func = as_main(loop)["train_func"]
+    trainer = TensorflowTrainer(
+        train_func, train_loop_config={"lr": 0.05, "epochs": 2, "batch": 8, "name": "compat3"},
+        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(name="compat3", storage_path=str(tmp_path)),
+        datasets={"train": ray.data.from_items(_rows(64))}, raytf_config=["cluster.standby=0"])
+    result = trainer.fit()
+    assert result.error is None, result.error
+    df = result.raytf.metrics
+    epochs = df[(df["kind"] == "epoch") & df["loss"].notna()]
+    assert sorted(epochs["rank"]) == [0, 0, 1, 1] and (df["kind"] == "step").any()
+    assert "model.keras" in os.listdir(result.checkpoint.path)
+
+
 MAIN_TRAIN = '''
 def train(ctx):
     import numpy as np

@@ -472,12 +472,16 @@ def test_interrupt_saves_a_final_checkpoint_at_an_agreed_step(fast_cfg, no_leaks
 
 
 @pytest.mark.slow  # step 2 (two runs); a save at an agreed step in step 1 (the preemption's)
-def test_keras_fit_resumes_mid_epoch_exactly(fast_cfg, no_leaks):
+@pytest.mark.parametrize("keras", ["tf_keras", "keras"])
+def test_keras_fit_resumes_mid_epoch_exactly(fast_cfg, keras, no_leaks):
     """Model.fit interrupted mid-epoch (a save at the agreed step), then relaunched: it resumes at that step, and
-    its optimizer has taken exactly as many steps as an uninterrupted run (no epoch's steps trained twice)."""
+    its optimizer has taken exactly as many steps as an uninterrupted run (no epoch's steps trained twice). With
+    tf-keras and with Keras 3 (`import keras`: raytf issue 72; Keras 3's fit always starts an epoch at its first
+    step)."""
     interrupt_once = _interrupt_once_at(10, [])
     cfg = fast_cfg("run.name=kerasmid", "train.epochs=50", "train.steps_per_epoch=40",
-                   "train.entrypoint=tests.train_fns:keras_iterations", "metrics.every_steps=1")
+                   "train.entrypoint=tests.train_fns:keras_iterations", "metrics.every_steps=1",
+                   f"train.params.keras={keras}")
     with pytest.raises(KeyboardInterrupt):
         raytf.fit(cfg, quiet=True, on_event=interrupt_once)
     saved = int(Path(raytf.load_result(f"{cfg.storage.path}/kerasmid").last_checkpoint).name.split("-s")[1])

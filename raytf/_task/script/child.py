@@ -28,7 +28,7 @@ import sys
 import traceback
 
 from raytf._core import tracebacks
-from raytf._task import keras_guard
+from raytf._task import keras3
 from raytf._task.script import leaving, patches, protocol
 from raytf._task.script.protocol import ChildSpec
 
@@ -244,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     patches.keras_fit(reporter)
     patches.checkpoint_manager(reporter)
-    keras_guard.install()  # the script's own `import keras`: Keras 3's fit refused on a cluster (_core/keras3.py)
+    # The script's own `import keras`: Keras 3's fit corrected or refused on a cluster (_task/keras3.py), with
+    # raytf's callback as tf-keras's fit has it.
+    keras3.install(patches.script_callback_adder(reporter))
     from raytf._task import timing
 
     reporter.split = timing.split(spec.timing)  # installed before the script traces its step
@@ -260,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         _run(spec)
     except SystemExit as e:
         code = _exit_code(e.code)
+    except keras3.Keras3Unsupported as e:
+        # raytf's own refusal: its one line is the run's last (the driver's), with no traceback through raytf's
+        # frames (child.py, runpy, keras3.py) and no second copy of it from this worker's stderr (raytf issue 72).
+        code = 1
+        reporter.exception(type(e).__name__, f"{type(e).__name__}: {e}")
     except BaseException as e:
         traceback.print_exc()
         code = 1

@@ -12,27 +12,37 @@ def keras_fit(reporter) -> None:
     """Every tf-keras Model.fit gets raytf's callback, last, unless the script added one itself."""
     import tf_keras
 
-    from raytf._task.keras_callback import ScriptCallback
-
     model_cls = tf_keras.Model
     original = model_cls.fit
     signature = inspect.signature(original)
+    add = script_callback_adder(reporter)
 
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
         bound = signature.bind(self, *args, **kwargs)
-        callbacks = bound.arguments.get("callbacks")
-        if isinstance(callbacks, tf_keras.callbacks.CallbackList):
-            if not any(isinstance(c, ScriptCallback) for c in callbacks.callbacks):
-                callbacks.append(ScriptCallback(reporter))
-        else:
-            callbacks = list(callbacks or [])
-            if not any(isinstance(c, ScriptCallback) for c in callbacks):
-                callbacks.append(ScriptCallback(reporter))
-            bound.arguments["callbacks"] = callbacks
+        bound.arguments["callbacks"] = add(bound.arguments.get("callbacks"))
         return original(*bound.args, **bound.kwargs)
 
     model_cls.fit = fit
+
+
+def script_callback_adder(reporter):
+    """What adds raytf's callback, last, to a fit's callbacks (a list, or either Keras's CallbackList), unless the
+    script added one itself: tf-keras's fit (keras_fit) and Keras 3's (_task/keras3.py) call it. The callback is
+    tf-keras's class; Keras 3's CallbackList calls its hooks as it calls its own callbacks'."""
+    from raytf._task.keras_callback import ScriptCallback
+
+    def add(callbacks):
+        if hasattr(callbacks, "callbacks") and hasattr(callbacks, "append"):  # a CallbackList the script made
+            if not any(isinstance(c, ScriptCallback) for c in callbacks.callbacks):
+                callbacks.append(ScriptCallback(reporter))
+            return callbacks
+        callbacks = list(callbacks or [])
+        if not any(isinstance(c, ScriptCallback) for c in callbacks):
+            callbacks.append(ScriptCallback(reporter))
+        return callbacks
+
+    return add
 
 
 def checkpoint_manager(reporter) -> None:
