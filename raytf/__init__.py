@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from raytf._core.events import Event
 from raytf._lazy import lazy_attributes
 from raytf._task.report import report
+from raytf._version import __version__  # noqa: F401  (raytf.__version__: its one source)
 from raytf.errors import (
     ConfigError,
     PlacementError,
@@ -75,4 +76,3 @@ __all__ = [
     "sweep",
 ]
 
-__version__ = "0.1.0"

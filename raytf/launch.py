@@ -18,8 +18,8 @@ from raytf.config import load_config, validate_run
 from raytf.errors import ConfigError, PlacementError, RaytfError
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m raytf.launch", description=__doc__.splitlines()[0])
+def _parser(prog: str = "python -m raytf.launch") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("config", help="YAML config file (e.g. conf/local.yaml)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.epochs=5 run.name=exp1")
     p.add_argument("--quiet", action="store_true", help="no progress bars, log lines only")
@@ -55,19 +55,19 @@ def _print(text: str, err: bool = False) -> None:
             pass
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m raytf.launch") -> int:
     """The command (its exit code); the process's own SIGTERM and SIGHUP handlers are put back after it (a test's,
-    a notebook's: main may run in a process that outlives it)."""
+    a notebook's: main may run in a process that outlives it). `prog`: how its usage names it (`raytf launch`)."""
     with signals.for_the_command():
-        return _main(argv)
+        return _main(argv, prog)
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: list[str] | None, prog: str) -> int:
     import time
 
     line = timeline.for_process()  # result.json's `timeline`: where a cold command's seconds go
     line.mark(tl.IMPORTS_DONE, time.time())
-    args = _parser().parse_intermixed_args(argv)
+    args = _parser(prog).parse_intermixed_args(argv)
     # raytf's own lines from INFO up, other libraries' from WARNING up: a first run's matplotlib said "generated new
     # fontManager" at INFO (raytf issue 21: the terminal shows raytf's lines and real problems).
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s",

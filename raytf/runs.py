@@ -165,8 +165,8 @@ def ls(storage_path: str) -> list[dict]:
     return rows
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m raytf.runs", description="Inspect raytf runs.")
+def _parser(prog: str = "python -m raytf.runs") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description="Inspect raytf runs.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_ls = sub.add_parser("ls", help="list the runs under a storage path")
     # The storage as every subcommand takes it (--storage); a path given alone, as before, is taken the same.
@@ -185,8 +185,8 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m raytf.runs") -> int:
+    args = _parser(prog).parse_args(argv)
     try:
         if args.cmd == "ls":
             if args.path and args.storage and args.path != args.storage:

@@ -79,6 +79,7 @@ def tables(log: Log, slowest: int = 15) -> str:
     step2 = [s for w, s in log.marks if w.startswith("step 2")]
     end = [s for w, s in log.marks if w.startswith("the end")]
     docs = [s for w, s in log.marks if w.startswith("the documentation site")]  # (between the steps, if any)
+    wheel = [s for w, s in log.marks if w.startswith("the wheel")]  # (after the docs site, if any)
     out.append("| step | wall |\n|---|---|")
     if step1 and step2:
         first = log.runs[0] if log.runs else None
@@ -89,7 +90,10 @@ def tables(log: Log, slowest: int = 15) -> str:
             out.append(f"| 1, its install and lint (the rest) | {_clock(step1_end - step1[0] - first.seconds)} |")
         if docs:
             out.append(f"| the documentation site (`mkdocs build --strict`, its own environment) | "
-                       f"{_clock(step2[0] - docs[0])} |")
+                       f"{_clock((wheel[0] if wheel else step2[0]) - docs[0])} |")
+        if wheel:
+            out.append(f"| the wheel: built, installed fresh, `raytf init` and a first run outside the clone | "
+                       f"{_clock(step2[0] - wheel[0])} |")
     if step2 and end:
         out.append(f"| 2: the slow tier, two pytest processes side by side | {_clock(end[0] - step2[0])} |")
         for i, run in enumerate(log.runs[1:], 1):

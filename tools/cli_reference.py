@@ -1,7 +1,8 @@
-"""`python -m tools.cli_reference [--write]`: docs/reference/cli.md's help of the two CLIs, `python -m raytf.launch`
-and `python -m raytf.runs` (each subcommand's too), generated from their own argparse parsers so the page cannot
-drift from them. Pure: the parsers are built in this process, which imports no Ray and no TensorFlow (neither CLI
-imports them before it has parsed its arguments). `tests/core/test_docs.py` fails while the page differs.
+"""`python -m tools.cli_reference [--write]`: docs/reference/cli.md's help of the `raytf` command (and its `init`) and
+of the two CLIs it runs, `python -m raytf.launch` and `python -m raytf.runs` (each subcommand's too), generated from
+their own argparse parsers so the page cannot drift from them. Pure: the parsers are built in this process, which
+imports no Ray and no TensorFlow (no CLI imports them before it has parsed its arguments). `tests/core/test_docs.py`
+fails while the page differs.
 
 The help is formatted `WIDTH` columns wide whatever the terminal (argparse otherwise follows `$COLUMNS`), and as the
 running Python's argparse formats it: generate it with CI's Python (3.11), whose page the test compares.
@@ -35,9 +36,11 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 
 def parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     """Every command of the page, in its order: each CLI, then its subcommands."""
+    from raytf import cli as raytf_cli
     from raytf import launch, runs
 
-    out = []
+    # The one `raytf` command first (its launch and runs are the two CLIs below), with its own `init`.
+    out = [("raytf", raytf_cli._parser()), ("raytf init", raytf_cli._init_parser())]
     for cli in (launch._parser(), runs._parser()):
         out.append((cli.prog, cli))
         out += [(f"{cli.prog} {name}", sub) for name, sub in _subcommands(cli).items()]

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = "README.md"
 INDEX = "index.md"  # the README's place on the site
 # Site path -> the repository file served there, for the files outside docs/ that pages link to.
-FROM_REPO = {"benchmarks/RESULTS.md": "benchmarks/RESULTS.md", "benchmarks/scale.png": "benchmarks/scale.png"}
+FROM_REPO = {"benchmarks/RESULTS.md": "benchmarks/RESULTS.md", "benchmarks/scale.png": "benchmarks/scale.png",
+             "CHANGELOG.md": "CHANGELOG.md"}
 DOCS = "docs/"
 
 _LINK = re.compile(r"(\]\()([^)\s]+)(\))")

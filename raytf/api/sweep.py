@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -101,11 +102,27 @@ def _trial(config: dict[str, Any], *, base: dict[str, Any], sweep_name: str,
                  "error": str(result.error) if result.error else None, "done": True})
 
 
+def grid_given_as_overrides(overrides: Any) -> tuple[Mapping[str, Any], None]:
+    """0.1's call, `raytf.sweep(config, {"train.epochs": [1, 2]})` (the grid second, before `space=` existed): the
+    grid taken as `space` with a DeprecationWarning naming the new form, until 0.3 (CHANGELOG.md's policy). Any
+    other call without `space` raises TypeError in one line naming it."""
+    def swept(value: Any) -> bool:  # a grid's list, or a Ray Tune domain (told by its class, Ray not imported)
+        return isinstance(value, list | tuple) or type(value).__module__.startswith("ray.tune")
+
+    if isinstance(overrides, Mapping) and overrides and all(swept(v) for v in overrides.values()):
+        warnings.warn("raytf.sweep(config, {grid}): the grid as the second argument is deprecated since raytf 0.2 "
+                      "and goes in 0.3; pass it as space=: raytf.sweep(config, space={...}) (the second argument "
+                      "is the overrides, as for raytf.fit)", DeprecationWarning, stacklevel=3)
+        return overrides, None
+    raise TypeError("raytf.sweep() needs space=: the values to sweep, {dotted config key: a list of values or a "
+                    "Ray Tune domain}, e.g. raytf.sweep(config, space={\"train.epochs\": [1, 2]})")
+
+
 def sweep(
     config: Config | str | Mapping[str, Any],
     overrides: list[str] | Mapping[str, Any] | None = None,
     *,
-    space: Mapping[str, Any],
+    space: Mapping[str, Any] | None = None,
     train_fn: Any = None,
     eval_fn: Any = None,
     max_concurrent: int = 1,
@@ -145,6 +162,8 @@ def sweep(
     from raytf._core.function import configured
     from raytf._driver.pickling import functions as pack
 
+    if space is None:
+        space, overrides = grid_given_as_overrides(overrides)
     functions = pack(train_fn, eval_fn)  # pickled once, here
     # A Config too: validated here, not once per trial. config.yaml of every trial records the functions.
     base_cfg = validate_run(configured(load_config(config, overrides, program=functions.recorded()), functions))

@@ -102,8 +102,8 @@ def test_the_cli_pages_help_is_the_clis_own():
     assert block == cli_reference.block(), "docs/reference/cli.md differs from the CLIs: run " \
                                            "`python -m tools.cli_reference --write`"
     commands = [c for c, _ in cli_reference.parsers()]
-    assert commands == ["python -m raytf.launch", "python -m raytf.runs", "python -m raytf.runs ls",
-                        "python -m raytf.runs show", "python -m raytf.runs plot"]
+    assert commands == ["raytf", "raytf init", "python -m raytf.launch", "python -m raytf.runs",
+                        "python -m raytf.runs ls", "python -m raytf.runs show", "python -m raytf.runs plot"]
 
 
 def test_the_clis_print_the_pages_help_without_ray_or_tensorflow():
@@ -118,13 +118,14 @@ def test_the_clis_print_the_pages_help_without_ray_or_tensorflow():
             "print('LOADED', sorted(m for m in ('ray', 'tensorflow', 'tf_keras', 'keras') if m in sys.modules))")
     env = {**os.environ, "COLUMNS": str(cli_reference.WIDTH + 2)}  # argparse's width: the terminal's less 2
     helps = dict(cli_reference.parsers())
-    for module in ("raytf.launch", "raytf.runs"):
+    for module, command in [("raytf.cli", "raytf"), ("raytf.launch", "python -m raytf.launch"),
+                            ("raytf.runs", "python -m raytf.runs")]:
         out = subprocess.run([sys.executable, "-c", code, module], capture_output=True, text=True, cwd=ROOT,
                              env=env, timeout=60)
         assert out.returncode == 0, out.stderr
         text, _, loaded = out.stdout.rpartition("LOADED ")
         assert loaded.strip() == "[]", f"{module} --help imported {loaded}"
-        assert text == cli_reference._help(helps[f"python -m {module}"])
+        assert text == cli_reference._help(helps[command])
 
 
 def test_the_api_page_documents_every_public_name():

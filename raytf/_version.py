@@ -1,0 +1,7 @@
+"""raytf's version: the one source of `raytf.__version__`, `raytf --version` and the distribution's metadata
+(pyproject.toml reads it). CHANGELOG.md says what each version changed; the deprecation policy is its head's."""
+
+__version__ = "0.2.0"
+# The distribution's name on the package index (`pip install raytf-trainer`): `raytf` there is another project
+# (0.0.1, 2021, "Tensorflow Cluster on Ray"). The import name and the command stay `raytf`.
+DISTRIBUTION = "raytf-trainer"
