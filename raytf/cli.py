@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import sys
 from importlib import resources
 from pathlib import Path
@@ -66,6 +68,20 @@ def init(argv: list[str]) -> int:
     return 0
 
 
+def _old_form(argv: list[str]) -> str | None:
+    """The config of 0.1's `raytf [options] CONFIG.yaml [key=value ...]` (the command was the launcher), if `argv`
+    is one: launch's own parser finds its config, a YAML file's name or a file that is there. None otherwise (a
+    typo of a subcommand is the usage error that lists them)."""
+    from raytf import launch
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            config = launch._parser().parse_known_intermixed_args(argv)[0].config
+    except SystemExit:
+        return None
+    return config if config.endswith((".yaml", ".yml")) or Path(config).is_file() else None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in SUBCOMMANDS:
@@ -79,18 +95,16 @@ def main(argv: list[str] | None = None) -> int:
 
             return runs.main(rest, prog="raytf runs")
         return init(rest)
-    if argv and not argv[0].startswith("-"):
-        # 0.1's `raytf CONFIG ...` (the command was the launcher): still a launch, for one minor version.
-        print(f"raytf: `raytf {argv[0]} ...` is deprecated since 0.2 and goes in 0.3: use `raytf launch "
-              f"{argv[0]} ...`", file=sys.stderr)
+    if argv and not {"-h", "--help", "--version"} & set(argv) and (config := _old_form(argv)) is not None:
+        # 0.1's form: still a launch, for one minor version (CHANGELOG.md's deprecation policy).
+        print(f"raytf: `raytf {config} ...` is deprecated since 0.2 and goes in 0.3: use `raytf launch {config} "
+              "...`", file=sys.stderr)
         from raytf import launch
 
         return launch.main(argv, prog="raytf launch")
-    args = _parser().parse_args(argv)  # (--help and --version exit here)
-    if args.command is None:
-        _parser().print_help(sys.stderr)
-        return 2
-    return 2
+    args = _parser().parse_args(argv)  # (--help, --version and a usage error exit here)
+    _parser().print_help(sys.stderr)  # (no command given)
+    return 2 if args.command is None else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Keras 3 in a multi-task cluster (raytf issues 54 and 72): most TensorFlow code written since TF 2.16 says
 `import keras`, which is Keras 3, and Keras 3's `Model.fit` fails under MultiWorkerMirroredStrategy with two or more
 workers (keras-team/keras#20585, open) for two small reasons in its TensorFlow trainer
-(`keras/src/backend/tensorflow/trainer.py`, unchanged from Keras 3.5 to the 3.16 development branch):
+(`keras/src/backend/tensorflow/trainer.py`; checked against 3.15.1, read unchanged from 3.5 to the 3.16
+development branch):
 
 - before the first step, `TensorFlowTrainer._maybe_symbolic_build` reduces the whole `(x, y)` batch tuple with
   `strategy.reduce("MEAN", batch, axis=None)`, only to learn its shapes: MirroredStrategy maps that over the tuple,
@@ -24,14 +25,19 @@ import json
 import re
 from typing import Any
 
+from raytf._core.private_api_record import VERIFIED
+
 UPSTREAM = "keras-team/keras#20585"
 STEPS_PER_EXECUTION_UPSTREAM = "keras-team/keras#19246"
 REDUCTION_UPSTREAM = "tensorflow/tensorflow#72388"
 
-# The lines corrected, as Keras 3.5-3.16 spell them (whitespace aside): the batch reduced whole in
-# _maybe_symbolic_build, and the step logs reduced along axis 0 in reduce_per_replica's multi-worker branch.
+# The lines corrected, as Keras spells them (whitespace aside; checked against 3.15.1): the batch reduced whole in
+# _maybe_symbolic_build, and the step logs reduced along axis 0 in reduce_per_replica's multi-worker branch. And
+# what raytf's stand-in for _maybe_symbolic_build repeats of it: the way it takes the first batch from the epoch
+# iterator.
 BATCH_REDUCE = 'self.distribute_strategy.reduce("MEAN",maybe_distributed_data_batch,axis=None'
 LOGS_REDUCE = 'strategy.reduce("MEAN",v,axis=0)'
+FIRST_BATCH = "for_,_,itiniterator:maybe_distributed_data_batch=next(it)"
 
 
 class Trainer(enum.Enum):
@@ -47,10 +53,11 @@ def recognise(symbolic_build_source: str | None, reduce_source: str | None) -> T
     `reduce_per_replica` (None: not readable)."""
     if symbolic_build_source is None or reduce_source is None:
         return Trainer.UNKNOWN
-    batch = BATCH_REDUCE in _squeezed(symbolic_build_source)
+    build = _squeezed(symbolic_build_source)
+    batch = BATCH_REDUCE in build
     logs = LOGS_REDUCE in _squeezed(reduce_source)
     if batch and logs:
-        return Trainer.CORRECTABLE
+        return Trainer.CORRECTABLE if FIRST_BATCH in build else Trainer.UNKNOWN
     return Trainer.FIXED if not batch and not logs else Trainer.UNKNOWN
 
 
@@ -95,7 +102,14 @@ def steps_per_execution_refusal(keras_version: str, steps: object) -> str:
 def unknown_trainer_refusal(keras_version: str, why: str, tf_keras_version: str | None) -> str:
     return (f"Keras 3 (keras {keras_version}) cannot train with Model.fit under MultiWorkerMirroredStrategy "
             f"({UPSTREAM}), and raytf's correction of its TensorFlow trainer does not recognise this Keras: {why}. "
-            f"Fix: install a Keras raytf was verified with (3.15), or use tf-keras: "
+            f"Fix: install a Keras raytf was verified with ({VERIFIED['keras']}), or use tf-keras: "
+            f"{_tf_keras(tf_keras_version)}")
+
+
+def unknown_callbacks_refusal(keras_version: str, why: str, tf_keras_version: str | None) -> str:
+    return (f"Keras 3 (keras {keras_version}): raytf cannot keep a worker's ModelCheckpoint and BackupAndRestore "
+            f"writes apart from the chief's in this Keras ({why}), and two workers writing one path corrupt it. "
+            f"Fix: install a Keras raytf was verified with ({VERIFIED['keras']}), or use tf-keras: "
             f"{_tf_keras(tf_keras_version)}")
 
 

@@ -64,6 +64,14 @@ KERAS3_BACKUP_SAVE = PrivateApi(
     "wrapped on a worker that is not the chief: its paths made its own for the call", _K3W, params=("self",),
     uses=("backup_dir", "_weights_path", "_training_metadata_path", "_prev_weights_path",
           "_prev_training_metadata_path"))
+KERAS3_BACKUP_BEGIN = PrivateApi(
+    "keras.src.callbacks.backup_and_restore:BackupAndRestore.on_train_begin", KERAS3_OWN_WRITES,
+    "wrapped on a worker that is not the chief: on a shared backup it reads, its recovery copies nothing", _K3W,
+    params=("self", "logs"), uses=("_load_model", "_prev_weights_path"))
+KERAS3_BACKUP_LOAD = PrivateApi(
+    "keras.src.callbacks.backup_and_restore:BackupAndRestore._load_model", KERAS3_OWN_WRITES,
+    "what the above reads with (the previous backup's paths swapped in for the call)", _K3W, params=("self",),
+    uses=("_weights_path", "_training_metadata_path"))
 KERAS3_BACKUP_END = PrivateApi(
     "keras.src.callbacks.backup_and_restore:BackupAndRestore.on_train_end", KERAS3_OWN_WRITES,
     "wrapped on a worker that is not the chief: the chief's backup is not deleted", _K3W, params=("self", "logs"),
@@ -72,7 +80,7 @@ KERAS3_BACKUP_END = PrivateApi(
 KERAS3_FEATURES = (KERAS3_MWMS, KERAS3_RESUME, KERAS3_OWN_WRITES)
 KERAS3_APIS = (KERAS3_SYMBOLIC_BUILD, KERAS3_FIT, KERAS3_REDUCE_PER_REPLICA, KERAS3_MAKE_FUNCTION, KERAS3_MULTI_WORKER,
                KERAS3_TREE, KERAS3_EPOCH_STEPS, KERAS3_EPOCH_ITER, KERAS3_CHECKPOINT_SAVE, KERAS3_CHECKPOINT_PATH,
-               KERAS3_BACKUP_SAVE, KERAS3_BACKUP_END)
+               KERAS3_BACKUP_BEGIN, KERAS3_BACKUP_LOAD, KERAS3_BACKUP_SAVE, KERAS3_BACKUP_END)
 
 __all__ = sorted(name for name, value in list(globals().items()) if isinstance(value, (Feature, PrivateApi)))
 __all__ += ["KERAS3_APIS", "KERAS3_FEATURES"]

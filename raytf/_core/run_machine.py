@@ -195,7 +195,9 @@ class Run:
         if self._finished_before(attempt, root, latest):
             return self._accept_loss(attempt, root, latest)
         ends = verdict.decision is failure.Decision.RAISE
-        if not (ends and root.kind == failure.CONFIG):  # (a refusal's one line is the run's last: said once)
+        # A refusal raytf raised itself (failure.CONFIG_ERRORS) that ends the run: its one line is the run's last,
+        # said once (raytf issue 72: it was said three times).
+        if not (ends and root.kind == failure.CONFIG and root.error_type in failure.CONFIG_ERRORS):
             self._log_failure(attempt, root)
         attempt.decision, attempt.reason = verdict.decision.value, verdict.reason
         if ends:

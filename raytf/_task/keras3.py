@@ -180,11 +180,7 @@ def correct_trainer(version: str) -> keras3.Trainer:
     global _corrected
     if _corrected is not None:
         return _corrected
-    for api in apis.by_feature(apis.KERAS3_MWMS):
-        why = apis.problem(api)
-        if why is not None:
-            raise Keras3Unsupported(keras3.unknown_trainer_refusal(version, f"{api.dotted} {why}",
-                                                                    tf_keras_version()))
+    require(apis.KERAS3_MWMS, keras3.unknown_trainer_refusal)
     trainer, _ = apis.owner(apis.KERAS3_REDUCE_PER_REPLICA)
     cls, _ = apis.owner(apis.KERAS3_SYMBOLIC_BUILD)
     found = keras3.recognise(_source(cls._maybe_symbolic_build), _source(trainer.reduce_per_replica))
@@ -196,6 +192,17 @@ def correct_trainer(version: str) -> keras3.Trainer:
         _correct(cls, trainer)
     _corrected = found
     return found
+
+
+def require(feature, refusal: Callable[[str, str, str | None], str]) -> None:
+    """Raise Keras3Unsupported, `refusal(keras version, what is wrong, tf-keras version)`, when a symbol of the
+    private-API table's `feature` is missing or changed in this Keras: before the first step, never mid-run."""
+    for api in apis.by_feature(feature):
+        why = apis.problem(api)
+        if why is not None:
+            keras = sys.modules.get("keras")
+            raise Keras3Unsupported(refusal(str(getattr(keras, "__version__", "?")), f"{api.dotted} {why}",
+                                            tf_keras_version()))
 
 
 def _source(fn) -> str | None:

@@ -33,10 +33,7 @@ class RaytfCallback(tf.keras.callbacks.Callback):
             self._supports_tf_logs = True
 
     def _set_scale(self) -> None:
-        # Under a multi-replica strategy Keras sums the replicas' batch logs ("auto" reduction means
-        # "sum" off TPU); divide so step rows show per-replica means like the epoch rows do.
-        method = getattr(self.model, "distribute_reduction_method", None) or "auto"
-        self._scale = 1.0 / self.ctx.num_replicas if method in ("auto", "sum") else 1.0
+        self._scale = log_scale(self.model, self.ctx.num_replicas)
 
     def on_train_begin(self, logs=None) -> None:
         self._set_scale()
@@ -53,7 +50,10 @@ class RaytfCallback(tf.keras.callbacks.Callback):
         ctx.epoch = ctx.initial_epoch
         if _is_keras3(self.model):
             # Keras 3's fit asks nothing at its start: the resumed epoch's saved steps are skipped by its epoch
-            # iterator instead (raytf issue 72; _task/keras3.py).
+            # iterator instead (raytf issue 72; _task/keras3.py), unless the program's own BackupAndRestore has
+            # decided where fit starts (model._initial_epoch, set by its on_train_begin before this one's).
+            if getattr(self.model, "_initial_epoch", None) is not None:
+                return
             _, done = _ResumeMidEpoch(self).maybe_load_initial_counters_from_ckpt(self.params.get("steps"),
                                                                                  ctx.initial_epoch)
             if done:
@@ -89,6 +89,28 @@ class RaytfCallback(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None) -> None:
         self.ctx.epoch_end(logs)
+
+
+def appended(callbacks, callback, unless: type | None = None):
+    """`callbacks` as a fit takes them (None, a list, or either Keras's CallbackList) with `callback` last, unless
+    one of type `unless` is there already: raytf's callback in a script's fit (script/patches.py) and a Ray Train
+    loop's (raytrain_keras.py), tf-keras's or Keras 3's."""
+    listed = callbacks.callbacks if hasattr(callbacks, "callbacks") and hasattr(callbacks, "append") else None
+    if listed is None:
+        callbacks = list(callbacks or [])
+    if unless is None or not any(isinstance(c, unless) for c in (listed if listed is not None else callbacks)):
+        callbacks.append(callback)
+    return callbacks
+
+
+def log_scale(model, replicas: int) -> float:
+    """What a fit's batch logs are multiplied by so that step rows show per-replica means, as the epoch rows do.
+    Under a multi-replica strategy tf-keras sums the replicas' batch logs ("auto" reduction means "sum" off TPU);
+    Keras 3's "auto" is the mean (keras/src/backend/tensorflow/trainer.py, reduce_per_replica), as is raytf's
+    correction of it under MWMS."""
+    method = getattr(model, "distribute_reduction_method", None) or "auto"
+    summed = method == "sum" or (method == "auto" and not _is_keras3(model))
+    return 1.0 / replicas if summed else 1.0
 
 
 def _is_keras3(model) -> bool:

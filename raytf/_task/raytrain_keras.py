@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Iterator
 
 from raytf._core import events as ev
-from raytf._task.keras_callback import RaytfCallback
+from raytf._task.keras_callback import RaytfCallback, appended, log_scale
 
 
 class RayTrainSteps(RaytfCallback):
@@ -23,8 +23,7 @@ class RayTrainSteps(RaytfCallback):
 
     def on_train_begin(self, logs=None) -> None:
         replicas = int(self.model.distribute_strategy.num_replicas_in_sync)
-        method = getattr(self.model, "distribute_reduction_method", None) or "auto"
-        self._scale = 1.0 / replicas if method in ("auto", "sum") else 1.0  # (see RaytfCallback._set_scale)
+        self._scale = log_scale(self.model, replicas)
         self._skip = 0
         if replicas not in self._announced:
             self._announced.append(replicas)
@@ -51,10 +50,7 @@ def steps_reported(ctx) -> Iterator[None]:
     announced: list[int] = []
 
     def add(callbacks):
-        if hasattr(callbacks, "callbacks") and hasattr(callbacks, "append"):  # a CallbackList (either Keras's)
-            callbacks.append(RayTrainSteps(ctx, announced))
-            return callbacks
-        return [*(callbacks or []), RayTrainSteps(ctx, announced)]
+        return appended(callbacks, RayTrainSteps(ctx, announced))
 
     @functools.wraps(original)
     def fit(self, *args, **kwargs):

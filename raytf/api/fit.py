@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from raytf._core.attempt_record import FAILED
+from raytf.api.deprecation import renamed_keyword
 from raytf.config import Config, load_config
 
 if TYPE_CHECKING:
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from raytf.api.result import Result
 
 
+@renamed_keyword("cfg", "config")
 def fit(
     config: Config | str | dict,
     overrides: list[str] | dict | None = None,

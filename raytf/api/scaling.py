@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from raytf.api.deprecation import renamed_keyword
 from raytf.config import Config, Strategy, load_config, script_mode
 from raytf.errors import ConfigError, PlacementError, RaytfError
 
@@ -67,6 +68,7 @@ def with_speedup(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return table[COLUMNS]
 
 
+@renamed_keyword("cfg", "config")
 def scaling(config: Config | str | dict, overrides: list[str] | Mapping[str, Any] | None = None, *,
             workers: Sequence[int] = (1, 2, 4), train_fn: Any = None, eval_fn: Any = None,
             quiet: bool = False) -> pd.DataFrame:

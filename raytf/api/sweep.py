@@ -10,10 +10,11 @@ import os
 import shutil
 import sys
 import tempfile
-import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from raytf.api.deprecation import renamed_keyword
+from raytf.api.deprecation import warn as deprecated
 from raytf.config import Config, SweepConfig, load_config, to_dict, validate_run
 from raytf.config.rules import check_space
 from raytf.errors import ConfigError
@@ -105,19 +106,36 @@ def _trial(config: dict[str, Any], *, base: dict[str, Any], sweep_name: str,
 def grid_given_as_overrides(overrides: Any) -> tuple[Mapping[str, Any], None]:
     """0.1's call, `raytf.sweep(config, {"train.epochs": [1, 2]})` (the grid second, before `space=` existed): the
     grid taken as `space` with a DeprecationWarning naming the new form, until 0.3 (CHANGELOG.md's policy). Any
-    other call without `space` raises TypeError in one line naming it."""
-    def swept(value: Any) -> bool:  # a grid's list, or a Ray Tune domain (told by its class, Ray not imported)
-        return isinstance(value, list | tuple) or type(value).__module__.startswith("ray.tune")
+    other call without `space` raises TypeError in one line naming it; so does a mapping that sets a key whose
+    value is itself a list (train.args: its list is an override, not an axis)."""
+    def swept(value: Any) -> bool:  # a grid's list, tune.grid_search's {"grid_search": [...]}, or a Tune domain
+        return (isinstance(value, list | tuple) or (isinstance(value, Mapping) and "grid_search" in value)
+                or _is_domain(value))
 
+    needs = ("raytf.sweep() needs space=: the values to sweep, {dotted config key: a list of values or a Ray Tune "
+             "domain}, e.g. raytf.sweep(config, space={\"train.epochs\": [1, 2]})")
     if isinstance(overrides, Mapping) and overrides and all(swept(v) for v in overrides.values()):
-        warnings.warn("raytf.sweep(config, {grid}): the grid as the second argument is deprecated since raytf 0.2 "
-                      "and goes in 0.3; pass it as space=: raytf.sweep(config, space={...}) (the second argument "
-                      "is the overrides, as for raytf.fit)", DeprecationWarning, stacklevel=3)
+        listed = [k for k in overrides if _list_valued(str(k))]
+        if listed:
+            raise TypeError(f"{needs}; the second argument is the overrides ({', '.join(listed)} take a list)")
+        deprecated("raytf.sweep(config, {grid}), the grid as the second argument", "pass it as space=: "
+                   "raytf.sweep(config, space={...}) (the second argument is the overrides, as for raytf.fit)",
+                   stacklevel=5)  # (warn, this, sweep, its keyword shim, the caller)
         return overrides, None
-    raise TypeError("raytf.sweep() needs space=: the values to sweep, {dotted config key: a list of values or a "
-                    "Ray Tune domain}, e.g. raytf.sweep(config, space={\"train.epochs\": [1, 2]})")
+    raise TypeError(needs)
 
 
+def _list_valued(key: str) -> bool:
+    """Whether the config key takes a list as its value (its default is one: train.args, train.python_path)."""
+    node: Any = Config()
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(node) or not hasattr(node, part):
+            return False
+        node = getattr(node, part)
+    return isinstance(node, list | tuple)
+
+
+@renamed_keyword("cfg", "config")
 def sweep(
     config: Config | str | Mapping[str, Any],
     overrides: list[str] | Mapping[str, Any] | None = None,

@@ -65,6 +65,15 @@ def test_the_old_command_still_launches_saying_the_new_form(monkeypatch, capsys)
     assert "deprecated since 0.2 and goes in 0.3" in err and "`raytf launch conf/local.yaml ...`" in err
     assert cli.main(["launch", "conf/local.yaml"]) == 0 and calls[-1] == (["conf/local.yaml"], "raytf launch")
     assert capsys.readouterr().err == ""
+    # Options first, as 0.1's launcher took them; a mistyped subcommand is a usage error naming the commands.
+    assert cli.main(["--quiet", "conf/local.yaml"]) == 0 and calls[-1] == (["--quiet", "conf/local.yaml"],
+                                                                           "raytf launch")
+    assert "`raytf launch conf/local.yaml ...`" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["lanch", "x.yaml"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "invalid choice: 'lanch'" in err and "launch" in err and "init" in err
+    assert len(calls) == 3
 
 
 def test_the_old_positional_grid_of_sweep_still_sweeps_with_a_deprecation_warning():
@@ -77,6 +86,28 @@ def test_the_old_positional_grid_of_sweep_still_sweeps_with_a_deprecation_warnin
         for not_a_grid in ({"train.epochs": 2}, ["train.epochs=2"], None, {}):
             with pytest.raises(TypeError, match=r"raytf\.sweep\(\) needs space="):
                 sweep_module.grid_given_as_overrides(not_a_grid)
+    # tune.grid_search's form is a grid too; a key whose value is a list is an override, never swept.
+    with pytest.warns(DeprecationWarning):
+        assert sweep_module.grid_given_as_overrides({"train.epochs": {"grid_search": [1, 2]}})[0]
+    with pytest.raises(TypeError, match=r"train\.args take a list"):
+        sweep_module.grid_given_as_overrides({"train.args": ["--x", "1"]})
     # Through raytf.sweep itself: the warning, then the config's own check (nothing runs: the key is wrong).
     with pytest.warns(DeprecationWarning), pytest.raises(raytf.ConfigError, match="no_such_key"):
         raytf.sweep({"no_such_key": 1}, {"train.epochs": [1, 2]})
+
+
+def test_the_old_cfg_keyword_still_works_with_a_deprecation_warning_pointing_at_the_caller():
+    """0.1's fit, sweep and scaling took their config as `cfg=`; `config=` since 0.2. The warning points at the
+    caller's line; nothing runs here (the key is wrong: the config's own check raises). (raytf.fit, shimmed the same
+    way, connects to Ray before it checks the config: its keyword is refused here only when given twice.)"""
+    for call in (lambda: raytf.sweep(cfg={"no_such_key": 1}, space={"train.epochs": [1]}),
+                 lambda: raytf.scaling(cfg={"no_such_key": 1}, workers=[1])):
+        with pytest.warns(DeprecationWarning, match=r"\(cfg=\.\.\.\) is deprecated since raytf 0\.2") as seen, \
+                pytest.raises(raytf.ConfigError, match="no_such_key"):
+            call()
+        assert seen[0].filename == __file__
+    with pytest.raises(TypeError, match="give the config once"):
+        raytf.fit({"train": {}}, cfg={"train": {}})
+    with pytest.warns(DeprecationWarning) as seen, pytest.raises(raytf.ConfigError):
+        raytf.sweep({"no_such_key": 1}, {"train.epochs": [1, 2]})
+    assert seen[0].filename == __file__  # (the positional grid's warning too)

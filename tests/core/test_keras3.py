@@ -37,6 +37,9 @@ def test_the_trainer_is_recognised_by_the_two_lines_it_corrects():
     assert keras3.recognise(fixed_build, REDUCE) is keras3.Trainer.UNKNOWN
     assert keras3.recognise(SYMBOLIC_BUILD, fixed_reduce) is keras3.Trainer.UNKNOWN
     assert keras3.recognise(None, REDUCE) is keras3.Trainer.UNKNOWN
+    # raytf's stand-in repeats how Keras takes the first batch: another way of taking it is not the trainer known.
+    other_loop = SYMBOLIC_BUILD.replace("for _, _, it in iterator:", "for it in iterator:")
+    assert keras3.recognise(other_loop, REDUCE) is keras3.Trainer.UNKNOWN
     # A comment quoting the old line is not the line.
     assert keras3.recognise(fixed_build, fixed_reduce + '    # was strategy.reduce("MEAN", v, axis=0)\n') \
         is keras3.Trainer.FIXED
@@ -67,6 +70,8 @@ def test_what_cannot_train_is_refused_in_one_line_naming_the_fix():
     unknown = keras3.unknown_trainer_refusal("3.99.0", "x.y is missing", None)
     assert "keras 3.99.0" in unknown and "x.y is missing" in unknown and "(3.15)" in unknown
     assert "\n" not in unknown
+    writes = keras3.unknown_callbacks_refusal("3.99.0", "x.y changed", "2.21.0")
+    assert "ModelCheckpoint and BackupAndRestore" in writes and "x.y changed" in writes and "\n" not in writes
 
 
 def test_batch_normalization_that_does_not_synchronize_is_said_once_with_the_fix():

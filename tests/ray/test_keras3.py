@@ -100,6 +100,10 @@ def test_a_keras_3_function_trains_on_two_workers_exactly_as_one_process_and_its
     assert abs(alone["loss"] - rank0["loss"]) < 1e-5 and rank0["loss"] == rank1["loss"]
     epochs = two.metrics[two.metrics["kind"] == "epoch"]
     assert sorted(epochs["rank"]) == [0, 0, 1, 1] and two.checkpoints  # (raytf's rows and commits)
+    # A step row at an epoch's last step shows the epoch's own loss (Keras 3's step logs are the replicas' mean:
+    # they were shown halved, as tf-keras's sums are divided).
+    rows = two.metrics[two.metrics["rank"] == 0].set_index(["kind", "step"])["loss"]
+    assert abs(rows[("step", 8)] - rows[("epoch", 8)]) <= 1e-6 * abs(rows[("epoch", 8)]), rows
     assert sorted(p.name for p in shared.iterdir()) == ["model.keras"]  # (no workertemp_1 left)
     probe = ("import json, sys, numpy as np, keras\n"
              "x = np.random.default_rng(0).random((256, 8)).astype('float32')[:8]\n"
@@ -123,6 +127,9 @@ def test_keras_3_under_parameter_server_is_refused_and_a_dumped_tensor_is_told_w
     assert error.root.kind == "config" and len(error.result.attempts) == 1, error
     assert "Keras 3 (keras 3." in str(error) and "under ParameterServerStrategy" in str(error)
     assert "cluster.strategy=multi_worker_mirrored" in str(error)
+    # One line, then where in the program: no frame of raytf's own (its fit wrapper raised it).
+    line, *where = error.root.message.splitlines()
+    assert line.startswith("Keras3Unsupported: Keras 3") and all("raytf/" not in w for w in where), where
 
     with pytest.raises(raytf.TrainingFailedError) as raised:
         raytf.fit(fast_cfg("run.name=dump", "train.entrypoint=tests.train_fns:dumps_a_tensor"), quiet=True)
@@ -175,3 +182,26 @@ def test_a_keras_3_script_killed_after_a_commit_resumes_from_its_backup_on_every
     committed = [Path(c) for c in result.checkpoints]
     assert any((c / "backup" / "training_metadata.json").exists() for c in committed[:-1]), committed
     assert (Path(result.run_dir) / "workdir/worker0/saved_model/model.keras").exists()
+
+
+@pytest.mark.slow  # step 2: two 2-worker runs (~45 s)
+@pytest.mark.timeout(400)
+def test_batch_normalization_that_does_not_synchronize_is_said_once_and_synchronized_is_exact(fast_cfg, no_leaks):
+    """Keras 3's BatchNormalization under MWMS keeps each worker's moving statistics (tf-keras averages them): the
+    ranks' differ, and the chief says once how to get them averaged (synchronized=True), which makes them equal."""
+
+    import raytf
+
+    runs = {mode: raytf.fit(fast_cfg(f"run.name=bn{mode}", "train.entrypoint=tests.train_fns:keras3_fit",
+                                     f"train.params.batch_norm={mode}"), quiet=True) for mode in ("local", "sync")}
+    apart = {}
+    for mode, result in runs.items():
+        assert result.status == "succeeded", result.error
+        rank0, rank1 = _exact(result.run_dir, 0), _exact(result.run_dir, 1)
+        apart[mode] = _max_difference(rank0["weights"], rank1["weights"])
+        logs = [(Path(result.run_dir) / f"logs/worker{r}-attempt1.log").read_text() for r in (0, 1)]
+        told = [log.count("BatchNormalization(synchronized=True)") for log in logs]
+        assert told == ([1, 0] if mode == "local" else [0, 0]), (mode, told)
+    print(f"max |rank 0 - rank 1| with BatchNormalization: local {apart['local']:.2e}, synchronized "
+          f"{apart['sync']:.2e}")
+    assert apart["local"] > 1e-4 and apart["sync"] == 0.0, apart

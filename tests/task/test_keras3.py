@@ -20,16 +20,21 @@ def k3(tf, monkeypatch):
     import keras
     from keras.src.backend.tensorflow import trainer
     from keras.src.callbacks import backup_and_restore, model_checkpoint
+    from keras.src.trainers import epoch_iterator
 
     from raytf._task import keras3, keras3_writes
 
     for owner, name in [(trainer.TensorFlowTrainer, "_maybe_symbolic_build"), (trainer, "reduce_per_replica"),
                         (model_checkpoint.ModelCheckpoint, "_save_model"),
+                        (backup_and_restore.BackupAndRestore, "on_train_begin"),
                         (backup_and_restore.BackupAndRestore, "_save_model"),
-                        (backup_and_restore.BackupAndRestore, "on_train_end"), (keras.Model, "fit")]:
+                        (backup_and_restore.BackupAndRestore, "on_train_end"),
+                        (epoch_iterator.EpochIterator, "_enumerate_iterator"),
+                        (keras.Model, "fit"), (keras.Model, "evaluate"), (keras.Model, "predict")]:
         monkeypatch.setattr(owner, name, getattr(owner, name))
-    monkeypatch.setattr(keras3, "_corrected", None)
-    monkeypatch.setattr(keras3_writes, "_apart", False)
+    for module, name, fresh in [(keras3, "_corrected", None), (keras3, "_skipping", False), (keras3, "_skip_next", 0),
+                                (keras3, "_warned_batch_norm", False), (keras3_writes, "_apart", False)]:
+        monkeypatch.setattr(module, name, fresh)
     apis.SWITCHES.reset()
     yield keras3
     apis.SWITCHES.reset()
@@ -56,7 +61,7 @@ def test_the_correction_is_applied_once_recognised_and_one_process_trains_as_ker
     assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
 
 
-def test_a_changed_symbol_or_unknown_lines_refuse_the_fit_in_one_line(k3, monkeypatch):
+def test_a_changed_symbol_refuses_the_fit_in_one_line(k3, monkeypatch):
     from keras.src.backend.tensorflow import trainer
 
     monkeypatch.setattr(trainer, "reduce_per_replica", lambda values, strategy: values)  # (as a Keras that changed it)
@@ -65,13 +70,20 @@ def test_a_changed_symbol_or_unknown_lines_refuse_the_fit_in_one_line(k3, monkey
     line = str(e.value)
     assert "\n" not in line and "reduce_per_replica changed" in line and "keras 3.15.1" in line
     assert "import tf_keras as keras" in line and e.value.failure_kind == "config"
-    monkeypatch.undo()
+    assert k3._corrected is None  # (nothing corrected: the next fit asks again)
 
-    monkeypatch.setattr(k3, "_corrected", None)
-    monkeypatch.setattr(k3, "_source", lambda fn: "def f(): pass")  # (a trainer whose lines are others)
-    monkeypatch.setattr(pure, "recognise", lambda a, b: pure.Trainer.UNKNOWN)
+
+def test_lines_that_are_not_the_ones_known_refuse_the_fit_and_correct_nothing(k3, monkeypatch):
+    from keras.src.backend.tensorflow import trainer
+
+    original = trainer.reduce_per_replica
+    real_source = k3._source
+    # Keras's own source with its step-logs line edited, as a Keras that rewrote the line differently would have.
+    monkeypatch.setattr(k3, "_source", lambda fn: real_source(fn).replace('strategy.reduce("MEAN", v, axis=0)',
+                                                                          'strategy.reduce("MEAN", v, axis=1)'))
     with pytest.raises(k3.Keras3Unsupported, match="not the ones corrected"):
         k3.correct_trainer("3.15.1")
+    assert trainer.reduce_per_replica is original
 
 
 def test_a_worker_not_the_chief_writes_its_keras_3_saves_apart_and_keeps_the_chiefs_backup(k3, monkeypatch, tmp_path):
@@ -109,3 +121,19 @@ def test_the_chief_writes_where_the_program_says(k3, monkeypatch, tmp_path):
     keep_writes_apart()
     _small_fit([keras.callbacks.ModelCheckpoint(str(tmp_path / "model.keras"))])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.keras"]
+
+
+def test_step_rows_show_per_replica_means_for_both_kerases(k3):
+    """tf-keras's "auto" reduction sums the replicas' batch logs, Keras 3's takes their mean (and so does raytf's
+    correction under MWMS): raytf's callback divides only the sums (a Keras 3 step row was half its epoch row)."""
+    import keras
+    import tf_keras
+
+    from raytf._task.keras_callback import log_scale
+
+    k3_model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    tfk_model = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(1)])
+    assert log_scale(k3_model, 2) == 1.0 and log_scale(tfk_model, 2) == 0.5
+    tfk_model.compile("sgd", "mse")
+    tfk_model.distribute_reduction_method = "first"
+    assert log_scale(tfk_model, 2) == 1.0

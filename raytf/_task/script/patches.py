@@ -30,19 +30,9 @@ def script_callback_adder(reporter):
     """What adds raytf's callback, last, to a fit's callbacks (a list, or either Keras's CallbackList), unless the
     script added one itself: tf-keras's fit (keras_fit) and Keras 3's (_task/keras3.py) call it. The callback is
     tf-keras's class; Keras 3's CallbackList calls its hooks as it calls its own callbacks'."""
-    from raytf._task.keras_callback import ScriptCallback
+    from raytf._task.keras_callback import ScriptCallback, appended
 
-    def add(callbacks):
-        if hasattr(callbacks, "callbacks") and hasattr(callbacks, "append"):  # a CallbackList the script made
-            if not any(isinstance(c, ScriptCallback) for c in callbacks.callbacks):
-                callbacks.append(ScriptCallback(reporter))
-            return callbacks
-        callbacks = list(callbacks or [])
-        if not any(isinstance(c, ScriptCallback) for c in callbacks):
-            callbacks.append(ScriptCallback(reporter))
-        return callbacks
-
-    return add
+    return lambda callbacks: appended(callbacks, ScriptCallback(reporter), unless=ScriptCallback)
 
 
 def checkpoint_manager(reporter) -> None:
