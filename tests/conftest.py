@@ -249,3 +249,19 @@ def benchmark_smoke(module: str, timeout_s: float):
                          timeout=timeout_s)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out
+
+
+def kill_at_a_commit_before(last_epoch: int, actor: str, killed: list[int]):
+    """An on_event that kills the task actor named `actor` (a worker lost, with its script) at the first checkpoint
+    commit of an epoch before `last_epoch`, noting that epoch in `killed`. Any commit before the last: under load
+    the driver may see epoch 1's commit late (with 3 epochs the first commit seen was once the final one, and the
+    kill came after training)."""
+    def on_event(e):
+        if e.kind == "checkpoint" and not killed and e.payload.epoch < last_epoch:
+            import ray
+
+            killed.append(e.payload.epoch)
+            ray.kill(ray.get_actor(actor), no_restart=True)
+
+    return on_event
+

@@ -152,25 +152,19 @@ def test_a_keras_3_script_killed_after_a_commit_resumes_from_its_backup_on_every
     """examples/keras3_mwms.py (conf/keras3.yaml), unmodified: worker 1 killed after a commit; the retry's
     BackupAndRestore (Keras 3's, under $RAYTF_CHECKPOINT_DIR) resumes at the committed epoch on both workers, the
     run finishes, and every epoch is a metrics row."""
-    import ray
-
     import raytf
     from tests import documented
+    from tests.conftest import kill_at_a_commit_before
 
     killed: list[int] = []
     epochs = 6
-
-    def kill_after_a_commit(e):
-        if e.kind == "checkpoint" and not killed and e.payload.epoch < epochs:  # (seen late under load: any before
-            killed.append(e.payload.epoch)                                      # the last epoch's)
-            ray.kill(ray.get_actor("raytf:k3kill:worker:1"), no_restart=True)
 
     cfg = documented.config(
         "python -m raytf.launch conf/keras3.yaml", f"storage.path={tmp_path / 'runs'}", "run.name=k3kill",
         "metrics.flush_interval_s=0",
         f"train.args=[--epochs,'{epochs}',--steps-per-epoch,'10',--checkpoint-dir,'{{checkpoint_dir}}/ckpt',"
         "--backup-dir,'{checkpoint_dir}/backup']")
-    result = raytf.fit(cfg, quiet=True, on_event=kill_after_a_commit)
+    result = raytf.fit(cfg, quiet=True, on_event=kill_at_a_commit_before(epochs, "raytf:k3kill:worker:1", killed))
     assert killed, f"no commit was seen before epoch {epochs}'s"
     assert result.status == "succeeded", result.error
     assert [a["cause"] for a in result.attempts] == ["system", None], result.attempts

@@ -226,24 +226,17 @@ def test_a_scripts_backup_under_its_checkpoint_directory_is_committed_whole_and_
     BackupAndRestore under it: a commit holds both directories' newest checkpoints whole, so that after worker 1 is
     killed the retry's BackupAndRestore restores and the run finishes (raytf issue 71: the backup's state file was
     committed without the ckpt it names; the retry failed with NotFoundError, classified the program's)."""
-    import ray
+    from tests.conftest import kill_at_a_commit_before
 
     killed: list[int] = []
     epochs = 8
-
-    def kill_after_the_first_commit(e):
-        # The driver may see epoch 1's commit late under load (a busy CI side): any commit before the last epoch's
-        # leaves training to kill into (with 3 epochs, the first commit seen was once the final one).
-        if e.kind == "checkpoint" and not killed and e.payload.epoch < epochs:
-            killed.append(e.payload.epoch)
-            ray.kill(ray.get_actor("raytf:backup:worker:1"), no_restart=True)  # (a worker lost, with its script)
 
     cfg = documented.config(
         "python -m raytf.launch conf/tutorial_keras.yaml", f"storage.path={tmp_path / 'runs'}", "run.name=backup",
         "metrics.flush_interval_s=0",
         f"train.args=[--epochs,'{epochs}',--steps-per-epoch,'10',--checkpoint-dir,'{{checkpoint_dir}}',"
         "--backup-dir,'{checkpoint_dir}/backup',--log-dir,'{log_dir}']")
-    result = raytf.fit(cfg, quiet=True, on_event=kill_after_the_first_commit)
+    result = raytf.fit(cfg, quiet=True, on_event=kill_at_a_commit_before(epochs, "raytf:backup:worker:1", killed))
     assert killed, f"no commit was seen before epoch {epochs}'s"
     assert result.status == "succeeded", result.error
     assert len(result.attempts) == 2, result.attempts
