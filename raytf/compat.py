@@ -31,12 +31,20 @@ RunConfig's storage_filesystem (an error: pass a URI), callbacks, logging_config
 checkpoint_score_attribute (raytf keeps the newest); FailureConfig's controller_failure_limit (raytf's driver's own
 errors count against max_failures), relax_collectives_on_preemption and preemption_grace_s (every worker saves at
 once at the notice); `dataset_config` (every dataset is split equally, Ray's default); `tensorflow_config`;
-`validation_config` (an error); `metadata` and `resume_from_checkpoint` (refused by Ray Train v2 as well);
+`validation_config` (an error); `metadata`, and `resume_from_checkpoint` but under Ray Train v1 (refused by Ray
+Train v2 as well; v1's: get_checkpoint() returns it until the run commits one of its own);
 `Result.return_value` (None); metrics that are not numbers (raytf's metrics table holds numbers). Differences:
 `Result.metrics` is rank 0's report of the newest checkpoint (its last report when none was committed);
 `metrics_dataframe` holds every report of rank 0, one row each (Ray Train's: one per checkpoint kept); a checkpoint
 directory holds raytf's `_COMMITTED.json` manifest beside the loop's files; only rank 0's reported checkpoint is
 kept (Ray Train merges every rank's files).
+
+Ray Train v1's API (RAY_TRAIN_V2_ENABLED=0, as Ray's own CI still runs its TensorFlow tests) is mapped as v2's is:
+its ScalingConfig, RunConfig, CheckpointConfig and FailureConfig (ray.air.config's) are read the same way (its own
+settings, e.g. RunConfig's stop, sync_config, verbose, log_to_file, progress_reporter, FailureConfig's fail_fast,
+ScalingConfig's trainer_resources, warned of and ignored); in the loop, v1's `ray.train.report`, `get_checkpoint`,
+`get_context()` and `get_dataset_shard` reach raytf as v2's do (each task sets both seams, whichever its process
+bound); a failure raises this module's TrainingFailedError, which is v1's `ray.train.TrainingFailedError` too.
 
 `raytf_config=` (not Ray's) takes raytf overrides on top, e.g. `["failure.hang_timeout_s=3600"]`: a rank that
 reports no Keras step and no `ray.train.report` for failure.hang_timeout_s (300 s) is taken for hung.
@@ -49,12 +57,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ray.train.base_trainer import TrainingFailedError as TrainingFailedErrorV1
 from ray.train.v2.api.exceptions import WorkerGroupError
 from ray.train.v2.api.result import Result as RayResult
 
 from raytf import errors
 from raytf._core.function import Functions
-from raytf._core.raytrain import run_overrides, scaling_overrides
+from raytf._core.raytrain import StartingFrom, run_overrides, scaling_overrides
 from raytf.config import load_config
 from raytf.errors import ConfigError
 
@@ -63,9 +72,10 @@ log = logging.getLogger("raytf")
 __all__ = ["Result", "TensorflowTrainer", "TrainingFailedError"]
 
 
-class TrainingFailedError(WorkerGroupError, errors.TrainingFailedError):
+class TrainingFailedError(WorkerGroupError, errors.TrainingFailedError, TrainingFailedErrorV1):
     """trainer.fit() failed: Ray Train's WorkerGroupError (`worker_failures`: rank -> the WorkerError of each worker
-    that failed) and raytf's TrainingFailedError (`result`, `rank`, `role`, `host`, `remote_traceback`)."""
+    that failed) and raytf's TrainingFailedError (`result`, `rank`, `role`, `host`, `remote_traceback`); also Ray
+    Train v1's TrainingFailedError (ray.train's with RAY_TRAIN_V2_ENABLED=0), which a v1 program catches."""
 
     def __init__(self, error_message: str, worker_failures: dict[int, Exception], *,
                  failures: dict | None = None, result: Any = None) -> None:
@@ -106,12 +116,17 @@ class TensorflowTrainer:
         resume_from_checkpoint: Any = None,
         raytf_config: Sequence[str] | Mapping[str, Any] | None = None,
     ) -> None:
-        if resume_from_checkpoint is not None or metadata is not None:
-            # Ray Train v2 refuses both (DeprecationWarning, raised); so does its stand-in.
-            what = "resume_from_checkpoint" if resume_from_checkpoint is not None else "metadata"
+        from ray.train.v2._internal.constants import is_v2_enabled  # (private: ray_train_private's table rows)
+
+        if (resume_from_checkpoint is not None and is_v2_enabled()) or metadata is not None:
+            # Ray Train v2 refuses both (DeprecationWarning, raised); so does its stand-in. v1 resumes from the
+            # checkpoint given (StartingFrom).
+            what = "resume_from_checkpoint" if metadata is None else "metadata"
             raise DeprecationWarning(f"TensorflowTrainer({what}=...) is not supported by Ray Train v2 (nor by "
-                                     "raytf.compat): resume with RunConfig(name=<the run's name>), pass values "
-                                     "in train_loop_config")
+                                     "raytf.compat, whose Ray Train v1 mapping has resume_from_checkpoint only): "
+                                     "resume with RunConfig(name=<the run's name>), pass values in "
+                                     "train_loop_config")
+        self.resume_from_checkpoint = resume_from_checkpoint
         if validation_config is not None:
             raise ConfigError("TensorflowTrainer(validation_config=...) is not mapped: validate in the loop and "
                               "report the metrics, or use raytf's side-car evaluator (cluster.evaluator)")
@@ -157,6 +172,8 @@ class TensorflowTrainer:
                 import functools
 
                 fn = functools.partial(fn, self.train_loop_config)
+        if self.resume_from_checkpoint is not None:
+            fn = StartingFrom(fn, self.resume_from_checkpoint)
         functions = Functions(train=pack(fn, "train_loop_per_worker"))
         cfg = load_config(None, overrides, program=functions.recorded())
         return (load_config(cfg, self.raytf_config) if self.raytf_config else cfg), functions

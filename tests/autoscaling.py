@@ -5,8 +5,9 @@ Never `ray stop`, nor `ray.cluster_utils.AutoscalingCluster.start()/shutdown()`,
 end every Ray on the machine. The head is `ray start --head --block` in a session of its own (its GCS, autoscaler,
 raylet; the fake nodes the autoscaler starts are its children), and `stop()` kills that session's processes by
 pid, nothing else. What was found setting it up (Ray 2.60), and so is set here:
-- the v2 autoscaler (`RAY_enable_autoscaler_v2=1`, KubeRay's) is the one that reports a request no node type can
-  hold (the GCS's autoscaling state); v1 says it only in its log;
+- Ray has two autoscalers: v2 (`RAY_enable_autoscaler_v2=1`, KubeRay's opt-in) reports a request no node type can
+  hold in the GCS's autoscaling state; v1 (the default of `ray up` clusters, and of KubeRay unless configured) says
+  it only as an event it sends every driver (`FakeAutoscaler(..., version=1)`);
 - the wheel lacks fake_multi_node/example.yaml, which v2 reads for the `fake_multinode` provider type's defaults:
   the provider is given as `external` with the fake provider's class;
 - `--node-ip-address=127.0.0.1` is rewritten to the machine's address unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0;
@@ -51,9 +52,13 @@ def _session_of(pid: int) -> int | None:
 
 class FakeAutoscaler:
     """`FakeAutoscaler({"cpu2": {"resources": {"CPU": 2}, "max_workers": 1}}).start()`: a head with no CPUs and
-    an autoscaler (v2) that may add nodes of the types given; `address` and `env()` are what a client needs."""
+    an autoscaler (`version` 2 or 1) that may add nodes of the types given; `address` and `env()` are what a client
+    needs."""
 
-    def __init__(self, node_types: dict[str, dict]) -> None:
+    def __init__(self, node_types: dict[str, dict], version: int = 2) -> None:
+        if version not in (1, 2):
+            raise ValueError(f"version={version!r}: Ray's autoscalers are 1 and 2")
+        self.version = version
         self.token = secrets.token_hex(32)
         self.temp_dir = tempfile.mkdtemp(prefix="rtf-autoscaler-")
         self.port = _free_port()
@@ -87,7 +92,8 @@ class FakeAutoscaler:
         config.write_text(json.dumps(self.config))
         log = Path(self.temp_dir) / "head.log"
         env = {**self.env(), "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
-               "RAY_enable_autoscaler_v2": "1", "RAY_CLOUD_INSTANCE_ID": FAKE_HEAD_NODE_ID,
+               "RAY_enable_autoscaler_v2": "1" if self.version == 2 else "0",
+               "RAY_CLOUD_INSTANCE_ID": FAKE_HEAD_NODE_ID,
                "RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID, "RAY_NODE_TYPE_NAME": HEAD_TYPE,
                "RAY_USAGE_STATS_ENABLED": "0"}
         with open(log, "wb") as out:

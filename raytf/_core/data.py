@@ -65,6 +65,24 @@ def split_problem(name: str, rows: int | None, workers: int) -> str | None:
             f"e.g. ds.limit({rows - extra})")
 
 
+def droppable(rows: int | None, workers: int) -> bool:
+    """Whether an unequal split can go on by dropping the rows left over (Ray Train's way): every worker still
+    reads one row or more."""
+    return rows is not None and rows >= workers
+
+
+def no_cpu_left(where: str, names: Iterable[str], reserved: float, total: float,
+                waited_s: float | None = None) -> str:
+    """The line for datasets that run Ray Data tasks (reads, map_batches: a CPU each) when the tasks reserve all but
+    less than one of the cluster's CPUs: refused on an embedded Ray (never freed), said while it waits on a cluster
+    (an autoscaler may add a node; `waited_s` so far)."""
+    which = ", ".join(repr(n) for n in names)
+    state = "would wait for a CPU for ever" if waited_s is None else f"wait for a CPU ({waited_s:.0f}s so far)"
+    return (f"{where}: Ray Data's reads and map_batches of {which} {state}: the tasks reserve {reserved:g} of the "
+            f"cluster's {total:g} CPUs. Fix: cluster.worker.cpus=0.5 (TensorFlow's threads follow it), more CPUs "
+            "(ray.num_cpus, or CPU-only nodes), fewer workers, or a dataset read beforehand (ds.materialize())")
+
+
 def missing(name: str, given: Iterable[str]) -> str:
     """The line for a training function that asks for a dataset the run was not given."""
     have = sorted(given)

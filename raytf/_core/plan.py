@@ -3,7 +3,9 @@ runs and with which runtime_env, and why a placement cannot be satisfied."""
 
 from __future__ import annotations
 
+import ast
 import copy
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -182,6 +184,45 @@ def shortfall(bundles: list[dict[str, float]], strategy: str, nodes: list[dict[s
     if strategy == "STRICT_PACK" and not any(_fits(need, n) for n in nodes):
         return f"STRICT_PACK needs one node with {fmt_resources(need)}, none has that much"
     return ""
+
+
+# What Ray's v1 autoscaler (the default of `ray up` clusters, and of KubeRay unless configured) says when a request
+# fits no node type it can add: an event line of its log, which Ray sends every driver ("(autoscaler +Ns) Error: ..."
+# on its terminal). Ray 2.60 ray/autoscaler/_private/autoscaler.py, _report_pending_infeasible, repeated every 30 s
+# while the request stands; the request printed as a dict: one bundle, or a STRICT_PACK group's total (v1 asks for
+# those as one). The v2 autoscaler says it in the GCS's autoscaling state instead (nodes.infeasible). A cluster
+# started without an autoscaling config runs the v1 autoscaler too, its node types the nodes it has (Ray 2.60
+# monitor.py, a read-only provider): there the same event says no node it has can hold the request.
+AUTOSCALER_EVENT = ":event_summary:"
+# (A STRICT_PACK group's total is printed as a defaultdict: "request defaultdict(<class 'float'>, {...})".)
+_NEVER = re.compile(r"No available node types can fulfill resource request (?:defaultdict\([^,]*, )?(\{[^{}]*\})")
+
+
+def never_request(line: str) -> dict[str, float] | None:
+    """The request of a v1 autoscaler event line saying no node type can fulfil it; None for any other line."""
+    event = line.partition(AUTOSCALER_EVENT)[2]
+    match = _NEVER.search(event) if event else None
+    if match is None:
+        return None
+    try:
+        request = ast.literal_eval(match.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    if not isinstance(request, dict) or not all(isinstance(k, str) and isinstance(v, int | float)
+                                                for k, v in request.items()):
+        return None
+    return {k: float(v) for k, v in request.items()}
+
+
+def unmet_bundle(request: dict[str, float], bundles: Sequence[dict[str, float]],
+                 strategy: str) -> dict[str, float] | None:
+    """The bundle of ours (or, under STRICT_PACK, the group's total) that an autoscaler's never-request is, by its
+    resources: the v1 autoscaler names no placement group. None when it is none of ours."""
+    def same(a: dict[str, float]) -> bool:
+        return {k: float(v) for k, v in a.items() if v} == {k: v for k, v in request.items() if v}
+
+    candidates = [total(bundles)] if strategy == "STRICT_PACK" else list(bundles)
+    return next((b for b in candidates if same(b)), None)
 
 
 def is_server(strategy: Strategy, role: str) -> bool:

@@ -48,6 +48,9 @@ DATA_EXCLUDE = Feature(
 DATA_ROWS = Feature(
     "data_rows", "a dataset's row count checked before anything is reserved",
     "a dataset whose rows do not divide among the workers is not refused up front (Ray Data drops the remainder)")
+DATA_PLAN = Feature(
+    "data_plan", "knowing whether a dataset runs Ray Data tasks (its logical plan's operators)",
+    "every dataset is taken to run tasks: with no CPU free beside the tasks, its wait is said even when it needs none")
 DATA_COORDINATORS = Feature(
     "data_coordinators", "Ray Data's split coordinators ended with their attempt",
     "they end when Ray collects them (their handles gone), a little later")
@@ -70,6 +73,10 @@ DRAIN_NOTICES = Feature(
 INFEASIBLE_REQUESTS = Feature(
     "infeasible_requests", "a request no node type of the cluster's autoscaler offers failed at once",
     "such a request is waited for up to cluster.placement_timeout_s, then fails with what the nodes lack")
+INFEASIBLE_EVENTS = Feature(
+    "infeasible_events", "a request the v1 autoscaler says no node type can fulfil failed at once (its event)",
+    "on a cluster with Ray's v1 autoscaler (ray up's, KubeRay's default) such a request is waited for up to "
+    "cluster.placement_timeout_s, then fails with what the nodes lack")
 
 SIGNALS_KEPT = Feature(
     "signals_kept", "the CLI's SIGTERM handler kept while Ray starts or connects",
@@ -85,11 +92,16 @@ RAY_TRAIN_LOOPS = Feature(
     "ray_train_loops", "a Ray Train loop in raytf (raytf.compat: ray.train.report and its siblings reach raytf)",
     "raytf.compat refuses the run on the driver, before anything starts, in one line (RayTrainMoved); raytf's own "
     "API is not touched", required=True)
+RAY_TRAIN_V1 = Feature(
+    "ray_train_v1", "Ray Train v1's ray.train.report and its siblings reaching raytf too (a loop's process that "
+    "imported ray.train with RAY_TRAIN_V2_ENABLED=0)",
+    "only v2's reach raytf: a run whose driver or task has RAY_TRAIN_V2_ENABLED=0 is refused in one line "
+    "(RayTrainMoved)")
 
 FEATURES = (BREAKDOWN, KERAS_RESUME, OWN_WRITES, TENSOR_LOGS, TF_CONFIG_GUARD, EMBEDDED_AUTH, AUTH_CHECK, EMBEDDED,
-            DATA_COPY, DATA_EXCLUDE, DATA_ROWS, DATA_COORDINATORS, METRICS_INTERVAL, STANDBY_SLOTS, AVOID_NODES,
-            ITERATOR_TEARDOWN, DRAIN_NOTICES, INFEASIBLE_REQUESTS, SIGNALS_KEPT, RESTORE_FIT, RAY_TRAIN_LOOPS,
-            *KERAS3_FEATURES)
+            DATA_COPY, DATA_EXCLUDE, DATA_ROWS, DATA_PLAN, DATA_COORDINATORS, METRICS_INTERVAL, STANDBY_SLOTS,
+            AVOID_NODES, ITERATOR_TEARDOWN, DRAIN_NOTICES, INFEASIBLE_REQUESTS, INFEASIBLE_EVENTS, SIGNALS_KEPT,
+            RESTORE_FIT, RAY_TRAIN_LOOPS, RAY_TRAIN_V1, *KERAS3_FEATURES)
 
 _T = "raytf/_task/timing.py"
 _CB = "raytf/_task/keras_callback.py"
@@ -176,6 +188,19 @@ EXCLUDE_RESOURCES = PrivateApi(
 META_COUNT = PrivateApi(
     "ray.data.dataset:Dataset._meta_count", DATA_ROWS,
     "the row count Ray Data knows without executing (what Dataset.count tries first)", _DATA, params=("self",))
+LOGICAL_PLAN = PrivateApi(
+    "ray.data.dataset:Dataset.__init__", DATA_PLAN,
+    "its ._logical_plan, whose .dag is the dataset's last operator (each with .input_dependencies)", _DATA,
+    uses=("_logical_plan",))
+FROM_BLOCKS = PrivateApi(
+    "ray.data._internal.logical.operators.from_operators:AbstractFrom", DATA_PLAN,
+    "the operator of from_items, from_pandas, from_numpy, from_arrow...: blocks that exist, read by no task", _DATA)
+MATERIALIZED = PrivateApi(
+    "ray.data._internal.logical.operators.input_data_operator:InputData", DATA_PLAN,
+    "a materialized dataset's operator: blocks that exist, read by no task", _DATA)
+INPUTS = PrivateApi(
+    "ray.data._internal.logical.interfaces.logical_operator:LogicalOperator.input_dependencies", DATA_PLAN,
+    "an operator's inputs (the plan walked back to its sources; Limit, by its class name, runs no task)", _DATA)
 COORD_ACTOR = PrivateApi(
     "ray.data._internal.iterator.stream_split_iterator:StreamSplitDataIterator.__init__", DATA_COORDINATORS,
     "its ._coord_actor: the split's coordinator actor", _DATA, params=("self", "coord_actor"),
@@ -195,6 +220,16 @@ INFEASIBLE = PrivateApi(
     "the GCS's GetClusterStatusReply (autoscaler_pb2), whose autoscaling_state.infeasible_gang_resource_requests "
     "lists the placement groups Ray's autoscaler (v2) can add no node for (ray.autoscaler.v2.sdk's "
     "get_cluster_status leaves that part out)", "raytf/_driver/nodes.py")
+LOG_SUBSCRIBER = PrivateApi(
+    "ray._raylet:GcsLogSubscriber", INFEASIBLE_EVENTS,
+    "the GCS's log channel, as the driver's own log printer reads it (subscribe, poll(timeout=), close): the "
+    "autoscaler's lines (pid \"autoscaler\"), whose events start with ray_constants.LOG_PREFIX_EVENT_SUMMARY",
+    "raytf/_driver/nodes.py")
+INFEASIBLE_EVENT = PrivateApi(
+    "ray.autoscaler._private.autoscaler:StandardAutoscaler._report_pending_infeasible", INFEASIBLE_EVENTS,
+    "the v1 autoscaler's event \"Error: No available node types can fulfill resource request {...}\" for a "
+    "request no node type can hold, every 30 s while it stands (raytf/_core/plan.py: never_request parses it)",
+    "raytf/_core/plan.py", uses=("add_once_per_interval", "is_feasible"))
 DRAINING_NODES = PrivateApi(
     "ray._private.state:GlobalState.get_draining_nodes", DRAIN_NOTICES,
     "{node id: deadline in ms (0: none)} of the nodes Ray drains (what Ray Train 2.60's PreemptionWatcher reads)",
@@ -226,7 +261,35 @@ GET_TRAIN_FN_UTILS = PrivateApi(
     "what ray.train's public functions call to find the bridge (raytf relies on them asking it)", _RTP)
 IS_V2_ENABLED = PrivateApi(
     "ray.train.v2._internal.constants:is_v2_enabled", RAY_TRAIN_LOOPS,
-    "RAY_TRAIN_V2_ENABLED=0 makes ray.train.report Ray Train v1's, which raytf does not map: refused", _RTP)
+    "whether this process's env makes ray.train.report Ray Train v1's (RAY_TRAIN_V2_ENABLED=0): then a Ray without "
+    "v1's seam below is refused", _RTP)
+# -- Ray Train v1's seam, set beside v2's (RAY_TRAIN_V2_ENABLED=0 when a process imported ray.train: ray/train/
+# __init__.py binds ray/train/_internal/session.py's functions, and ray/train/context.py's TrainContext calls that
+# module's getters): each asks get_session() for the module global _session and reads it
+_V1 = "ray.train._internal.session"
+_LOOP = "raytf/_task/raytrain.py"
+V1_SESSION = PrivateApi(
+    f"{_V1}:_session", RAY_TRAIN_V1,
+    "set (a module global) to raytf's stand-in for v1's _TrainSession for the loop's duration, then restored", _RTP)
+V1_GET_SESSION = PrivateApi(
+    f"{_V1}:get_session", RAY_TRAIN_V1, "what v1's functions call to find it: must read the global", _RTP,
+    uses=("_session",))
+V1_REPORT = PrivateApi(
+    f"{_V1}:report", RAY_TRAIN_V1,
+    "v1's ray.train.report: calls get_session().report(metrics, checkpoint=...), which raytf's bridge answers", _LOOP,
+    params=("metrics",), keywords=("checkpoint",), uses=("get_session", "report"))
+V1_GET_CHECKPOINT = PrivateApi(
+    f"{_V1}:get_checkpoint", RAY_TRAIN_V1, "v1's ray.train.get_checkpoint: reads the session's loaded_checkpoint",
+    _LOOP, uses=("get_session", "loaded_checkpoint"))
+V1_GET_DATASET_SHARD = PrivateApi(
+    f"{_V1}:get_dataset_shard", RAY_TRAIN_V1,
+    "v1's ray.train.get_dataset_shard: calls the session's get_dataset_shard(dataset_name)", _LOOP,
+    params=("dataset_name",), uses=("get_session", "get_dataset_shard"))
+V1_SESSION_RANKS = PrivateApi(
+    f"{_V1}:_TrainSession.__init__", RAY_TRAIN_V1,
+    "the attributes v1's get_context() reads of the session (get_world_rank: world_rank, ...; get_experiment_name: "
+    "experiment_name), which raytf's stand-in answers", _LOOP,
+    uses=("world_rank", "world_size", "local_rank", "local_world_size", "node_rank"))
 
 APIS: tuple[PrivateApi, ...] = (
     OWNED_NEXT, DISTRIBUTED_NEXT, ALL_REDUCE, RESOURCE_VARIABLE, XLA_CONTEXT,
@@ -234,9 +297,12 @@ APIS: tuple[PrivateApi, ...] = (
     WRITE_DIRPATH, REMOVE_TEMP_DIRPATH, WRITE_FILEPATH, REMOVE_TEMP_DIR_WITH_FILEPATH,
     TF_LOGS, CREATE_ITERATOR, ENVIRON,
     RAYLET_CONFIG, AUTH_MODE, AUTH_TOKEN, GLOBAL_NODE, NODE_HEAD,
-    DATASET_COPY, EXCLUDE_RESOURCES, META_COUNT, COORD_ACTOR, REPORT_INTERVAL, PG_TABLE, DRAINING_NODES, INFEASIBLE,
+    DATASET_COPY, EXCLUDE_RESOURCES, META_COUNT, LOGICAL_PLAN, FROM_BLOCKS, MATERIALIZED, INPUTS,
+    COORD_ACTOR, REPORT_INTERVAL, PG_TABLE, DRAINING_NODES, INFEASIBLE,
+    LOG_SUBSCRIBER, INFEASIBLE_EVENT,
     LABEL_SELECTOR, SIGTERM_HANDLER, CHECKPOINT_GRAPH,
     TRAIN_FN_UTILS, SET_TRAIN_FN_UTILS, GET_TRAIN_FN_UTILS, IS_V2_ENABLED,
+    V1_SESSION, V1_GET_SESSION, V1_REPORT, V1_GET_CHECKPOINT, V1_GET_DATASET_SHARD, V1_SESSION_RANKS,
     *KERAS3_APIS,
 )
 

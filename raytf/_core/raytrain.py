@@ -1,18 +1,30 @@
 """Ray Train's words in raytf's (raytf.compat), the pure part: Ray's ScalingConfig, RunConfig, CheckpointConfig and
 FailureConfig read as raytf config overrides, with one line for each setting that has no meaning here; and a
-worker's local and node ranks from the cluster spec. Duck-typed (attributes read with getattr): no Ray here."""
+worker's local and node ranks from the cluster spec. Duck-typed (attributes read with getattr): no Ray here. Ray
+Train v2's classes (ray.train's by default) and v1's (ray.air.config's: ray.train's with RAY_TRAIN_V2_ENABLED=0)
+alike: v1's own settings are warned of as v2's unmapped ones are."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from raytf.errors import ConfigError
 
 GB = 1e9  # Ray's "memory" resource is in bytes; raytf's cluster.worker.memory_gb in GB
+# What v2's classes hold for the settings only v1's have (ray.train.v2._internal.constants._DEPRECATED): v2 refuses
+# any other value there, so this one is never the program's.
+V2_DEPRECATED = "DEPRECATED"
 
 
 def _not_mapped(what: str, why: str) -> str:
     return f"raytf.compat: {what} is not mapped: {why}"
+
+
+def _v1_given(value: Any, default: Any) -> bool:
+    """Whether a setting only Ray Train v1's config classes have (v2's hold V2_DEPRECATED) is the program's."""
+    return value is not None and value != V2_DEPRECATED and value != default
 
 
 def resources(scaling: Any) -> dict[str, float]:
@@ -62,6 +74,9 @@ def scaling_overrides(scaling: Any) -> tuple[dict[str, Any], list[str]]:
                       ("topology", "a TPU setting")):
         if getattr(scaling, name, None):
             warnings.append(_not_mapped(f"ScalingConfig({name}=...)", f"ignored ({why})"))
+    if getattr(scaling, "trainer_resources", None) is not None:  # (v1's: v2 refuses it)
+        warnings.append(_not_mapped("ScalingConfig(trainer_resources=...)", "ignored (Ray Train v1's trainer actor's "
+                                    "resources: raytf runs none, its driver reserves nothing)"))
     return out, warnings
 
 
@@ -92,6 +107,11 @@ def run_overrides(run: Any) -> tuple[dict[str, Any], list[str]]:
                 "CheckpointConfig(checkpoint_score_attribute=...)",
                 f"raytf keeps the newest {keep or 'all'} checkpoints, whatever their score (Result.best_checkpoints "
                 "lists them oldest first)"))
+        for name, default in (("checkpoint_frequency", 0), ("checkpoint_at_end", None)):  # (v1's)
+            if _v1_given(getattr(checkpoint, name, None), default):
+                warnings.append(_not_mapped(f"CheckpointConfig({name}=...)", "ignored (the loop reports its own "
+                                            "checkpoints, ray.train.report(checkpoint=...); Ray Train v1 refuses it "
+                                            "for a loop)"))
     failure = getattr(run, "failure_config", None)
     if failure is not None:
         # Ray Train retries any worker failure, the program's own exceptions too, max_failures times (0 by default).
@@ -110,14 +130,36 @@ def run_overrides(run: Any) -> tuple[dict[str, Any], list[str]]:
                 ("preemption_grace_s", 0.0, "the group saves at once at the notice: no grace window to wait out")):
             if getattr(failure, name, default) != default:
                 warnings.append(_not_mapped(f"FailureConfig({name}=...)", f"ignored ({why})"))
+        if _v1_given(getattr(failure, "fail_fast", None), False):  # (v1's)
+            warnings.append(_not_mapped("FailureConfig(fail_fast=...)", "ignored (max_failures decides: with 0 the "
+                                        "first failure ends the run)"))
     if getattr(run, "callbacks", None):
         warnings.append(_not_mapped("RunConfig(callbacks=...)", "ignored (raytf.fit's on_event= sees every report "
                                     "of every rank)"))
+    warnings += _v1_run_settings(run)
     level = getattr(getattr(run, "logging_config", None), "log_level", "INFO")
     if str(level).upper() != "INFO":  # (Ray fills in LoggingConfig() when none is given)
         warnings.append(_not_mapped(f"RunConfig(logging_config=LoggingConfig(log_level={level!r}))", "ignored "
                                     "(raytf logs at INFO; each rank's output is in <run>/logs/)"))
     return out, warnings
+
+
+def _v1_run_settings(run: Any) -> list[str]:
+    """A warning per setting of Ray Train v1's RunConfig that v2's lacks (each one Ray's v1 trainer itself says is
+    deprecated: ray/train/base_trainer.py's _log_v2_deprecation_warnings), when the program gave it."""
+    warnings = []
+    # (v1's verbose is filled in by its __post_init__; _verbose keeps the program's)
+    for name, default, why in (("stop", None, "Ray Tune's stopping criteria: the loop decides when it ends"),
+                               ("_verbose", None, "raytf shows its own progress"),
+                               ("progress_reporter", None, "raytf shows its own progress"),
+                               ("log_to_file", False, "each rank's output is in <run>/logs/")):
+        if _v1_given(getattr(run, name, None), default):
+            warnings.append(_not_mapped(f"RunConfig({name.lstrip('_')}=...)", f"ignored ({why})"))
+    sync = getattr(run, "sync_config", None)  # (v1 fills in SyncConfig(): only another one is the program's)
+    if _v1_given(sync, None) and sync != type(sync)():
+        warnings.append(_not_mapped("RunConfig(sync_config=...)", "ignored (raytf uploads each checkpoint to the "
+                                    "run's storage itself, beside training)"))
+    return warnings
 
 
 def local_ranks(workers: list[str], index: int) -> tuple[int, int, int]:
@@ -126,3 +168,16 @@ def local_ranks(workers: list[str], index: int) -> tuple[int, int, int]:
     hosts = [a.rpartition(":")[0] or a for a in workers]
     mine = hosts[index]
     return hosts[:index].count(mine), hosts.count(mine), list(dict.fromkeys(hosts)).index(mine)
+
+
+@dataclass(frozen=True)
+class StartingFrom:
+    """A Ray Train v1 loop given `TensorflowTrainer(resume_from_checkpoint=...)` (v2 refuses it): the loop, and the
+    checkpoint its `ray.train.get_checkpoint()` returns while the run has committed none of its own, as under v1.
+    A ray.train.Checkpoint: its path and filesystem, read where the task runs (the run's storage, shared)."""
+
+    loop: Callable[..., Any]
+    checkpoint: Any
+
+    def __call__(self, *args: Any) -> Any:  # (a task unwraps it: raytf._task.raytrain.loop)
+        return self.loop(*args)

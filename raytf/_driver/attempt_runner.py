@@ -293,6 +293,8 @@ class AttemptRunner:
             self._refilled = attempt.number
             self.group.refill()
         self.sinks.poll()  # (Ray drops a gauge not set for two export intervals)
+        if self.data is not None:
+            self.data.waiting(training=attempt.first_step_at is not None)
 
     def _warn_exposed(self, tasks) -> None:
         """Name the TF servers' host:port pairs anyone on the network can reach: once, and again only if a retry

@@ -11,7 +11,9 @@ import importlib
 import inspect
 import logging
 import sys
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -20,6 +22,7 @@ from raytf._core import data as rules
 from raytf._core import private_apis as apis
 from raytf._core.plan import Plan, TaskSpec
 from raytf._core.tasks import TaskInfo
+from raytf._driver.placement import FIRST_LINE_S, QUEUE_LINE_S
 from raytf.config import Config, Strategy
 from raytf.config.rules import PS_DATASETS
 from raytf.errors import ConfigError
@@ -83,6 +86,8 @@ class Datasets:
         self.where = where
         self.datasets: dict[str, Any] = {name: datasets[name] for name in names}
         self._coordinators: list = []  # the split coordinators (Ray actors) of the attempt under way
+        self._told: dict[str, int] = {}  # name -> the workers its unequal split was said for (raytf.compat)
+        self._wait: _CpuWait | None = None  # the attempt's datasets that run Ray Data tasks, and since when
 
     @classmethod
     def of_run(cls, cfg: Config, given: Mapping[str, Any] | None, paths: list[str]) -> Datasets | None:
@@ -103,12 +108,19 @@ class Datasets:
 
     def check(self, cfg: Config, plan: Plan, *, embedded: bool) -> None:
         """Before anything is reserved: each dataset splits equally among the workers (when its row count is known
-        without reading it), and the cluster keeps CPUs for Ray Data beside the tasks."""
+        without reading it). A Ray Train program (raytf.compat: train.ray_train) is told instead, once, and runs as
+        under Ray Train, whose streaming_split(equal=True) drops the rows left over. On an embedded Ray (which
+        never grows), a dataset that runs Ray Data tasks needs a CPU beside the tasks' (one whose blocks exist
+        needs none); on a cluster, its wait is said while it waits (`waiting`)."""
         workers = sum(1 for t in plan.tasks if t.role == "worker")
         for name, ds in self.datasets.items():
             problem = rules.split_problem(name, self.known_rows(ds), workers)
-            if problem is not None:
+            if problem is None:
+                continue
+            if not cfg.train.ray_train or not rules.droppable(self.known_rows(ds), workers):
                 raise ConfigError(problem)
+            log.warning("%s; going on, as Ray Train does", problem)
+            self._told[name] = workers
         if cfg.train.steps_per_epoch is not None and not cfg.train.script and not cfg.train.module:
             # Keras fit keeps one iterator for all epochs when steps_per_epoch is set (tf-keras DataHandler): a
             # share's one pass then runs out after its rows, and fit stops early ("Your input ran out of data").
@@ -117,14 +129,9 @@ class Datasets:
                         "Fix: train.steps_per_epoch=null", cfg.train.steps_per_epoch, self.where)
         total = float(ray.cluster_resources().get("CPU", 0.0))
         reserved = sum(t.cpus for t in plan.tasks)
-        if total - reserved < 1:
-            msg = (f"{self.where}: the tasks reserve {reserved:g} of the cluster's {total:g} CPUs, leaving none for "
-                   "Ray Data's reads and map_batches (they would wait for a CPU forever). Fix: cluster.worker.cpus="
-                   "0.5 (TensorFlow's threads follow it), more CPUs (ray.num_cpus, or CPU-only nodes), or fewer "
-                   "workers")
-            if embedded:
-                raise ConfigError(msg)
-            log.warning("%s; going on: an autoscaler may add nodes", msg)
+        tasking = [name for name, ds in self.datasets.items() if runs_tasks(ds)]
+        if embedded and tasking and total - reserved < 1:  # (certain: nothing would ever free a CPU)
+            raise ConfigError(rules.no_cpu_left(self.where, tasking, reserved, total))
 
     @staticmethod
     def known_rows(ds) -> int | None:
@@ -164,8 +171,10 @@ class Datasets:
             ds.context.print_on_execution_start = False
             if len(workers) > 1:
                 problem = rules.split_problem(name, self.known_rows(ds), len(workers))
-                if problem is not None:  # elastic training at a smaller size: said, not fatal (the full size was)
+                if problem is not None and self._told.get(name) != len(workers):
+                    # Elastic training at a smaller size: said, not fatal (the full size was).
                     log.warning("%s (this attempt's %d workers)", problem, len(workers))
+                    self._told[name] = len(workers)
                 shares = ds.streaming_split(len(workers), equal=True,
                                             locality_hints=hints if all(hints) else None)
                 for t, it in zip(workers, shares):
@@ -176,7 +185,27 @@ class Datasets:
             for t in tasks:
                 if reading[t.rank] == rules.WHOLE:
                     out[t.rank][name] = ds.iterator()
+        tasking = [name for name, ds in self.datasets.items() if runs_tasks(ds)]
+        self._wait = _CpuWait(tasking, sum(t.cpus for t in tasks), time.monotonic()) if tasking else None
         return out
+
+    def waiting(self, training: bool) -> None:
+        """Once per round of the attempt loop: while its tasks have not trained a step (`training`), a dataset that
+        runs Ray Data tasks (reads, map_batches) on a cluster whose CPUs the tasks reserve all but less than one of
+        waits for a CPU, maybe for ever (an autoscaler may add a node): said FIRST_LINE_S into the attempt, then
+        every QUEUE_LINE_S, as a placement group's wait is."""
+        wait = self._wait
+        if wait is None or training:
+            return
+        now = time.monotonic()
+        if now < wait.line_at:
+            return
+        total = float(ray.cluster_resources().get("CPU", 0.0))  # (again each time: an autoscaler may add nodes)
+        if total - wait.reserved >= 1:
+            wait.line_at = now + FIRST_LINE_S  # (asked again in a while, not every round)
+            return
+        wait.line_at = now + QUEUE_LINE_S
+        log.warning("%s", rules.no_cpu_left(self.where, wait.names, wait.reserved, total, now - wait.since))
 
     def release(self) -> None:
         """End the split coordinators of the attempt that ended (Ray would, once no handle is left; the leak
@@ -187,6 +216,44 @@ class Datasets:
             except Exception as e:
                 log.debug("datasets: split coordinator: %s", e)
         self._coordinators = []
+        self._wait = None
+
+
+@dataclass
+class _CpuWait:
+    """An attempt's datasets that run Ray Data tasks: their names, the CPUs the tasks reserve, when it began, when
+    its next line is due."""
+
+    names: list[str]
+    reserved: float
+    since: float
+    line_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.line_at = self.since + FIRST_LINE_S
+
+
+def runs_tasks(ds) -> bool:
+    """Whether reading `ds` runs Ray Data tasks (which need a CPU each): anything but blocks that exist already
+    (from_items, from_pandas, ..., a materialized dataset) and a limit of them. Its logical plan's operators (a
+    private API: raytf/_core/private_apis.py, DATA_PLAN); True when unknown."""
+    if not apis.available(apis.DATA_PLAN, log.warning):
+        return True
+    from ray.data._internal.logical.operators.from_operators import AbstractFrom
+    from ray.data._internal.logical.operators.input_data_operator import InputData
+
+    try:
+        todo, seen = [ds._logical_plan.dag], 0
+        while todo:
+            op = todo.pop()
+            seen += 1
+            if not isinstance(op, AbstractFrom | InputData) and type(op).__name__ != "Limit":
+                return True
+            todo.extend(op.input_dependencies)
+        return not seen
+    except Exception as e:  # (changed: said while waiting, as for any dataset)
+        apis.SWITCHES.turn_off(apis.LOGICAL_PLAN, f"changed: {type(e).__name__}: {e}", log.warning)
+        return True
 
 
 # Ray Data's private API (raytf/_core/private_apis.py: DATA_COPY, DATA_EXCLUDE, DATA_COORDINATORS); without one, the

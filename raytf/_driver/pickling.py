@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raytf._core.function import Functions, PickledFunction, label
+from raytf._core.raytrain import StartingFrom
 from raytf.errors import ConfigError
 
 
@@ -28,6 +29,8 @@ def label_of(fn: Callable[..., Any], arg: str) -> str:
     if not callable(fn):
         raise ConfigError(f"{arg} ({fn!r}) is a {type(fn).__name__}, not a function. Fix: pass the function itself, "
                           f"e.g. {arg}=train (no parentheses)")
+    if isinstance(fn, StartingFrom):  # (a v1 loop with its starting checkpoint: recorded as the loop)
+        fn = fn.loop
     named = fn.func if isinstance(fn, functools.partial) else fn  # (a partial is named after its function)
     module = str(getattr(named, "__module__", None) or "?")
     qualname = str(getattr(named, "__qualname__", None) or type(named).__name__)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -9,7 +10,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
 from raytf._core import private_apis as apis
-from raytf._core.plan import BUSY, Plan, busy, fmt_resources, placement_fix, shortfall, total
+from raytf._core.plan import BUSY, Plan, busy, fmt_resources, placement_fix, shortfall, total, unmet_bundle
 from raytf._driver import nodes
 from raytf.errors import PlacementError
 
@@ -79,6 +80,15 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
         why = shortfall(plan.bundles, plan.placement_strategy, nodes.totals())
         if why:
             raise PlacementError(f"{what} can never be placed on this embedded Ray: {why}. {fix}", never=True)
+    # (Listening from before the request: the v1 autoscaler says its verdict once, within a second or so, then
+    # every 30 s.)
+    with nodes.autoscaler_events() if can_grow else contextlib.nullcontext() as events:
+        return _reserve(plan, timeout_s=timeout_s, name=name, can_grow=can_grow, avoid=avoid, poll_s=poll_s,
+                        what=what, fix=fix, queue_s=queue_s, events=events)
+
+
+def _reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool, avoid: set[str] | None, poll_s: float,
+             what: str, fix: str, queue_s: float, events: nodes.AutoscalerEvents | None) -> PlacementGroup:
     start = time.monotonic()
     deadline, line_at = start + timeout_s, start + FIRST_LINE_S
     queued = said = False
@@ -98,11 +108,11 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
                     log.warning("%s placed after %.0fs of waiting", what, time.monotonic() - start)
                 return pg
             now = time.monotonic()
-            if can_grow and (never := nodes.infeasible(pg.id.hex())):
+            if can_grow and (never := _never(plan, pg, events)):
                 # (A request for what no node type of the cluster's autoscaler offers stays pending for ever.)
                 raise PlacementError(f"{what} can never be placed on this cluster: its autoscaler can add no node "
-                                     f"that can hold a bundle of {fmt_resources(never[0])} (no node type it has "
-                                     f"offers that). {fix}", never=True)
+                                     f"that can hold {_whose(plan)} of {fmt_resources(never)} (no node type it "
+                                     f"has offers that, nor any node it has). {fix}", never=True)
             if now >= deadline or (queue_s and now >= line_at):
                 why = _why(plan, pg)
                 if now >= deadline:
@@ -126,6 +136,22 @@ def reserve(plan: Plan, *, timeout_s: float, name: str, can_grow: bool = True, a
     waited = f"cluster.placement_timeout_s={timeout_s:g}s" + (
         f" and cluster.queue_timeout_s={queue_s:g}s in the queue" if queued else "")
     raise PlacementError(f"{what} not ready after {waited}: {_why(plan, pg)}. {fix}")
+
+
+def _whose(plan: Plan) -> str:
+    """What the autoscaler was asked for: a bundle, or a STRICT_PACK group's total (v1 asks for it as one)."""
+    return "the group's total" if plan.placement_strategy == "STRICT_PACK" else "a bundle"
+
+
+def _never(plan: Plan, pg: PlacementGroup, events: nodes.AutoscalerEvents | None) -> dict[str, float] | None:
+    """A bundle of `pg` the cluster's autoscaler says it can add no node for: v2's autoscaling state names the
+    group; v1's event names only the resources, matched to the plan's bundles (plan.unmet_bundle)."""
+    if (gang := nodes.infeasible(pg.id.hex())):
+        return gang[0]
+    for request in events.heard() if events is not None else ():
+        if (bundle := unmet_bundle(request, plan.bundles, plan.placement_strategy)) is not None:
+            return bundle
+    return None
 
 
 def _why(plan: Plan, pg: PlacementGroup) -> str:

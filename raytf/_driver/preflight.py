@@ -40,8 +40,10 @@ def default_run_name(now: _dt.datetime | None = None) -> str:
 
 def resolve_address(cfg: Config, environ: Mapping[str, str] = os.environ) -> str | None:
     """The Ray cluster to use: ray.address (the CLI's --address lands there), else RAY_ADDRESS, else None
-    for an embedded local Ray."""
-    return cfg.ray.address or environ.get("RAY_ADDRESS") or None
+    for an embedded local Ray; "local" too, Ray's own word for a new Ray on this machine (ray.init(address="local"),
+    which a Ray Train program's RAY_ADDRESS=local asks for: nothing to ship, the launch directory is local)."""
+    address = cfg.ray.address or environ.get("RAY_ADDRESS") or None
+    return None if address == "local" else address
 
 
 def python_path(cfg: Config) -> list[str]:

@@ -14,12 +14,16 @@ Train's public functions called by the loop reach the task's TrainContext.
 - Every Keras Model.fit of the loop also reports its steps to raytf (step rows, the step-time breakdown,
   heartbeats for the hang watch), as a training function's do (raytrain_keras).
 
+The same with RAY_TRAIN_V2_ENABLED=0 (Ray Train v1's functions and get_context()'s TrainContext): RaytfV1Session
+answers what they read of v1's session, through the same bridge. Its Tune trial (get_trial_name, _id, _dir,
+_resources) and get_storage() raise NotMapped; get_metadata() is {} (raytf.compat refuses metadata=).
+
 Not mapped (a NotMapped error, never retried): get_all_reported_checkpoints, ray.train.collective's barrier and
 broadcast_from_rank_zero, report's checkpoint_upload_fn and validation; ignored: report's checkpoint_dir_name and
 checkpoint_upload_mode (raytf names its checkpoints and always uploads beside training). get_preemption_info is
 always None: a preempted task's peers save at one agreed step without the loop asking.
 
-Ray Train's private seam this needs is in ray_train_private.
+Ray Train's private seams this needs are in ray_train_private.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from ray.train.v2.api.context import TrainContext as RayTrainContext
 
 from raytf._core import checkpoints
 from raytf._core.failure import CONFIG
-from raytf._core.raytrain import local_ranks
+from raytf._core.raytrain import StartingFrom, local_ranks
 from raytf._task import ray_train_private
 from raytf.errors import RaytfError
 
@@ -73,12 +77,17 @@ def call_loop(fn: Callable[..., Any], config: dict[str, Any]) -> Any:
 
 def loop(fn: Callable[..., Any]) -> Callable[[Any], None]:
     """The training function raytf runs for a Ray Train loop: the bridge installed, the loop called with
-    train.params as its config, its Keras fits' steps counted."""
+    train.params as its config, its Keras fits' steps counted. A StartingFrom (v1's resume_from_checkpoint=) gives
+    the bridge the checkpoint get_checkpoint() returns while the run has none of its own."""
+    start = None
+    if isinstance(fn, StartingFrom):
+        fn, start = fn.loop, fn.checkpoint
 
     def run(ctx) -> None:
         from raytf._task import raytrain_keras
 
-        with ray_train_private.installed(bridge(ctx)), raytrain_keras.steps_reported(ctx):
+        utils = bridge(ctx, start)
+        with ray_train_private.installed(utils, RaytfV1Session(utils)), raytrain_keras.steps_reported(ctx):
             call_loop(fn, copy.deepcopy(dict(ctx.params)))
 
     return run
@@ -126,10 +135,11 @@ def _context_of(ctx) -> RaytfRayTrainContext:
 class _Bridge:
     """raytf's implementation of Ray Train's TrainFnUtils for one task (the methods ray.train's functions call)."""
 
-    def __init__(self, ctx) -> None:
+    def __init__(self, ctx, start: Any = None) -> None:
         self.ctx = ctx
         self.context = _context_of(ctx)
         self._resumed: Any = None  # ray.train.Checkpoint of the resumed checkpoint, once downloaded
+        self._start = start  # v1's resume_from_checkpoint: returned while the run has committed none
 
     def report(self, metrics: dict[str, Any], checkpoint=None, checkpoint_dir_name=None, checkpoint_upload_mode=None,
                delete_local_checkpoint_after_upload=None, checkpoint_upload_fn=None, validation=False) -> None:
@@ -154,7 +164,7 @@ class _Bridge:
         if self._resumed is None:
             local = self.ctx.download_resumed(os.path.join(self.ctx.scratch_dir, "ray-train-resume"))
             if local is None:
-                return None
+                return self._start
             from ray.train import Checkpoint
 
             self._resumed = Checkpoint.from_directory(local)
@@ -165,7 +175,10 @@ class _Bridge:
                         "after the run, in trainer.fit()'s Result.best_checkpoints")
 
     def get_dataset_shard(self, dataset_info):
-        return self.ctx.dataset_shard(dataset_info.dataset_name)
+        return self.shard(dataset_info.dataset_name)
+
+    def shard(self, name: str | None):
+        return self.ctx.dataset_shard(name)
 
     def get_context(self) -> RaytfRayTrainContext:
         return self.context
@@ -185,12 +198,62 @@ class _Bridge:
                         "or compute it on every worker")
 
 
+def _context_says(getter: str) -> property:
+    """A session attribute answered by the bridge's RaytfRayTrainContext's `getter`."""
+    return property(lambda session: getattr(session._bridge.context, getter)())
+
+
+class RaytfV1Session:
+    """What Ray Train v1's public functions read of `ray.train._internal.session._session` (its _TrainSession) in a
+    raytf task, each answered by the task's bridge."""
+
+    def __init__(self, bridge: _Bridge) -> None:
+        self._bridge = bridge
+
+    @property
+    def metadata(self) -> dict:
+        return {}  # v1's default: raytf.compat refuses TensorflowTrainer(metadata=...)
+
+    def report(self, metrics: dict[str, Any], checkpoint=None) -> None:
+        self._bridge.report(metrics, checkpoint=checkpoint)
+
+    @property
+    def loaded_checkpoint(self):
+        return self._bridge.get_checkpoint()
+
+    def get_dataset_shard(self, dataset_name: str | None = None):
+        return self._bridge.shard(dataset_name)
+
+    # What v1's get_context() reads, the bridge's context's answers (world_rank is never None: v1's functions take
+    # a session without one for Ray Tune's). storage: NotMapped, as v2's get_storage().
+    world_rank = _context_says("get_world_rank")
+    world_size = _context_says("get_world_size")
+    local_rank = _context_says("get_local_rank")
+    local_world_size = _context_says("get_local_world_size")
+    node_rank = _context_says("get_node_rank")
+    experiment_name = _context_says("get_experiment_name")
+    storage = _context_says("get_storage")
+
+    @property
+    def trial_name(self):
+        raise _no_trial()
+
+    trial_id = run_id = trial_dir = trial_resources = trial_name
+
+
+def _no_trial() -> NotMapped:
+    return NotMapped("ray.train.get_context()'s Ray Tune trial (get_trial_name, _id, _dir, _resources: deprecated by "
+                     "Ray Train too)", "get_context().get_experiment_name() is the run's name; write files under "
+                     "the working directory (uploaded to <run>/workdir/)")
+
+
 _bridge_class: type | None = None
 
 
-def bridge(ctx):
-    """A TrainFnUtils (Ray's abstract class, from ray_train_private) implemented by _Bridge, for `ctx`."""
+def bridge(ctx, start: Any = None):
+    """A TrainFnUtils (Ray's abstract class, from ray_train_private) implemented by _Bridge, for `ctx` (`start`:
+    v1's resume_from_checkpoint)."""
     global _bridge_class
     if _bridge_class is None:
         _bridge_class = type("RaytfTrainFnUtils", (_Bridge, ray_train_private.base_class()), {})
-    return _bridge_class(ctx)
+    return _bridge_class(ctx, start)

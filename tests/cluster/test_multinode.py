@@ -126,4 +126,5 @@ def test_address_precedence():
     base = {"train": {"entrypoint": "m:f"}}
     assert resolve_address(raytf.load_config(base), {}) is None
     assert resolve_address(raytf.load_config(base), {"RAY_ADDRESS": "10.0.0.1:6379"}) == "10.0.0.1:6379"
+    assert resolve_address(raytf.load_config(base), {"RAY_ADDRESS": "local"}) is None  # (Ray's: a new local Ray)
     assert resolve_address(raytf.load_config(base, ["ray.address=auto"]), {"RAY_ADDRESS": "x:1"}) == "auto"

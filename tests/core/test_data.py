@@ -29,6 +29,13 @@ def test_split_problem_names_the_rows_dropped_and_the_fix():
     assert "1001 rows" in problem and "drop 1 row(s) every epoch" in problem and "ds.limit(1000)" in problem
 
 
+@pytest.mark.parametrize("rows, workers, droppable", [(32, 3, True), (97, 2, True), (1, 2, False), (0, 2, False),
+                                                      (None, 2, False)])
+def test_an_unequal_split_goes_on_only_when_every_worker_keeps_a_row(rows, workers, droppable):
+    # (raytf.compat follows Ray Train, which drops the rows left over; no row for a worker is never run.)
+    assert data.droppable(rows, workers) is droppable
+
+
 def test_names_are_checked():
     assert data.check_names(["train", "val"], "datasets=") == ["train", "val"]
     for bad in ("", "a b", 3, None):

@@ -9,8 +9,42 @@ from raytf._core import events as ev
 from raytf._core.attempt_record import Attempt
 from raytf._core.checkpoints import checkpoint_name
 from raytf._core.metrics import MetricsTable
-from raytf._core.plan import busy, shortfall, spare_nodes
+from raytf._core.plan import AUTOSCALER_EVENT, busy, never_request, shortfall, spare_nodes, unmet_bundle
 from raytf.errors import TrainingFailedError, WorkerError
+
+# A line of the v1 autoscaler's log as Ray 2.60 sends it to drivers (seen on Ray's fake multi-node cluster).
+V1_EVENT = ("2026-12-01 19:43:06,520\tINFO monitor.py:438 -- :event_summary:Error: No available node types can "
+            "fulfill resource request {'GPU': 1.0, 'CPU': 1.0}. Add suitable node types to this cluster to resolve "
+            "this issue.")
+
+
+def test_the_v1_autoscalers_never_is_read_from_its_event_line():
+    assert AUTOSCALER_EVENT in V1_EVENT  # (Ray's own marker: tests/ray/test_private_api_fallbacks.py checks it)
+    assert never_request(V1_EVENT) == {"GPU": 1.0, "CPU": 1.0}
+    for other in (V1_EVENT.replace(":event_summary:", ""),  # a worker's output quoting it: not the autoscaler's
+                  "... :event_summary:Adding 1 node(s) of type cpu2.",
+                  "... :event_summary:Warning: The following resource request cannot be scheduled right now: "
+                  "{'CPU': 1.0}.",
+                  V1_EVENT.replace("{'GPU': 1.0, 'CPU': 1.0}", "{'GPU': os.system('x')}")):
+        assert never_request(other) is None, other
+
+
+def test_a_never_request_is_matched_to_the_groups_bundles_by_resources():
+    gpu = {"GPU": 1.0, "CPU": 1.0}
+    assert unmet_bundle(gpu, [{"CPU": 1, "GPU": 1}] * 2, "PACK") == {"CPU": 1, "GPU": 1}
+    assert unmet_bundle(gpu, [{"CPU": 1, "GPU": 1, "memory": 0}], "SPREAD") is not None  # (zeros: not asked for)
+    assert unmet_bundle(gpu, [{"CPU": 1}] * 2, "PACK") is None  # another driver's request
+    assert unmet_bundle(gpu, [{"CPU": 1, "GPU": 1}] * 2, "STRICT_PACK") is None  # v1 asks for the group's total
+    assert unmet_bundle({"CPU": 2.0, "GPU": 2.0}, [{"CPU": 1, "GPU": 1}] * 2, "STRICT_PACK") == {"CPU": 2, "GPU": 2}
+
+
+def test_a_strict_pack_groups_total_is_read_as_v1_prints_it():
+    from collections import defaultdict
+
+    total = defaultdict(float, {"CPU": 2.0, "GPU": 2.0})  # (how Ray 2.60's v1 sums a STRICT_PACK group's bundles)
+    line = V1_EVENT.replace("{'GPU': 1.0, 'CPU': 1.0}", f"{total}")
+    assert "defaultdict(<class 'float'>, {" in line
+    assert never_request(line) == {"CPU": 2.0, "GPU": 2.0}
 
 
 def test_shortfall_names_missing_resources():

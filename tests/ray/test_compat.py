@@ -1,5 +1,6 @@
 """Coming from Ray Train, and from a notebook: a function as a value (raytf.fit(train_fn=...), one defined in
-__main__), and a Ray Train program run by raytf.compat.TensorflowTrainer, Ray's own TF examples among them.
+__main__), and a Ray Train program run by raytf.compat.TensorflowTrainer (Ray's own TensorFlow tests and examples:
+test_ray_train_cases.py).
 
 A "function defined in __main__" here is code executed with `__name__ == "__main__"` (as a script or a notebook
 cell is): cloudpickle sends such a function by value, and no task ever imports the driver's __main__."""
@@ -15,7 +16,6 @@ import pytest
 
 import raytf
 from raytf.errors import ConfigError
-from tests.conftest import state_address
 
 pytestmark = pytest.mark.ray
 
@@ -243,98 +243,6 @@ def test_a_ray_train_run_resumes_by_name_and_its_failure_raises(tmp_path, ray_lo
     assert e.result.status == "failed" and e.result.error is e
 
 
-# Ray's TF examples as shipped in its wheel (ray/train/examples/tf/), run as scripts with --smoke-test (their own
-# ray.init(num_cpus=4): 2 workers, Ray Data and the driver), the one import changed and, since nothing may be
-# downloaded here, their data loading replaced by synthetic data of the same shape.
-SYNTHETIC_MNIST = '''
-def _synthetic_mnist():
-    rng = np.random.default_rng(0)
-    labels = rng.integers(0, 10, 2048)
-    images = (rng.integers(0, 64, (2048, 28, 28)) + labels[:, None, None] * 19).astype(np.uint8)
-    return (images, labels), (images[:64], labels[:64])
-
-'''
-SYNTHETIC_REGRESSION = '''
-def _synthetic_regression():
-    import pandas as pd
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(1024, 100))
-    frame = pd.DataFrame(x, columns=[f"x{i:03}" for i in range(100)])
-    frame["y"] = x @ rng.normal(size=100) / 10
-    return ray.data.from_pandas(frame)
-
-'''
-EXAMPLES = {
-    "tensorflow_mnist_example": [("tf.keras.datasets.mnist.load_data()", "_synthetic_mnist()"),
-                                 ("\ndef mnist_dataset(", SYNTHETIC_MNIST + "\ndef mnist_dataset("),
-                                 # 20 steps of its epoch, not 70: what is checked is that it runs through raytf.
-                                 ('config.get("steps_per_epoch", 70)', 'config.get("steps_per_epoch", 20)')],
-    "tensorflow_regression_example": [
-        ('ray.data.read_csv("s3://anonymous@air-example-data/regression.csv")', "_synthetic_regression()"),
-        ("\ndef build_model(", "import numpy as np\n" + SYNTHETIC_REGRESSION + "\ndef build_model("),
-        # Two of its four epochs: what is checked is that it runs through raytf, an epoch's report and checkpoint
-        # each (its epochs are a Ray Data pipeline started again each: ~10 s here under CI's load).
-        ('"epochs": 4}', '"epochs": 2}')],
-}
-
-
-def ray_example_on_raytf(name: str, where: Path) -> Path:
-    """Ray's example `name` with `from ray.train.tensorflow import TensorflowTrainer` changed to raytf.compat's and
-    its data loading replaced (each change made exactly once), written to `where`."""
-    import ray.train.examples.tf as examples
-
-    source = (Path(examples.__file__).parent / f"{name}.py").read_text()
-    changes = [("from ray.train.tensorflow import TensorflowTrainer", "from raytf.compat import TensorflowTrainer"),
-               *EXAMPLES[name]]
-    for old, new in changes:
-        assert source.count(old) == 1, (name, old)
-        source = source.replace(old, new)
-    path = where / f"{name}.py"
-    path.write_text(source)
-    return path
-
-
-# How each example is run: the regression one with --smoke-test (its own ray.init(num_cpus=4): 2 workers and Ray
-# Data's CPUs, more than the session's Ray has), the MNIST one as on a cluster (--address: the session's Ray; one
-# epoch of 20 steps, its data's size changed as its data is: its smoke test's four epochs of 70 were the slowest
-# test of CI's second step, 145 s; one epoch of 70, 103 s).
-RUN_AS = {"tensorflow_mnist_example": lambda: ["--address", state_address(), "--num-workers", "2", "--epochs", "1"],
-          "tensorflow_regression_example": lambda: ["--smoke-test"]}
-EPOCHS = {"tensorflow_mnist_example": 1, "tensorflow_regression_example": 2}
-
-
-@pytest.mark.slow  # step 2: each trains on a Ray of its own or joins the session's, several epochs
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_rays_tensorflow_examples_run_with_one_import_changed(name, tmp_path, ray_local, no_leaks):
-    script = ray_example_on_raytf(name, tmp_path)
-    # Ray's default storage_path is ~/ray_results: a HOME of the test's own keeps the runs out of the real one. (The
-    # cluster's token, which Ray reads from ~/.ray/auth_token, goes with it: a driver that joins the session's Ray.)
-    env = {**os.environ, "HOME": str(tmp_path), "RAY_AUTH_MODE": "token"}
-    if "--address" not in RUN_AS[name]():
-        # Its `ray.init(num_cpus=4)` must start a Ray of its own: with no address, Ray joins the cluster the machine's
-        # last `ray start` (or a simulated cluster, ray.cluster_utils) wrote to /tmp/ray/ray_current_cluster, and
-        # refuses num_cpus there (seen when CI's other side ran tests/cluster/test_elastic.py's cluster meanwhile).
-        env["RAY_ADDRESS"] = "local"
-    token = Path.home() / ".ray" / "auth_token"
-    if token.exists():
-        (tmp_path / ".ray").mkdir()
-        (tmp_path / ".ray" / "auth_token").write_bytes(token.read_bytes())
-    proc = subprocess.run([sys.executable, str(script), *RUN_AS[name]()], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=560)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    (run,) = (tmp_path / "ray_results").iterdir()
-    summary = json.loads((run / "result.json").read_text())
-    assert summary["status"] == "succeeded" and summary["num_replicas_in_sync"] == 2
-    assert summary["config"]["train"]["entrypoint"] == "<function train_func defined in __main__>"
-    epochs = EPOCHS[name]
-    assert len(summary["checkpoints"]) == epochs and summary["final_metrics"]["epoch"] == epochs  # a report an epoch
-    assert "loss" in summary["final_metrics"]
-    if name == "tensorflow_regression_example":
-        assert "{'loss': " in proc.stdout  # its own print(results.metrics)
-
-
 @pytest.mark.bench  # a benchmark's smoke run (four trainings on a Ray of its own)
 @pytest.mark.timeout(900)
 def test_the_loss_difference_benchmark_shows_it_explained():
@@ -386,16 +294,109 @@ def test_eval_fn_defined_in_main_evaluates_the_checkpoints(fast_cfg, no_leaks):
     assert seen[seen["role"] == "evaluator"]["seen_epoch"].max() == 2  # it saw the last checkpoint
 
 
+# A Ray Train v1 program (RAY_TRAIN_V2_ENABLED=0, as Ray's CI still runs its TensorFlow tests): v1's config classes
+# and, in the loop, v1's ray.train functions (the workers inherit the variable from the Ray the script starts).
+V1_PROGRAM = '''
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+import ray
+import ray.air.config
+import ray.train
+from ray.train import Checkpoint, CheckpointConfig, RunConfig, ScalingConfig
+
+from raytf.compat import TensorflowTrainer, TrainingFailedError
+
+assert ScalingConfig is ray.air.config.ScalingConfig and RunConfig is ray.air.config.RunConfig  # v1's
+assert issubclass(TrainingFailedError, ray.train.TrainingFailedError)  # v1's, which a v1 program catches
+
+
+def train_func(config):
+    import tensorflow as tf
+    from ray.air.integrations.keras import ReportCheckpointCallback
+    from ray.train._internal import session
+
+    v1 = ray.train.report is session.report  # this worker bound Ray Train v1's functions
+    context = ray.train.get_context()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(config["lr"]), loss="mse")
+    resumed = ray.train.get_checkpoint()
+    shard = ray.train.get_dataset_shard("train")
+    model.fit(shard.to_tf("x", "y", batch_size=8), callbacks=[ReportCheckpointCallback()], verbose=0)
+    with tempfile.TemporaryDirectory() as saved:
+        with open(os.path.join(saved, "state.json"), "w") as f:
+            json.dump({"epochs": 1}, f)
+        mine = Checkpoint.from_directory(saved) if context.get_world_rank() == 0 else None
+        ray.train.report({"v1": v1, "world_rank": context.get_world_rank(), "world_size": context.get_world_size(),
+                          "local_world_size": context.get_local_world_size(), "node_rank": context.get_node_rank(),
+                          "resumed": resumed is not None, "name_ok": context.get_experiment_name() == "v1run"},
+                         checkpoint=mine)
+
+
+ray.init(num_cpus=4)
+rows = [{"x": np.full(4, i / 64, "float32"), "y": i / 64} for i in range(64)]
+result = TensorflowTrainer(
+    train_func, train_loop_config={"lr": 0.05},
+    scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+    run_config=RunConfig(name="v1run", storage_path=sys.argv[1], checkpoint_config=CheckpointConfig(num_to_keep=2)),
+    datasets={"train": ray.data.from_items(rows)}, raytf_config=["cluster.standby=0"]).fit()
+print("RESULT", json.dumps({"ray_result": isinstance(result, ray.train.Result), "error": repr(result.error),
+                            "metrics": result.metrics, "files": sorted(os.listdir(result.checkpoint.path)),
+                            "kept": len(result.best_checkpoints)}))
+'''
+
+
+@pytest.mark.slow  # step 2: a Ray of the script's own (the variable must reach its workers), one Keras epoch
+@pytest.mark.timeout(600)
+def test_a_ray_train_v1_program_runs_on_raytf(tmp_path):
+    """RAY_TRAIN_V2_ENABLED=0: v1's ScalingConfig/RunConfig/CheckpointConfig, and in the workers v1's
+    ray.train.report (with a checkpoint, and through Ray's Keras callback), get_checkpoint, get_context and
+    get_dataset_shard reach raytf: every rank's reports are the run's metrics, rank 0's checkpoints committed."""
+    import pandas as pd
+
+    script = tmp_path / "v1_program.py"
+    script.write_text(V1_PROGRAM)
+    # Its ray.init(num_cpus=4) starts a Ray of its own, whose workers inherit RAY_TRAIN_V2_ENABLED=0 (with no
+    # address, Ray would join the cluster the machine's last `ray start` wrote to /tmp/ray/ray_current_cluster).
+    env = {**os.environ, "RAY_TRAIN_V2_ENABLED": "0", "RAY_ADDRESS": "local", "RAY_AUTH_MODE": "token"}
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "runs")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=560)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    result = json.loads(line.removeprefix("RESULT "))
+    assert result["ray_result"] and result["error"] == "None" and result["kept"] == 2
+    assert result["files"] == ["_COMMITTED.json", "state.json"]  # the loop's last report's checkpoint
+    assert result["metrics"]["v1"] == 1 and result["metrics"]["name_ok"] == 1
+    run = tmp_path / "runs" / "v1run"
+    summary = json.loads((run / "result.json").read_text())
+    assert summary["status"] == "succeeded" and summary["num_replicas_in_sync"] == 2
+    assert len(summary["checkpoints"]) == 2 and summary["final_metrics"]["epoch"] == 2  # two reports, each an epoch
+    df = pd.read_parquet(run / "metrics.parquet")
+    epochs = df[df["kind"] == "epoch"]
+    keras = epochs[epochs["epoch"] == 1]  # Ray's Keras callback's report, from both ranks
+    assert sorted(keras["rank"]) == [0, 1] and keras["loss"].notna().all()
+    last = epochs[epochs["epoch"] == 2].sort_values("rank")
+    assert list(last["v1"]) == [1, 1] and list(last["world_rank"]) == [0, 1] and set(last["world_size"]) == {2}
+    assert set(last["local_world_size"]) == {2} and set(last["node_rank"]) == {0}
+    assert set(last["resumed"]) == {0} and set(last["name_ok"]) == {1}
+    (keras_checkpoint,) = [p for p in (run / "checkpoints").iterdir() if "e000001" in p.name]
+    assert "model.keras" in os.listdir(keras_checkpoint)
+
+
 def test_a_ray_that_moved_ray_trains_seam_is_one_line(monkeypatch):
-    """The one private Ray API raytf.compat needs, checked on the driver before anything starts (no Ray started)."""
+    """The private Ray APIs raytf.compat needs, checked on the driver before anything starts (no Ray started)."""
     from ray.train.v2._internal.execution import train_fn_utils
 
     from raytf._task import ray_train_private
 
-    ray_train_private.check()  # Ray 2.60 has it
+    ray_train_private.check()  # Ray 2.60 has v2's seam
     monkeypatch.setenv("RAY_TRAIN_V2_ENABLED", "0")
-    with pytest.raises(ray_train_private.RayTrainMoved, match="RAY_TRAIN_V2_ENABLED=0"):
-        ray_train_private.check()
+    ray_train_private.check()  # and v1's: ray.train's functions are v1's here, and mapped too
     monkeypatch.delenv("RAY_TRAIN_V2_ENABLED")
     monkeypatch.delattr(train_fn_utils, "set_train_fn_utils")
     with pytest.raises(ray_train_private.RayTrainMoved) as moved:

@@ -155,6 +155,33 @@ def test_infeasible_requests(monkeypatch, caplog):
     _said(caplog, apis.INFEASIBLE)
 
 
+def test_autoscaler_events(monkeypatch, caplog):
+    import ray._private.ray_constants
+    import ray._raylet
+
+    from raytf._core.plan import AUTOSCALER_EVENT
+    from raytf._driver import nodes
+
+    assert AUTOSCALER_EVENT == ray._private.ray_constants.LOG_PREFIX_EVENT_SUMMARY  # (how its events are marked)
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.delattr(ray._raylet, "GcsLogSubscriber")  # a Ray that moved it
+    for _ in range(2):
+        events = nodes.AutoscalerEvents().open()
+        assert events.heard() == []  # (nothing heard: the request is waited for, as before)
+        events.close()
+    _said(caplog, apis.LOG_SUBSCRIBER)
+
+
+def test_knowing_whether_a_dataset_runs_tasks(monkeypatch, caplog):
+    import ray.data
+
+    from raytf._driver import data
+
+    monkeypatch.delattr(ray.data.Dataset, "__init__")  # (no _logical_plan in its code: a Ray that changed it)
+    assert data.runs_tasks(object()) and data.runs_tasks(object())  # (said while it waits, as any dataset)
+    _said(caplog, apis.LOGICAL_PLAN)
+
+
 def test_knowing_an_embedded_ray(monkeypatch, caplog):
     import ray._private.worker
 
@@ -198,7 +225,7 @@ def test_every_driver_feature_has_its_test():
     driver = {a for a in apis.APIS if a.where.startswith("raytf/_driver/")}
     tested = {apis.META_COUNT, apis.DATASET_COPY, apis.EXCLUDE_RESOURCES, apis.COORD_ACTOR, apis.REPORT_INTERVAL,
               apis.PG_TABLE, apis.LABEL_SELECTOR, apis.GLOBAL_NODE, apis.AUTH_MODE, apis.RAYLET_CONFIG,
-              apis.DRAINING_NODES, apis.INFEASIBLE, apis.SIGTERM_HANDLER}
+              apis.DRAINING_NODES, apis.INFEASIBLE, apis.SIGTERM_HANDLER, apis.LOG_SUBSCRIBER, apis.LOGICAL_PLAN}
     assert {a.feature for a in driver} == {a.feature for a in tested}
     assert inspect.getsource(test_every_driver_feature_has_its_test)  # (this list is the module's tests)
 

@@ -2,8 +2,10 @@
 new pass each epoch and each attempt; bad input is one line, before anything starts where it can be."""
 
 import json
+import re
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +84,9 @@ def test_bad_datasets_are_one_line_before_anything_starts(fast_cfg, ps_cfg, no_l
         (fast_cfg("cluster.worker.cpus=0.5"), {"train": _rows()}, "datasets['train'] is a builtins.list, not a "
                                                                    "ray.data.Dataset"),
         (fast_cfg("cluster.worker.cpus=0.5"), [ds], "datasets= is a list"),
-        (fast_cfg(), {"train": ds.limit(96)}, "the tasks reserve 2 of the cluster's 2 CPUs"),
+        # An embedded Ray never grows: Ray Data's map_batches would wait for a CPU for ever (from_items needs none).
+        (fast_cfg(), {"train": ds.map_batches(lambda b: b)}, "of 'train' would wait for a CPU for ever: the tasks "
+                                                             "reserve 2 of the cluster's 2 CPUs. Fix:"),
         (ps_cfg(), {"train": ds}, "not parameter_server"),
         (fast_cfg("train.datasets=tests.train_fns:datasets_that_raise"), None,
          "train.datasets ('tests.train_fns:datasets_that_raise') raised FileNotFoundError: s3://bucket/missing/"),
@@ -96,6 +100,55 @@ def test_bad_datasets_are_one_line_before_anything_starts(fast_cfg, ps_cfg, no_l
             raytf.fit(cfg, datasets=datasets, quiet=True)
         assert expected in str(e.value) and "\n" not in str(e.value), str(e.value)
     assert leftovers() == {"actors": [], "placement_groups": []}
+
+
+def _pixels(n=64):
+    return [{"pixels": np.zeros(64, "float32"), "label": 0}] * n
+
+
+def test_whether_a_dataset_runs_ray_data_tasks_is_known_from_its_plan(ray_local):
+    import ray
+
+    from raytf._driver.data import runs_tasks
+
+    items = ray.data.from_items(_rows(8))
+    assert not runs_tasks(items) and not runs_tasks(items.limit(4))  # its blocks exist: no task reads them
+    assert runs_tasks(items.map_batches(lambda b: b)) and runs_tasks(ray.data.range(8))
+    assert not runs_tasks(ray.data.range(8).materialize())
+
+
+@pytest.mark.slow  # step 2 (a run; step 1 is at its budget)
+def test_a_dataset_whose_blocks_exist_trains_with_every_cpu_reserved(fast_cfg, no_leaks, caplog):
+    """2 workers of 1 CPU on the session's 2 CPUs: Ray Data has none, and from_items needs none (Ray Train runs it;
+    raytf refused it before anything started, raytf issue 74)."""
+    import ray
+
+    cfg = fast_cfg("train.entrypoint=tests.train_fns:keras_on_train_dataset", "train.epochs=1",
+                   "train.steps_per_epoch=null", "cluster.worker.cpus=1")
+    assert ray.cluster_resources()["CPU"] == 2
+    given = {"train": ray.data.from_items(_pixels()), "val": ray.data.from_items(_pixels(32))}
+    result = raytf.fit(cfg, datasets=given, quiet=True)
+    assert result.status == "succeeded"
+    assert not [r for r in caplog.records if "wait for a CPU" in r.getMessage()]
+
+
+@pytest.mark.slow  # step 2: waits out its start-up and hang timeouts
+def test_a_dataset_that_needs_a_cpu_and_has_none_on_a_cluster_is_said_while_it_waits(tmp_path, no_leaks):
+    """conf/ray_data.yaml's map_batches runs Ray Data tasks, each needing a CPU the tasks reserve all of, on a cluster
+    the launch joins (an autoscaler may add a node: not refused before). Said 5 s into the attempt; the run fails
+    when its start-up and hang watch end it."""
+    proc = subprocess.run([sys.executable, "-m", "raytf.launch", "conf/ray_data.yaml", f"storage.path={tmp_path}",
+                           f"ray.address={state_address()}", "ray.ship_code=off", "cluster.worker.cpus=1",
+                           "cluster.standby=0", "train.epochs=1", "cluster.startup_timeout_s=40",
+                           "failure.hang_timeout_s=15", "failure.max_failures=0"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "wait for a CPU" in line]
+    head = "train.datasets ('examples.ray_data:datasets'): Ray Data's reads and map_batches of 'train'"
+    assert said and head in said[0], said
+    assert "the tasks reserve 2 of the cluster's 2 CPUs. Fix: cluster.worker.cpus=0.5" in said[0], said
+    waited = [int(re.search(r"wait for a CPU \((\d+)s so far\)", line).group(1)) for line in said]
+    assert waited[0] < 15 and all(b - a >= 60 for a, b in pairwise(waited)), waited  # (then every minute)
 
 
 def test_a_dataset_not_given_fails_the_run_once_with_its_name(fast_cfg, no_leaks):
