@@ -57,6 +57,7 @@ def _rows(n: int) -> list[dict]:
     return [{"x": np.full(4, i / n, "float32"), "y": float(i) / n} for i in range(n)]
 
 
+@pytest.mark.slow  # step 2, beside Ray's own cases (tests/ray/test_ray_train_cases.py): step 1 is at its budget
 @pytest.mark.timeout(180)
 def test_a_ray_train_program_from_main_runs_on_raytf(tmp_path, ray_local, no_leaks):
     """The one-line switch: Ray's own ScalingConfig/RunConfig/CheckpointConfig, datasets=, and a loop defined in
