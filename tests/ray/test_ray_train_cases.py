@@ -335,7 +335,9 @@ def train_loop():
         return
     with tempfile.TemporaryDirectory() as saved:
         model.save(saved)
-        ray.train.report(metrics={{"iter": 1}}, checkpoint=TensorflowCheckpoint.from_saved_model(saved))
+        # ("loaded" is raytf's addition to Ray's case: that the second run's loop got the first run's checkpoint.)
+        ray.train.report(metrics={{"iter": 1, "loaded": int(bool(checkpoint))}},
+                         checkpoint=TensorflowCheckpoint.from_saved_model(saved))
 
 
 ray.init(num_cpus=4)
@@ -345,6 +347,7 @@ again = TensorflowTrainer(train_loop_per_worker=train_loop, scaling_config=Scali
 with again.checkpoint.as_directory() as saved:
     assert os.path.exists(os.path.join(saved, "saved_model.pb")), os.listdir(saved)
 assert again.metrics["iter"] == 1, again.metrics
+assert first.metrics["loaded"] == 0 and again.metrics["loaded"] == 1, (first.metrics, again.metrics)
 '''
 
 
