@@ -325,7 +325,9 @@ def test_interrupt_tears_everything_down_and_a_second_one_skips_the_final_save(f
     assert "TF's gRPC servers accept anyone" not in caplog.text
 
 
-@pytest.mark.parametrize(("signame", "code"), [("SIGINT", 130), ("SIGTERM", 143),
+# Step 1 sends SIGTERM; SIGINT and SIGHUP are step 2's (step 1 took 8:01 against its 8-minute budget). Ctrl-C in the
+# driver (the KeyboardInterrupt Python makes of SIGINT) stays in step 1, in-process: the test above.
+@pytest.mark.parametrize(("signame", "code"), [pytest.param("SIGINT", 130, marks=pytest.mark.slow), ("SIGTERM", 143),
                                                pytest.param("SIGHUP", 129, marks=pytest.mark.slow)])
 def test_cli_signal_saves_exits_128_plus_it_and_releases(tmp_path, no_leaks, signame, code):
     """Ctrl-C, SIGTERM (kill, systemd, Kubernetes, Slurm) and SIGHUP (a closed terminal) end a launch alike: a final
