@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -227,7 +227,7 @@ class _CpuWait:
     names: list[str]
     reserved: float
     since: float
-    line_at: float = 0.0
+    line_at: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.line_at = self.since + FIRST_LINE_S
@@ -243,14 +243,13 @@ def runs_tasks(ds) -> bool:
     from ray.data._internal.logical.operators.input_data_operator import InputData
 
     try:
-        todo, seen = [ds._logical_plan.dag], 0
+        todo = [ds._logical_plan.dag]
         while todo:
             op = todo.pop()
-            seen += 1
             if not isinstance(op, AbstractFrom | InputData) and type(op).__name__ != "Limit":
                 return True
             todo.extend(op.input_dependencies)
-        return not seen
+        return False
     except Exception as e:  # (changed: said while waiting, as for any dataset)
         apis.SWITCHES.turn_off(apis.LOGICAL_PLAN, f"changed: {type(e).__name__}: {e}", log.warning)
         return True

@@ -94,7 +94,6 @@ class AutoscalerEvents:
         self._lock = threading.Lock()
         self._heard: list[dict[str, float]] = []
         self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def open(self) -> AutoscalerEvents:
         """Start listening, in a thread of its own: its subscription (~0.2 s the first time in a process) is made
@@ -106,9 +105,7 @@ class AutoscalerEvents:
         except Exception as e:  # (a Ray Client connection, ray://: its GCS is not this process's to reach)
             log.debug("autoscaler events: %s", e)
             return self
-        self._thread = threading.Thread(target=self._listen, args=(address,), name="raytf-autoscaler-events",
-                                        daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._listen, args=(address,), name="raytf-autoscaler-events", daemon=True).start()
         return self
 
     def _listen(self, address: str) -> None:
@@ -146,7 +143,6 @@ class AutoscalerEvents:
         """Stop listening. Not waited for (a placement that is ready at once would wait out the poll): the listener
         closes its subscriber within POLL_S."""
         self._closed.set()
-        self._thread = None
 
 
 @contextlib.contextmanager
